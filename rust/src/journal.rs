@@ -234,17 +234,28 @@ fn preallocate(file: &File, offset: u64, len: u64) {
     }
 }
 
-/// The open journal file a journal thread appends to.
+/// A journal file shared by the writer (appends) and the sync thread (syncs).
 struct JournalFile {
     id: u64,
     path: PathBuf,
     file: File,
+}
+
+impl JournalFile {
+    fn sync(&self) -> Result<()> {
+        fdatasync(&self.file, &self.path)
+    }
+}
+
+/// The writer's view of its current file.
+struct OpenJournal {
+    file: Arc<JournalFile>,
     /// Bytes handed to the OS (header included).
     written: u64,
     preallocated: u64,
 }
 
-impl JournalFile {
+impl OpenJournal {
     fn create(dir: &Path, id: u64, prealloc: u64) -> Result<Self> {
         let path = journal_path(dir, id);
         let mut file = OpenOptions::new()
@@ -254,19 +265,18 @@ impl JournalFile {
             .ctx(|| format!("creating journal {}", path.display()))?;
         file.write_all(&file_header(JOURNAL_MAGIC, JOURNAL_VERSION, id))
             .ctx(|| format!("writing journal header {}", path.display()))?;
-        let mut jf = JournalFile {
-            id,
-            path,
-            file,
+        let mut open = OpenJournal {
+            file: Arc::new(JournalFile { id, path, file }),
             written: FILE_HEADER_LEN as u64,
             preallocated: 0,
         };
-        jf.ensure_preallocated(0, prealloc);
-        jf.file
+        open.ensure_preallocated(0, prealloc);
+        open.file
+            .file
             .sync_all()
-            .ctx(|| format!("syncing new journal {}", jf.path.display()))?;
+            .ctx(|| format!("syncing new journal {}", open.file.path.display()))?;
         sync_dir(dir)?;
-        Ok(jf)
+        Ok(open)
     }
 
     fn ensure_preallocated(&mut self, extra: u64, step: u64) {
@@ -274,28 +284,59 @@ impl JournalFile {
             return;
         }
         let target = (self.written + extra).max(self.preallocated + step);
-        preallocate(&self.file, self.preallocated, target - self.preallocated);
+        preallocate(
+            &self.file.file,
+            self.preallocated,
+            target - self.preallocated,
+        );
         self.preallocated = target;
     }
 
     fn write(&mut self, buf: &[u8], prealloc: u64) -> Result<()> {
         self.ensure_preallocated(buf.len() as u64, prealloc);
-        self.file
+        (&self.file.file)
             .write_all(buf)
-            .ctx(|| format!("writing journal {}", self.path.display()))?;
+            .ctx(|| format!("writing journal {}", self.file.path.display()))?;
         self.written += buf.len() as u64;
         Ok(())
     }
 }
 
-struct Worker {
-    index: usize,
+/// The first failure of a journal. It is sticky: after it nothing more is acknowledged, because
+/// a later success would advance the mark past records that never became durable.
+#[derive(Default)]
+struct Failure(Mutex<Option<StorageError>>);
+
+impl Failure {
+    fn get(&self) -> Option<StorageError> {
+        self.0.lock().clone()
+    }
+    fn set(&self, e: StorageError) {
+        self.0.lock().get_or_insert(e);
+    }
+}
+
+/// A group written to the file, waiting for its sync.
+struct Group {
+    file: Arc<JournalFile>,
+    end: u64,
+    ops: Vec<JournalOp>,
+    dones: Vec<Completion>,
+}
+
+/// Bounds the groups written but not yet synced; the writer waits when the sync thread lags.
+const MAX_GROUPS_IN_FLIGHT: usize = 64;
+
+/// The journal thread: takes requests, forms groups by BookKeeper's rules, writes them.
+struct Writer {
     dir: PathBuf,
     cfg: JournalConfig,
     rx: Receiver<Msg>,
-    applier: Arc<dyn Applier>,
+    to_sync: Option<Sender<Group>>,
+    syncer: Option<JoinHandle<()>>,
+    failure: Arc<Failure>,
     stats: Arc<JournalStats>,
-    file: JournalFile,
+    file: OpenJournal,
     buf: Vec<u8>,
     ops: Vec<JournalOp>,
     dones: Vec<Completion>,
@@ -304,14 +345,25 @@ struct Worker {
     oldest: Option<Instant>,
     entries_since_flush: usize,
     bytes_since_flush: usize,
-    /// Once the journal failed, nothing more is acknowledged: the failure is sticky.
-    failed: Option<StorageError>,
-    unsynced: bool,
     stopping: bool,
 }
 
+/// The force-write thread: syncs written groups (once for all that are ready), applies them in
+/// order and completes their callers.
+struct Syncer {
+    index: usize,
+    sync_data: bool,
+    page_cache_flush_interval: std::time::Duration,
+    rx: Receiver<Group>,
+    applier: Arc<dyn Applier>,
+    failure: Arc<Failure>,
+    stats: Arc<JournalStats>,
+    /// With `journalSyncData=false`: the file written since its last sync.
+    unsynced: Option<Arc<JournalFile>>,
+}
+
 impl Journal {
-    /// Starts a journal thread over `dir` writing new files from `first_file_id`.
+    /// Starts a journal over `dir` writing new files from `first_file_id`.
     pub fn start(
         index: usize,
         dir: PathBuf,
@@ -319,16 +371,33 @@ impl Journal {
         first_file_id: u64,
         applier: Arc<dyn Applier>,
     ) -> Result<Journal> {
-        let file = JournalFile::create(&dir, first_file_id, cfg.prealloc_size)?;
+        let file = OpenJournal::create(&dir, first_file_id, cfg.prealloc_size)?;
         let (tx, rx) = bounded(cfg.queue_size);
+        let (to_sync, sync_rx) = bounded(MAX_GROUPS_IN_FLIGHT);
         let stats = Arc::new(JournalStats::default());
-        let worker = Worker {
+        let failure = Arc::new(Failure::default());
+        let syncer = Syncer {
             index,
+            sync_data: cfg.sync_data,
+            page_cache_flush_interval: cfg.page_cache_flush_interval,
+            rx: sync_rx,
+            applier,
+            failure: failure.clone(),
+            stats: stats.clone(),
+            unsynced: None,
+        };
+        let syncer = std::thread::Builder::new()
+            .name(format!("pybkx-journal-sync-{index}"))
+            .spawn(move || syncer.run())
+            .ctx(|| "spawning journal sync thread".to_string())?;
+        let writer = Writer {
             dir: dir.clone(),
             buf: Vec::with_capacity(cfg.write_buffer_size + (64 << 10)),
             cfg,
             rx,
-            applier,
+            to_sync: Some(to_sync),
+            syncer: Some(syncer),
+            failure,
             stats: stats.clone(),
             file,
             ops: Vec::new(),
@@ -337,13 +406,11 @@ impl Journal {
             oldest: None,
             entries_since_flush: 0,
             bytes_since_flush: 0,
-            failed: None,
-            unsynced: false,
             stopping: false,
         };
         let thread = std::thread::Builder::new()
             .name(format!("pybkx-journal-{index}"))
-            .spawn(move || worker.run())
+            .spawn(move || writer.run())
             .ctx(|| "spawning journal thread".to_string())?;
         Ok(Journal {
             tx,
@@ -367,7 +434,7 @@ impl Journal {
             .map_err(|_| StorageError::Closed)
     }
 
-    /// Flushes and completes everything queued, then stops the thread. Idempotent.
+    /// Writes, syncs and completes everything queued, then stops the threads. Idempotent.
     pub fn shutdown(&self) {
         let Some(thread) = self.thread.lock().take() else {
             return;
@@ -402,22 +469,11 @@ impl Drop for Journal {
     }
 }
 
-impl Worker {
+impl Writer {
     fn run(mut self) {
         while !self.stopping {
             let msg = if self.ops.is_empty() {
-                if !self.cfg.sync_data && self.unsynced {
-                    match self.rx.recv_timeout(self.cfg.page_cache_flush_interval) {
-                        Ok(m) => Some(m),
-                        Err(RecvTimeoutError::Timeout) => {
-                            self.background_sync();
-                            continue;
-                        }
-                        Err(RecvTimeoutError::Disconnected) => None,
-                    }
-                } else {
-                    self.rx.recv().ok()
-                }
+                self.rx.recv().ok()
             } else if self.cfg.flush_when_queue_empty {
                 match self.rx.try_recv() {
                     Ok(m) => Some(m),
@@ -443,8 +499,8 @@ impl Worker {
                 Some(Msg::Req(req)) => {
                     self.add(req);
                     if self.group_is_due() {
-                        // Requests that waited in the queue while the previous group synced
-                        // are already past the group wait: take all that are ready, not one.
+                        // Requests that waited in the queue while the previous group was being
+                        // written are already past the group wait: take all that are ready.
                         self.drain_ready();
                         self.flush();
                     }
@@ -458,8 +514,11 @@ impl Worker {
             self.add(req);
         }
         self.flush();
-        if self.unsynced {
-            self.background_sync();
+        drop(self.to_sync.take());
+        if let Some(syncer) = self.syncer.take() {
+            if syncer.join().is_err() {
+                log::error!("journal sync thread for {} panicked", self.dir.display());
+            }
         }
     }
 
@@ -494,8 +553,8 @@ impl Worker {
     }
 
     fn add(&mut self, req: Request) {
-        if let Some(err) = &self.failed {
-            (req.done)(Err(err.clone()));
+        if let Some(err) = self.failure.get() {
+            (req.done)(Err(err));
             return;
         }
         let before = self.buf.len();
@@ -523,52 +582,24 @@ impl Worker {
     }
 
     fn write_out(&mut self) {
-        if self.buf.is_empty() || self.failed.is_some() {
+        if self.buf.is_empty() {
             return;
         }
-        if let Err(e) = self.file.write(&self.buf, self.cfg.prealloc_size) {
-            log::error!("journal {}: {e}", self.dir.display());
-            self.failed = Some(e);
+        if self.failure.get().is_none() {
+            if let Err(e) = self.file.write(&self.buf, self.cfg.prealloc_size) {
+                log::error!("journal {}: {e}", self.dir.display());
+                self.failure.set(e);
+            }
         }
         self.buf.clear();
     }
 
+    /// Ends the current group: writes it and hands it to the sync thread.
     fn flush(&mut self) {
         if self.ops.is_empty() {
             return;
         }
         self.write_out();
-        if self.failed.is_none() {
-            if self.cfg.sync_data {
-                match fdatasync(&self.file.file, &self.file.path) {
-                    Ok(()) => {
-                        self.stats.syncs.fetch_add(1, Ordering::Relaxed);
-                    }
-                    Err(e) => self.failed = Some(e),
-                }
-            } else {
-                self.unsynced = true;
-            }
-        }
-        let result = match &self.failed {
-            Some(e) => Err(e.clone()),
-            None => {
-                let mark = Mark {
-                    file_id: self.file.id,
-                    offset: self.file.written,
-                };
-                self.applier.apply(self.index, &self.ops, mark)
-            }
-        };
-        if let Err(e) = &result {
-            if self.failed.is_none() {
-                log::error!(
-                    "journal {}: applying a group failed: {e}",
-                    self.dir.display()
-                );
-                self.failed = Some(e.clone());
-            }
-        }
         let s = &self.stats;
         s.groups.fetch_add(1, Ordering::Relaxed);
         s.entries
@@ -577,40 +608,157 @@ impl Worker {
             .fetch_add(self.ops.len() as u64, Ordering::Relaxed);
         s.bytes
             .fetch_add(self.bytes_since_flush as u64, Ordering::Relaxed);
-        self.ops.clear();
-        for done in self.dones.drain(..) {
-            done(result.clone());
+        let group = Group {
+            file: self.file.file.clone(),
+            end: self.file.written,
+            ops: std::mem::take(&mut self.ops),
+            dones: std::mem::take(&mut self.dones),
+        };
+        if let Some(to_sync) = &self.to_sync {
+            if let Err(returned) = to_sync.send(group) {
+                // The sync thread is gone (it panicked): nothing can be acknowledged any more.
+                let e = StorageError::Closed;
+                self.failure.set(e.clone());
+                for done in returned.0.dones {
+                    done(Err(e.clone()));
+                }
+            }
         }
         self.oldest = None;
         self.entries_since_flush = 0;
         self.bytes_since_flush = 0;
-        if self.failed.is_none() && self.file.written >= self.cfg.max_file_size {
+        if self.failure.get().is_none() && self.file.written >= self.cfg.max_file_size {
             self.roll_over();
         }
     }
 
-    fn background_sync(&mut self) {
-        if let Err(e) = fdatasync(&self.file.file, &self.file.path) {
-            log::error!("journal {}: {e}", self.dir.display());
-            self.failed = Some(e);
-            return;
-        }
-        self.stats.syncs.fetch_add(1, Ordering::Relaxed);
-        self.unsynced = false;
-    }
-
     fn roll_over(&mut self) {
-        if self.unsynced {
-            self.background_sync();
-        }
-        match JournalFile::create(&self.dir, self.file.id + 1, self.cfg.prealloc_size) {
+        match OpenJournal::create(&self.dir, self.file.file.id + 1, self.cfg.prealloc_size) {
             Ok(file) => {
                 self.file = file;
                 self.stats.rollovers.fetch_add(1, Ordering::Relaxed);
             }
             Err(e) => {
                 log::error!("journal {}: rollover failed: {e}", self.dir.display());
-                self.failed = Some(e);
+                self.failure.set(e);
+            }
+        }
+    }
+}
+
+impl Syncer {
+    fn run(mut self) {
+        loop {
+            let first = if self.unsynced.is_some() {
+                match self.rx.recv_timeout(self.page_cache_flush_interval) {
+                    Ok(g) => g,
+                    Err(RecvTimeoutError::Timeout) => {
+                        self.sync_unsynced();
+                        continue;
+                    }
+                    Err(RecvTimeoutError::Disconnected) => break,
+                }
+            } else {
+                match self.rx.recv() {
+                    Ok(g) => g,
+                    Err(_) => break,
+                }
+            };
+            let mut groups = vec![first];
+            while groups.len() < MAX_GROUPS_IN_FLIGHT {
+                match self.rx.try_recv() {
+                    Ok(g) => groups.push(g),
+                    Err(_) => break,
+                }
+            }
+            self.complete(groups);
+        }
+        self.sync_unsynced();
+    }
+
+    fn complete(&mut self, groups: Vec<Group>) {
+        if self.failure.get().is_none() {
+            if let Err(e) = self.make_durable(&groups) {
+                log::error!("journal {}: {e}", self.index);
+                self.failure.set(e);
+            }
+        }
+        let result = match self.failure.get() {
+            Some(e) => Err(e),
+            None => {
+                let Some(last) = groups.last() else {
+                    return;
+                };
+                let mark = Mark {
+                    file_id: last.file.id,
+                    offset: last.end,
+                };
+                let mut ops = Vec::with_capacity(groups.iter().map(|g| g.ops.len()).sum());
+                let mut dones = Vec::with_capacity(groups.iter().map(|g| g.dones.len()).sum());
+                for g in groups {
+                    ops.extend(g.ops);
+                    dones.extend(g.dones);
+                }
+                let applied = self.applier.apply(self.index, &ops, mark);
+                if let Err(e) = &applied {
+                    log::error!("journal {}: applying records failed: {e}", self.index);
+                    self.failure.set(e.clone());
+                }
+                drop(ops);
+                for done in dones {
+                    done(applied.clone());
+                }
+                return;
+            }
+        };
+        for g in groups {
+            for done in g.dones {
+                done(result.clone());
+            }
+        }
+    }
+
+    /// One fdatasync per file for all the groups (several files only around a rollover).
+    fn make_durable(&mut self, groups: &[Group]) -> Result<()> {
+        let mut synced: Option<&Arc<JournalFile>> = None;
+        for g in groups {
+            let changed_file = synced.is_none_or(|f| !Arc::ptr_eq(f, &g.file));
+            if self.sync_data {
+                if changed_file {
+                    if let Some(prev) = synced {
+                        prev.sync()?;
+                        self.stats.syncs.fetch_add(1, Ordering::Relaxed);
+                    }
+                    synced = Some(&g.file);
+                }
+            } else if let Some(prev) = &self.unsynced {
+                // Without per-group syncs, a journal is still synced once it is complete.
+                if !Arc::ptr_eq(prev, &g.file) {
+                    self.sync_unsynced();
+                }
+            }
+            if !self.sync_data {
+                self.unsynced = Some(g.file.clone());
+            }
+        }
+        if let Some(last) = synced {
+            last.sync()?;
+            self.stats.syncs.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    fn sync_unsynced(&mut self) {
+        let Some(file) = self.unsynced.take() else {
+            return;
+        };
+        match file.sync() {
+            Ok(()) => {
+                self.stats.syncs.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(e) => {
+                log::error!("journal {}: {e}", self.index);
+                self.failure.set(e);
             }
         }
     }
