@@ -29,8 +29,9 @@ class LedgerStorage:
     ) -> None:
         """Store one entry; returns once it is durable (journalled with the configured sync policy).
 
-        Raises LedgerFencedException (fenced ledger, non-recovery add),
-        UnauthorizedAccessException (master key differs from the ledger's), ValueError (negative ids).
+        Raises LedgerFencedException (fenced ledger, non-recovery add), UnauthorizedAccessException
+        (master key differs from the ledger's), ValueError (negative ids), BookieException (closed),
+        BookieIOException (the journal failed).
         """
 
     def add_entries(
@@ -46,9 +47,10 @@ class LedgerStorage:
         """
 
     def read_entry(self, ledger_id: int, entry_id: int) -> bytes:
-        """Return the stored bytes of one entry; ``entry_id == -1`` returns the highest stored entry.
+        """Return the stored bytes of one entry; ``entry_id == -1`` returns the highest one.
 
-        Raises NoSuchLedgerExistsException, NoSuchEntryException, BKIOException (corrupt record).
+        Raises NoSuchLedgerExistsException, NoSuchEntryException, BookieIOException (I/O error or
+        corrupt record).
         """
 
     def read_range(
@@ -62,10 +64,13 @@ class LedgerStorage:
         """
 
     def last_entry_id(self, ledger_id: int) -> int:
-        """Highest stored entry id. Raises NoSuchLedgerExistsException, NoSuchEntryException (no entries)."""
+        """Highest stored entry id.
+
+        Raises NoSuchLedgerExistsException, NoSuchEntryException (no entries).
+        """
 
     def fence(self, ledger_id: int, master_key: bytes = b"") -> bool:
-        """Fence the ledger (creating it with this key if unknown); returns once the fence is durable.
+        """Fence the ledger (creating it with this key if unknown); returns once that is durable.
 
         Returns True if the ledger was already fenced. Raises UnauthorizedAccessException.
         """
@@ -74,7 +79,10 @@ class LedgerStorage:
         """Raises NoSuchLedgerExistsException."""
 
     def set_explicit_lac(self, ledger_id: int, lac: bytes, master_key: bytes = b"") -> None:
-        """Store the ledger's explicit LAC blob durably. Raises UnauthorizedAccessException."""
+        """Store the ledger's explicit LAC blob durably.
+
+        Raises UnauthorizedAccessException.
+        """
 
     def get_explicit_lac(self, ledger_id: int) -> bytes | None:
         """Raises NoSuchLedgerExistsException."""
@@ -91,10 +99,12 @@ class LedgerStorage:
         """Flush entry logs and index, record the journal mark, and remove covered journals."""
 
     def entry_log_ledgers(self) -> dict[int, dict[int, int]]:
-        """Per entry log id: ``{ledger_id: bytes}`` (the ledgers map kept for garbage collection)."""
+        """Per entry log id: ``{ledger_id: bytes}`` (the ledgers map kept for garbage
+        collection)."""
 
     def stats(self) -> dict[str, int]:
-        """Counters: journal_entries, journal_bytes, journal_syncs, journal_groups, checkpoints, ..."""
+        """Counters: journal_entries, journal_records, journal_bytes, journal_groups,
+        journal_syncs, journal_rollovers, entry_log_rollovers, checkpoints, ledgers."""
 
     def close(self) -> None:
         """Drain the journal, checkpoint, release the directories. Idempotent."""
@@ -104,7 +114,8 @@ class LedgerStorage:
 
 def scan_journal(path: str) -> list[dict[str, Any]]:
     """Decode one journal file (like BookKeeper's ``readjournal``): a dict per valid record with
-    ``offset``, ``size`` (bytes on disk, header included), ``kind`` ("entry", "key", "fence", "lac",
-    "delete"), ``ledger_id`` and, for entries, ``entry_id``. Stops at the end of valid data; the last
-    dict has ``kind == "end"``, its ``offset`` the end of valid data and ``reason`` why it stopped.
+    ``offset``, ``size`` (bytes on disk, header included), ``kind`` ("entry", "key", "fence",
+    "lac", "delete"), ``ledger_id`` and ``entry_id`` (None but for entries). Stops at the end of
+    valid data; the last dict has ``kind == "end"``, its ``offset`` the end of valid data and
+    ``reason`` why it stopped.
     """

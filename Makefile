@@ -1,0 +1,98 @@
+# pybkx developer commands. `make demo` and `make test` work from a fresh clone: they create
+# .venv/, install the Python tools and build the Rust extension themselves.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV := .venv
+VENV_ABS := $(CURDIR)/$(VENV)
+VPY := $(VENV)/bin/python
+DEPS_STAMP := $(VENV)/.deps-stamp
+PY_SOURCES := python tests bench
+MATURIN_TARGET_DIR := $(CURDIR)/target/maturin
+
+# Debian packages the build or the tests need; `make deps` installs the missing ones (as root).
+APT_PACKAGES ?=
+
+# Every cargo command (and maturin) sees the same interpreter, so pyo3's build script is not
+# re-run when switching between `maturin develop` and `cargo test`.
+export PYO3_PYTHON := $(VENV_ABS)/bin/python
+# Test binaries link libpython; find the interpreter's own copy at run time.
+PY_LIBDIR := $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_config_var("LIBDIR") or "")')
+CARGO_TEST_ENV := LD_LIBRARY_PATH="$(PY_LIBDIR)$${LD_LIBRARY_PATH:+:$$LD_LIBRARY_PATH}"
+
+.PHONY: help venv deps build lint test demo bench clean distclean
+
+help:
+	@echo "make demo   build everything, then run the storage demo (pybkx demo)"
+	@echo "make test   build everything, lint, run Rust and Python tests"
+	@echo "make bench  storage throughput benchmark"
+	@echo "make venv | deps | build | lint | clean | distclean"
+
+venv: $(DEPS_STAMP)
+
+$(VPY):
+	$(PYTHON) -m venv $(VENV)
+
+# Tools come from pyproject.toml: build-system requires, dependencies and the dev extra.
+$(DEPS_STAMP): pyproject.toml | $(VPY)
+	$(VPY) -m pip install --quiet --disable-pip-version-check --upgrade pip
+	$(VPY) -c 'import tomllib; d = tomllib.load(open("pyproject.toml", "rb")); \
+	    print("\n".join(d["build-system"]["requires"] + d["project"]["dependencies"] \
+	    + d["project"]["optional-dependencies"]["dev"]))' > $(VENV)/requirements-dev.txt
+	$(VPY) -m pip install --quiet --disable-pip-version-check -r $(VENV)/requirements-dev.txt
+	touch $@
+
+deps:
+	@missing=""; \
+	for pkg in $(APT_PACKAGES); do \
+	    dpkg-query -W -f='$${Status}' "$$pkg" 2>/dev/null | grep -q "install ok installed" \
+	        || missing="$$missing $$pkg"; \
+	done; \
+	if [ -z "$$missing" ]; then \
+	    echo "deps: all Debian packages present ($(or $(strip $(APT_PACKAGES)),none needed))"; \
+	elif [ "$$(id -u)" -ne 0 ]; then \
+	    echo "deps: WARNING: missing Debian packages:$$missing; not root, so not installing." \
+	         "Run 'sudo make deps'. Skipping."; \
+	else \
+	    echo "deps: installing$$missing"; \
+	    apt-get update -q; \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing; \
+	fi
+
+# Editable install into .venv: the extension lands in python/pybkx/, the package on sys.path.
+# maturin sets PYO3_BUILD_EXTENSION_MODULE (and more) for its build; in a target dir of its own
+# that does not invalidate the artifacts of `cargo test`/`cargo clippy`, so neither rebuilds pyo3.
+build: venv
+	VIRTUAL_ENV=$(VENV_ABS) PATH="$(VENV_ABS)/bin:$$PATH" \
+	    CARGO_TARGET_DIR=$(MATURIN_TARGET_DIR) $(VENV)/bin/maturin develop --release
+
+lint: venv
+	cargo fmt --all --check
+	cargo clippy --all-targets -- -D warnings
+	$(VENV)/bin/ruff check $(PY_SOURCES)
+	$(VENV)/bin/ruff format --check $(PY_SOURCES)
+	$(VENV)/bin/mypy python/pybkx
+
+test: venv deps build lint
+	$(CARGO_TEST_ENV) cargo test --release
+	@rc=0; $(VENV)/bin/pytest || rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "pytest: no Python tests collected (exit 5), treated as success"; \
+	elif [ $$rc -ne 0 ]; then exit $$rc; fi
+
+demo: venv deps build
+	$(VENV)/bin/pybkx demo
+
+bench: venv deps build
+	$(VPY) bench/storage_throughput.py
+
+clean:
+	cargo clean
+	rm -f python/pybkx/*.so
+	find $(PY_SOURCES) -name __pycache__ -type d -prune -exec rm -rf {} + 2>/dev/null || true
+	rm -rf .pytest_cache .mypy_cache .ruff_cache .hypothesis .benchmarks *.egg-info python/*.egg-info
+
+distclean: clean
+	rm -rf $(VENV)
