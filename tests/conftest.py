@@ -1,0 +1,47 @@
+"""Fixtures for the storage tests: temporary bookie directories and a storage opener.
+
+Owns test setup only; must never leave a LedgerStorage open (it locks its directories).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+# The helpers sit beside the tests; make them importable whatever pytest's import mode is.
+sys.path.insert(0, str(Path(__file__).parent))
+
+from storage_helpers import OpenStorage, storage_config
+
+from pybkx._core import LedgerStorage
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> dict[str, Any]:
+    """Small-limit config over one journal and one ledger directory under ``tmp_path``."""
+    return storage_config(tmp_path)
+
+
+@pytest.fixture
+def open_storage() -> Iterator[OpenStorage]:
+    """``open_storage(config, **overrides)``: a LedgerStorage closed at teardown at the latest."""
+    opened: list[LedgerStorage] = []
+
+    def _open(config: dict[str, Any], **overrides: Any) -> LedgerStorage:
+        storage = LedgerStorage(**{**config, **overrides})
+        opened.append(storage)
+        return storage
+
+    yield _open
+    for storage in reversed(opened):
+        storage.close()
+
+
+@pytest.fixture
+def storage(config: dict[str, Any], open_storage: OpenStorage) -> LedgerStorage:
+    """An open storage on the ``config`` directories."""
+    return open_storage(config)

@@ -1,0 +1,168 @@
+"""Crash-test child: opens a LedgerStorage, writes, and reports acknowledgements on stdout.
+
+Run as ``python storage_child.py SPEC_JSON``; the parent kills it with SIGKILL. It must never close
+the storage cleanly (a crash is the point) and never print an ACK before the add has returned.
+
+Modes (``spec["mode"]``):
+  crash-writer  one thread per ledger in ``ledgers``, each resuming at ``last_entry_id + 1`` and
+                writing forever with a mix of ``add_entry`` and small ``add_entries`` batches.
+  write         resume ``ledger`` at ``last_entry_id + 1``, add ``count`` entries one by one,
+                print ``DONE``, then wait to be killed.
+  delete        write ``entries`` entries to ``victim`` (optionally ``checkpoint()``), delete it,
+                print ``DELETED``, then write ``keeper`` forever.
+  meta          write entry 0 of ``ledger``, set its explicit LAC, fence it, print ``META``, wait.
+
+Output lines: ``READY``, ``RESUME <ledger> <entry>``, ``ACK <ledger> <entry>``, and the mode's
+marker. Payloads come from ``storage_helpers.payload`` so the parent can regenerate them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import sys
+import threading
+import time
+import traceback
+from typing import Any
+
+from storage_helpers import master_key, payload
+
+from pybkx._core import LedgerStorage
+from pybkx.errors import NoSuchEntryException, NoSuchLedgerExistsException
+
+_out_lock = threading.Lock()
+
+
+def emit(*lines: str) -> None:
+    """Write whole lines with one write() and flush, so a kill never splits an earlier line."""
+    with _out_lock:
+        sys.stdout.write("".join(f"{line}\n" for line in lines))
+        sys.stdout.flush()
+
+
+def die(exc: BaseException) -> None:
+    """An engine error in the child is a test failure: report it and exit non-zero at once."""
+    sys.stderr.write("".join(traceback.format_exception(exc)))
+    sys.stderr.flush()
+    os._exit(3)
+
+
+def resume_point(storage: LedgerStorage, ledger_id: int) -> int:
+    try:
+        return storage.last_entry_id(ledger_id) + 1
+    except (NoSuchLedgerExistsException, NoSuchEntryException):
+        return 0
+
+
+def write_forever(
+    storage: LedgerStorage, ledger_id: int, start: int, seed: int, max_size: int
+) -> None:
+    rng = random.Random(seed)
+    key = master_key(ledger_id)
+    entry_id = start
+    try:
+        while True:
+            if rng.random() < 0.5:
+                storage.add_entry(
+                    ledger_id, entry_id, payload(ledger_id, entry_id, max_size=max_size), key
+                )
+                ids = [entry_id]
+            else:
+                ids = list(range(entry_id, entry_id + rng.randint(2, 8)))
+                batch = [(e, payload(ledger_id, e, max_size=max_size)) for e in ids]
+                storage.add_entries(ledger_id, batch, key)
+            emit(*(f"ACK {ledger_id} {e}" for e in ids))
+            entry_id = ids[-1] + 1
+    except BaseException as exc:
+        die(exc)
+
+
+def wait_to_be_killed() -> None:
+    while True:
+        time.sleep(3600)
+
+
+def run_crash_writer(storage: LedgerStorage, spec: dict[str, Any]) -> None:
+    ledgers: list[int] = spec["ledgers"]
+    starts = {ledger: resume_point(storage, ledger) for ledger in ledgers}
+    emit(*(f"RESUME {ledger} {start}" for ledger, start in starts.items()), "READY")
+    threads = [
+        threading.Thread(
+            target=write_forever,
+            args=(storage, ledger, starts[ledger], spec["seed"] * 1000 + i, spec["max_size"]),
+            daemon=True,
+        )
+        for i, ledger in enumerate(ledgers)
+    ]
+    for t in threads:
+        t.start()
+    wait_to_be_killed()
+
+
+def run_write(storage: LedgerStorage, spec: dict[str, Any]) -> None:
+    ledger_id: int = spec["ledger"]
+    start = resume_point(storage, ledger_id)
+    emit(f"RESUME {ledger_id} {start}", "READY")
+    key = master_key(ledger_id)
+    for entry_id in range(start, start + spec["count"]):
+        data = payload(
+            ledger_id,
+            entry_id,
+            generation=spec["generation"],
+            min_size=spec["min_size"],
+            max_size=spec["max_size"],
+        )
+        storage.add_entry(ledger_id, entry_id, data, key)
+        emit(f"ACK {ledger_id} {entry_id}")
+    emit("DONE")
+    wait_to_be_killed()
+
+
+def run_delete(storage: LedgerStorage, spec: dict[str, Any]) -> None:
+    victim: int = spec["victim"]
+    keeper: int = spec["keeper"]
+    emit("READY")
+    storage.add_entries(
+        victim, [(e, payload(victim, e)) for e in range(spec["entries"])], master_key(victim)
+    )
+    storage.add_entries(keeper, [(e, payload(keeper, e)) for e in range(8)], master_key(keeper))
+    emit(*(f"ACK {keeper} {e}" for e in range(8)))
+    if spec["checkpoint"]:
+        storage.checkpoint()
+    storage.delete_ledger(victim)
+    emit("DELETED")
+    write_forever(storage, keeper, 8, seed=spec["seed"], max_size=4096)
+
+
+def run_meta(storage: LedgerStorage, spec: dict[str, Any]) -> None:
+    ledger_id: int = spec["ledger"]
+    key = master_key(ledger_id)
+    emit("READY")
+    storage.add_entry(ledger_id, 0, payload(ledger_id, 0), key)
+    storage.set_explicit_lac(ledger_id, spec["lac"].encode(), key)
+    storage.fence(ledger_id, key)
+    emit("META")
+    wait_to_be_killed()
+
+
+MODES = {
+    "crash-writer": run_crash_writer,
+    "write": run_write,
+    "delete": run_delete,
+    "meta": run_meta,
+}
+
+
+def main() -> None:
+    spec: dict[str, Any] = json.loads(sys.argv[1])
+    try:
+        storage = LedgerStorage(**spec["config"])
+        MODES[spec["mode"]](storage, spec)
+    except BaseException as exc:
+        die(exc)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,435 @@
+"""Behaviour of one open LedgerStorage: adds, reads, ranges, fencing, keys, LAC, config, locking.
+
+Owns single-session semantics; must never depend on a restart (see test_storage_restart.py).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from storage_helpers import OpenStorage, master_key, payload, storage_config
+
+from pybkx._core import LedgerStorage
+from pybkx.errors import (
+    BKException,
+    BookieException,
+    LedgerFencedException,
+    NoSuchEntryException,
+    NoSuchLedgerExistsException,
+    UnauthorizedAccessException,
+)
+
+LEDGER = 42
+KEY = master_key(LEDGER)
+
+
+def add_range(storage: LedgerStorage, ledger_id: int, entry_ids: range | list[int]) -> None:
+    storage.add_entries(
+        ledger_id, [(e, payload(ledger_id, e)) for e in entry_ids], master_key(ledger_id)
+    )
+
+
+# --- add / read ---------------------------------------------------------------------------
+
+
+def test_added_entry_reads_back_byte_identical(storage: LedgerStorage) -> None:
+    data = b"hello bookie \x00\xff" * 100
+    storage.add_entry(LEDGER, 0, data, KEY)
+    assert storage.read_entry(LEDGER, 0) == data
+
+
+def test_batch_added_entries_read_back_byte_identical(storage: LedgerStorage) -> None:
+    add_range(storage, LEDGER, range(50))
+    for e in range(50):
+        assert storage.read_entry(LEDGER, e) == payload(LEDGER, e)
+
+
+def test_empty_entry_round_trips(storage: LedgerStorage) -> None:
+    storage.add_entry(LEDGER, 0, b"", KEY)
+    assert storage.read_entry(LEDGER, 0) == b""
+
+
+def test_large_entry_round_trips(storage: LedgerStorage) -> None:
+    data = bytes(range(256)) * 4096  # 1 MiB
+    storage.add_entry(LEDGER, 0, data, KEY)
+    assert storage.read_entry(LEDGER, 0) == data
+
+
+def test_ledgers_do_not_see_each_others_entries(storage: LedgerStorage) -> None:
+    add_range(storage, 1, range(3))
+    add_range(storage, 2, range(5))
+    assert storage.read_entry(1, 2) == payload(1, 2)
+    assert storage.read_entry(2, 2) == payload(2, 2)
+    with pytest.raises(NoSuchEntryException):
+        storage.read_entry(1, 3)
+
+
+def test_read_of_unknown_ledger_raises_no_such_ledger(storage: LedgerStorage) -> None:
+    with pytest.raises(NoSuchLedgerExistsException):
+        storage.read_entry(999, 0)
+
+
+def test_read_of_missing_entry_raises_no_such_entry(storage: LedgerStorage) -> None:
+    add_range(storage, LEDGER, [0, 1, 3])
+    with pytest.raises(NoSuchEntryException):
+        storage.read_entry(LEDGER, 2)
+    with pytest.raises(NoSuchEntryException):
+        storage.read_entry(LEDGER, 4)
+
+
+def test_read_entry_minus_one_returns_highest_entry(storage: LedgerStorage) -> None:
+    add_range(storage, LEDGER, [0, 7, 3])  # out of order, with gaps
+    assert storage.read_entry(LEDGER, -1) == payload(LEDGER, 7)
+
+
+def test_negative_ids_are_rejected_on_add(storage: LedgerStorage) -> None:
+    with pytest.raises(ValueError):
+        storage.add_entry(LEDGER, -1, b"x", KEY)
+    with pytest.raises(ValueError):
+        storage.add_entry(-5, 0, b"x", KEY)
+
+
+def test_exceptions_share_the_bk_base_class() -> None:
+    for exc in (
+        NoSuchLedgerExistsException,
+        NoSuchEntryException,
+        LedgerFencedException,
+        UnauthorizedAccessException,
+        BookieException,
+    ):
+        assert issubclass(exc, BKException)
+
+
+# --- read_range ---------------------------------------------------------------------------
+
+
+def test_read_range_honours_max_count(storage: LedgerStorage) -> None:
+    add_range(storage, LEDGER, range(20))
+    got = storage.read_range(LEDGER, 5, 4, 1 << 30)
+    assert got == [payload(LEDGER, e) for e in range(5, 9)]
+
+
+def test_read_range_with_non_positive_max_count_is_unbounded(storage: LedgerStorage) -> None:
+    add_range(storage, LEDGER, range(20))
+    assert storage.read_range(LEDGER, 0, 0, 1 << 30) == [payload(LEDGER, e) for e in range(20)]
+    assert storage.read_range(LEDGER, 15, -1, 1 << 30) == [
+        payload(LEDGER, e) for e in range(15, 20)
+    ]
+
+
+def test_read_range_stops_before_exceeding_max_bytes(storage: LedgerStorage) -> None:
+    sizes = [100, 200, 300, 400, 500]
+    storage.add_entries(LEDGER, [(e, bytes([e]) * n) for e, n in enumerate(sizes)], KEY)
+    # 100 + 200 + 300 = 600 fits, adding 400 would not.
+    got = storage.read_range(LEDGER, 0, 0, 650)
+    assert [len(d) for d in got] == [100, 200, 300]
+    # Exactly at the limit is still allowed.
+    got = storage.read_range(LEDGER, 0, 0, 600)
+    assert [len(d) for d in got] == [100, 200, 300]
+
+
+def test_read_range_returns_first_entry_even_if_larger_than_max_bytes(
+    storage: LedgerStorage,
+) -> None:
+    storage.add_entries(LEDGER, [(0, b"a" * 5000), (1, b"b" * 10)], KEY)
+    got = storage.read_range(LEDGER, 0, 10, 100)
+    assert got == [b"a" * 5000]
+
+
+def test_read_range_stops_at_first_gap(storage: LedgerStorage) -> None:
+    add_range(storage, LEDGER, [0, 1, 2, 4, 5])
+    got = storage.read_range(LEDGER, 0, 100, 1 << 30)
+    assert got == [payload(LEDGER, e) for e in range(3)]
+
+
+def test_read_range_stops_at_last_entry(storage: LedgerStorage) -> None:
+    add_range(storage, LEDGER, range(3))
+    assert storage.read_range(LEDGER, 1, 100, 1 << 30) == [payload(LEDGER, 1), payload(LEDGER, 2)]
+
+
+def test_read_range_of_missing_first_entry_raises_no_such_entry(storage: LedgerStorage) -> None:
+    add_range(storage, LEDGER, [0, 1, 3])
+    with pytest.raises(NoSuchEntryException):
+        storage.read_range(LEDGER, 2, 10, 1 << 30)
+    with pytest.raises(NoSuchEntryException):
+        storage.read_range(LEDGER, 10, 10, 1 << 30)
+
+
+def test_read_range_of_unknown_ledger_raises_no_such_ledger(storage: LedgerStorage) -> None:
+    with pytest.raises(NoSuchLedgerExistsException):
+        storage.read_range(999, 0, 10, 1 << 30)
+
+
+# --- last_entry_id ------------------------------------------------------------------------
+
+
+def test_last_entry_id_is_the_highest_stored_entry(storage: LedgerStorage) -> None:
+    add_range(storage, LEDGER, [0, 1])
+    assert storage.last_entry_id(LEDGER) == 1
+    add_range(storage, LEDGER, [9, 4])
+    assert storage.last_entry_id(LEDGER) == 9
+
+
+def test_last_entry_id_of_unknown_ledger_raises_no_such_ledger(storage: LedgerStorage) -> None:
+    with pytest.raises(NoSuchLedgerExistsException):
+        storage.last_entry_id(999)
+
+
+def test_last_entry_id_of_ledger_without_entries_raises_no_such_entry(
+    storage: LedgerStorage,
+) -> None:
+    storage.fence(LEDGER, KEY)  # creates the ledger, no entries
+    with pytest.raises(NoSuchEntryException):
+        storage.last_entry_id(LEDGER)
+
+
+# --- fencing ------------------------------------------------------------------------------
+
+
+def test_fenced_ledger_rejects_normal_adds(storage: LedgerStorage) -> None:
+    add_range(storage, LEDGER, range(3))
+    assert storage.fence(LEDGER, KEY) is False
+    with pytest.raises(LedgerFencedException):
+        storage.add_entry(LEDGER, 3, b"late", KEY)
+    with pytest.raises(LedgerFencedException):
+        storage.add_entries(LEDGER, [(3, b"late"), (4, b"later")], KEY)
+    with pytest.raises(NoSuchEntryException):
+        storage.read_entry(LEDGER, 3)
+
+
+def test_fenced_ledger_accepts_recovery_adds(storage: LedgerStorage) -> None:
+    add_range(storage, LEDGER, range(3))
+    storage.fence(LEDGER, KEY)
+    storage.add_entry(LEDGER, 3, b"recovered", KEY, recovery=True)
+    storage.add_entries(LEDGER, [(4, b"r4"), (5, b"r5")], KEY, recovery=True)
+    assert storage.read_range(LEDGER, 3, 0, 1 << 30) == [b"recovered", b"r4", b"r5"]
+
+
+def test_fence_reports_whether_the_ledger_was_already_fenced(storage: LedgerStorage) -> None:
+    add_range(storage, LEDGER, range(1))
+    assert storage.is_fenced(LEDGER) is False
+    assert storage.fence(LEDGER, KEY) is False
+    assert storage.is_fenced(LEDGER) is True
+    assert storage.fence(LEDGER, KEY) is True
+
+
+def test_fence_creates_an_unknown_ledger_with_the_given_key(storage: LedgerStorage) -> None:
+    assert storage.fence(LEDGER, KEY) is False
+    assert storage.ledger_exists(LEDGER)
+    assert storage.is_fenced(LEDGER)
+    assert storage.read_master_key(LEDGER) == KEY
+    with pytest.raises(LedgerFencedException):
+        storage.add_entry(LEDGER, 0, b"x", KEY)
+
+
+def test_is_fenced_of_unknown_ledger_raises_no_such_ledger(storage: LedgerStorage) -> None:
+    with pytest.raises(NoSuchLedgerExistsException):
+        storage.is_fenced(999)
+
+
+def test_fencing_one_ledger_leaves_others_writable(storage: LedgerStorage) -> None:
+    add_range(storage, 1, range(1))
+    add_range(storage, 2, range(1))
+    storage.fence(1, master_key(1))
+    storage.add_entry(2, 1, b"still open", master_key(2))
+    assert storage.read_entry(2, 1) == b"still open"
+
+
+# --- master key ---------------------------------------------------------------------------
+
+
+def test_first_add_sets_the_master_key(storage: LedgerStorage) -> None:
+    storage.add_entry(LEDGER, 0, b"x", KEY)
+    assert storage.read_master_key(LEDGER) == KEY
+
+
+def test_wrong_master_key_is_rejected_on_add(storage: LedgerStorage) -> None:
+    storage.add_entry(LEDGER, 0, b"x", KEY)
+    with pytest.raises(UnauthorizedAccessException):
+        storage.add_entry(LEDGER, 1, b"y", b"not-the-key")
+    with pytest.raises(UnauthorizedAccessException):
+        storage.add_entries(LEDGER, [(1, b"y")], b"not-the-key")
+    with pytest.raises(NoSuchEntryException):
+        storage.read_entry(LEDGER, 1)
+
+
+def test_wrong_master_key_is_rejected_on_recovery_add(storage: LedgerStorage) -> None:
+    storage.add_entry(LEDGER, 0, b"x", KEY)
+    storage.fence(LEDGER, KEY)
+    with pytest.raises(UnauthorizedAccessException):
+        storage.add_entry(LEDGER, 1, b"y", b"not-the-key", recovery=True)
+
+
+def test_wrong_master_key_is_rejected_on_fence(storage: LedgerStorage) -> None:
+    storage.add_entry(LEDGER, 0, b"x", KEY)
+    with pytest.raises(UnauthorizedAccessException):
+        storage.fence(LEDGER, b"not-the-key")
+    assert storage.is_fenced(LEDGER) is False
+
+
+def test_wrong_master_key_is_rejected_on_explicit_lac(storage: LedgerStorage) -> None:
+    storage.add_entry(LEDGER, 0, b"x", KEY)
+    with pytest.raises(UnauthorizedAccessException):
+        storage.set_explicit_lac(LEDGER, b"lac", b"not-the-key")
+    assert storage.get_explicit_lac(LEDGER) is None
+
+
+def test_read_master_key_of_unknown_ledger_raises_no_such_ledger(storage: LedgerStorage) -> None:
+    with pytest.raises(NoSuchLedgerExistsException):
+        storage.read_master_key(999)
+
+
+# --- explicit LAC -------------------------------------------------------------------------
+
+
+def test_explicit_lac_is_none_until_set(storage: LedgerStorage) -> None:
+    storage.add_entry(LEDGER, 0, b"x", KEY)
+    assert storage.get_explicit_lac(LEDGER) is None
+
+
+def test_explicit_lac_round_trips_and_latest_wins(storage: LedgerStorage) -> None:
+    storage.add_entry(LEDGER, 0, b"x", KEY)
+    storage.set_explicit_lac(LEDGER, b"\x00lac-1", KEY)
+    assert storage.get_explicit_lac(LEDGER) == b"\x00lac-1"
+    storage.set_explicit_lac(LEDGER, b"lac-2" * 50, KEY)
+    assert storage.get_explicit_lac(LEDGER) == b"lac-2" * 50
+
+
+def test_explicit_lac_of_unknown_ledger_raises_no_such_ledger(storage: LedgerStorage) -> None:
+    with pytest.raises(NoSuchLedgerExistsException):
+        storage.get_explicit_lac(999)
+
+
+# --- list / exists / delete ---------------------------------------------------------------
+
+
+def test_list_and_exists_reflect_added_ledgers(storage: LedgerStorage) -> None:
+    assert storage.list_ledgers() == []
+    assert storage.ledger_exists(1) is False
+    for ledger_id in (3, 1, 1 << 40):
+        add_range(storage, ledger_id, range(2))
+    assert sorted(storage.list_ledgers()) == [1, 3, 1 << 40]
+    assert storage.ledger_exists(1 << 40)
+    assert storage.ledger_exists(2) is False
+
+
+def test_deleted_ledger_is_gone(storage: LedgerStorage) -> None:
+    add_range(storage, 1, range(5))
+    add_range(storage, 2, range(5))
+    storage.delete_ledger(1)
+    assert storage.ledger_exists(1) is False
+    assert storage.list_ledgers() == [2]
+    with pytest.raises(NoSuchLedgerExistsException):
+        storage.read_entry(1, 0)
+    with pytest.raises(NoSuchLedgerExistsException):
+        storage.last_entry_id(1)
+    assert storage.read_entry(2, 4) == payload(2, 4)
+
+
+def test_deleting_unknown_ledger_raises_no_such_ledger(storage: LedgerStorage) -> None:
+    with pytest.raises(NoSuchLedgerExistsException):
+        storage.delete_ledger(999)
+
+
+# --- configuration ------------------------------------------------------------------------
+
+
+def test_unknown_config_key_raises_value_error(config: dict[str, Any]) -> None:
+    with pytest.raises(ValueError):
+        LedgerStorage(**config, journalMaxSizeMb=1)  # wrong case: not a BookKeeper key
+
+
+def test_bad_config_value_raises_value_error(config: dict[str, Any]) -> None:
+    with pytest.raises(ValueError):
+        LedgerStorage(**{**config, "journalMaxSizeMB": "lots"})
+
+
+def test_directories_accept_comma_separated_strings(
+    tmp_path: Path, open_storage: OpenStorage
+) -> None:
+    config = storage_config(tmp_path, journals=2, ledgers=2)
+    config["journalDirectories"] = ",".join(config["journalDirectories"])
+    config["ledgerDirectories"] = ",".join(config["ledgerDirectories"])
+    storage = open_storage(config)
+    add_range(storage, LEDGER, range(3))
+    assert storage.read_entry(LEDGER, 2) == payload(LEDGER, 2)
+
+
+def test_stats_counts_journal_work(storage: LedgerStorage) -> None:
+    before = storage.stats()
+    for key in (
+        "journal_entries",
+        "journal_bytes",
+        "journal_syncs",
+        "journal_groups",
+        "checkpoints",
+    ):
+        assert key in before
+    add_range(storage, LEDGER, range(10))
+    after = storage.stats()
+    assert after["journal_entries"] - before["journal_entries"] >= 10
+    assert after["journal_bytes"] - before["journal_bytes"] >= sum(
+        len(payload(LEDGER, e)) for e in range(10)
+    )
+    assert after["journal_syncs"] > before["journal_syncs"]
+    storage.checkpoint()
+    assert storage.stats()["checkpoints"] > after["checkpoints"]
+
+
+# --- lifecycle ----------------------------------------------------------------------------
+
+
+def test_second_storage_on_same_directories_fails_while_first_is_open(
+    config: dict[str, Any], open_storage: OpenStorage
+) -> None:
+    first = open_storage(config)
+    with pytest.raises(BookieException):
+        LedgerStorage(**config)
+    first.close()
+    second = open_storage(config)  # the lock is released by close
+    second.close()
+
+
+def test_second_storage_sharing_only_the_journal_directory_fails(
+    tmp_path: Path, config: dict[str, Any], open_storage: OpenStorage
+) -> None:
+    open_storage(config)
+    other = tmp_path / "other-ledgers"
+    other.mkdir()
+    with pytest.raises(BookieException):
+        LedgerStorage(**{**config, "ledgerDirectories": [str(other)]})
+
+
+def test_close_is_idempotent(config: dict[str, Any]) -> None:
+    storage = LedgerStorage(**config)
+    storage.add_entry(LEDGER, 0, b"x", KEY)
+    storage.close()
+    storage.close()
+    with LedgerStorage(**config) as reopened:
+        assert reopened.read_entry(LEDGER, 0) == b"x"
+
+
+def test_context_manager_closes_the_storage(config: dict[str, Any]) -> None:
+    with LedgerStorage(**config) as storage:
+        assert isinstance(storage, LedgerStorage)
+        storage.add_entry(LEDGER, 0, b"x", KEY)
+    # Closed: the directories are unlocked and the data is there.
+    with LedgerStorage(**config) as reopened:
+        assert reopened.read_entry(LEDGER, 0) == b"x"
+
+
+def test_context_manager_closes_the_storage_on_error(config: dict[str, Any]) -> None:
+    with pytest.raises(RuntimeError), LedgerStorage(**config) as storage:
+        storage.add_entry(LEDGER, 0, b"x", KEY)
+        raise RuntimeError("boom")
+    with LedgerStorage(**config) as reopened:
+        assert reopened.read_entry(LEDGER, 0) == b"x"
+
+
+def test_operations_on_a_closed_storage_raise(config: dict[str, Any]) -> None:
+    storage = LedgerStorage(**config)
+    storage.close()
+    with pytest.raises(Exception):  # noqa: B017 - the class is not specified, only that it raises
+        storage.add_entry(LEDGER, 0, b"x", KEY)

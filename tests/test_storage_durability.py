@@ -1,0 +1,214 @@
+"""Crash durability: a child writes and is SIGKILLed; every acknowledged entry must survive.
+
+Owns kill -9 testing of LedgerStorage on accumulating directories; must never trust an entry that
+was not acknowledged on a complete stdout line, nor accept a present entry with wrong bytes.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from storage_helpers import (
+    MIB,
+    StorageChild,
+    master_key,
+    parse_acks,
+    payload,
+    storage_config,
+)
+
+from pybkx._core import LedgerStorage
+from pybkx.errors import (
+    LedgerFencedException,
+    NoSuchEntryException,
+    NoSuchLedgerExistsException,
+)
+
+ROUNDS = int(os.environ.get("PYBKX_CRASH_ROUNDS", "20"))
+SEED = int(os.environ.get("PYBKX_CRASH_SEED", str(random.SystemRandom().randrange(1 << 30))))
+LEDGERS = [1, 2, 3, (1 << 40) + 5]
+MAX_PAYLOAD = 4096
+
+
+def crash_config(root: Path) -> dict[str, Any]:
+    """Small files and a fast checkpoint timer, so kills also land in rollovers and checkpoints."""
+    return storage_config(
+        root,
+        journals=1,
+        ledgers=2,
+        journalMaxSizeMB=1,
+        journalMaxBackups=1,
+        logSizeLimit=1 * MIB,
+        flushInterval=200,
+    )
+
+
+def run_child(spec: dict[str, Any], stderr_path: Path, marker: str, delay_s: float) -> list[str]:
+    """Start the child, wait for ``marker``, sleep ``delay_s``, kill -9; return complete lines."""
+    child = StorageChild(spec, stderr_path)
+    try:
+        child.wait_for(marker)
+        time.sleep(delay_s)
+        return child.kill()
+    finally:
+        child.close()
+
+
+def resume_points(lines: list[str]) -> dict[int, int]:
+    points = {}
+    for line in lines:
+        parts = line.split()
+        if len(parts) == 3 and parts[0] == "RESUME":
+            points[int(parts[1])] = int(parts[2])
+    return points
+
+
+def check_ledger(storage: LedgerStorage, ledger_id: int, acked: set[int]) -> list[str]:
+    """Problems found in one ledger: lost acked entries, wrong bytes, impossible state."""
+    try:
+        last = storage.last_entry_id(ledger_id)
+    except (NoSuchLedgerExistsException, NoSuchEntryException) as exc:
+        return (
+            [f"ledger {ledger_id}: {type(exc).__name__} but {len(acked)} entries acked"]
+            if acked
+            else []
+        )
+    problems = []
+    if acked and last < max(acked):
+        problems.append(f"ledger {ledger_id}: last_entry_id {last} < highest acked {max(acked)}")
+    present: set[int] = set()
+    wrong: list[int] = []
+    entry_id = 0
+    while entry_id <= last:
+        try:
+            chunk = storage.read_range(ledger_id, entry_id, 2048, 16 * MIB)
+        except NoSuchEntryException:
+            entry_id += 1  # a hole: allowed only where nothing was acknowledged
+            continue
+        for offset, data in enumerate(chunk):
+            if data != payload(ledger_id, entry_id + offset, max_size=MAX_PAYLOAD):
+                wrong.append(entry_id + offset)
+        present.update(range(entry_id, entry_id + len(chunk)))
+        entry_id += len(chunk)
+    lost = sorted(acked - present)
+    if lost:
+        problems.append(f"ledger {ledger_id}: {len(lost)} acked entries lost, e.g. {lost[:10]}")
+    if wrong:
+        problems.append(f"ledger {ledger_id}: {len(wrong)} entries with wrong bytes: {wrong[:10]}")
+    if last not in present:
+        problems.append(f"ledger {ledger_id}: last_entry_id {last} is not readable")
+    return problems
+
+
+def crash_writer_spec(config: dict[str, Any], seed: int) -> dict[str, Any]:
+    return {
+        "config": config,
+        "mode": "crash-writer",
+        "ledgers": LEDGERS,
+        "seed": seed,
+        "max_size": MAX_PAYLOAD,
+    }
+
+
+def test_acknowledged_entries_survive_repeated_kill_9(tmp_path: Path) -> None:
+    config = crash_config(tmp_path / "bookie")
+    rng = random.Random(SEED)
+    acked: dict[int, set[int]] = {ledger: set() for ledger in LEDGERS}
+    for round_no in range(ROUNDS):
+        where = f"seed {SEED}, round {round_no}"
+        lines = run_child(
+            crash_writer_spec(config, SEED + round_no),
+            tmp_path / f"child-{round_no}.stderr",
+            "READY",
+            rng.uniform(0.1, 1.0),
+        )
+        for ledger_id, start in resume_points(lines).items():
+            assert start > max(acked[ledger_id], default=-1), (where, ledger_id, start)
+        for ledger_id, ids in parse_acks(lines).items():
+            acked[ledger_id] |= ids
+
+        with LedgerStorage(**config) as storage:
+            problems = [
+                p for ledger in LEDGERS for p in check_ledger(storage, ledger, acked[ledger])
+            ]
+        assert not problems, f"{where}: {problems}"
+
+    assert all(acked[ledger] for ledger in LEDGERS), "some writer never got an acknowledgement"
+
+
+def test_acknowledged_entries_survive_crashes_during_recovery_sessions(tmp_path: Path) -> None:
+    """Kill after kill with no clean open in between: each child replays the last one's crash."""
+    config = crash_config(tmp_path / "bookie")
+    rng = random.Random(SEED + 1)
+    acked: dict[int, set[int]] = {ledger: set() for ledger in LEDGERS}
+    for round_no in range(6):
+        lines = run_child(
+            crash_writer_spec(config, SEED + 100 + round_no),
+            tmp_path / f"child-{round_no}.stderr",
+            "READY",
+            rng.uniform(0.1, 0.6),
+        )
+        for ledger_id, start in resume_points(lines).items():
+            highest = max(acked[ledger_id], default=-1)
+            assert start > highest, (
+                f"seed {SEED} round {round_no}: ledger {ledger_id} resumed at {start}"
+            )
+        for ledger_id, ids in parse_acks(lines).items():
+            acked[ledger_id] |= ids
+
+    with LedgerStorage(**config) as storage:
+        problems = [p for ledger in LEDGERS for p in check_ledger(storage, ledger, acked[ledger])]
+    assert not problems, f"seed {SEED}: {problems}"
+
+
+@pytest.mark.parametrize(
+    ("checkpoint_before_delete", "delay_s"),
+    [(False, 0.0), (True, 0.0), (False, 0.4), (True, 0.4)],
+)
+def test_deleted_ledger_stays_deleted_after_kill_9(
+    tmp_path: Path, checkpoint_before_delete: bool, delay_s: float
+) -> None:
+    config = crash_config(tmp_path / "bookie")
+    victim, keeper = 7, 8
+    spec = {
+        "config": config,
+        "mode": "delete",
+        "victim": victim,
+        "keeper": keeper,
+        "entries": 200,
+        "checkpoint": checkpoint_before_delete,
+        "seed": SEED,
+    }
+    lines = run_child(spec, tmp_path / "child.stderr", "DELETED", delay_s)
+    acked = parse_acks(lines).get(keeper, set())
+    assert acked
+
+    for _ in range(2):  # after the crash replay, and again after a clean restart
+        with LedgerStorage(**config) as storage:
+            assert storage.ledger_exists(victim) is False
+            assert victim not in storage.list_ledgers()
+            with pytest.raises(NoSuchLedgerExistsException):
+                storage.read_entry(victim, 0)
+            with pytest.raises(NoSuchLedgerExistsException):
+                storage.last_entry_id(victim)
+            assert check_ledger(storage, keeper, acked) == []
+
+
+def test_fence_and_explicit_lac_survive_kill_9(tmp_path: Path) -> None:
+    config = crash_config(tmp_path / "bookie")
+    ledger_id = 9
+    spec = {"config": config, "mode": "meta", "ledger": ledger_id, "lac": "lac-9"}
+    run_child(spec, tmp_path / "child.stderr", "META", 0.0)
+
+    with LedgerStorage(**config) as storage:
+        assert storage.read_master_key(ledger_id) == master_key(ledger_id)
+        assert storage.is_fenced(ledger_id) is True
+        assert storage.get_explicit_lac(ledger_id) == b"lac-9"
+        assert storage.read_entry(ledger_id, 0) == payload(ledger_id, 0)
+        with pytest.raises(LedgerFencedException):
+            storage.add_entry(ledger_id, 1, b"late", master_key(ledger_id))
