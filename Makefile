@@ -28,7 +28,7 @@ CARGO_TEST_ENV := LD_LIBRARY_PATH="$(PY_LIBDIR)$${LD_LIBRARY_PATH:+:$$LD_LIBRARY
 help:
 	@echo "make demo   build everything, then run the storage demo (pybkx demo)"
 	@echo "make test   build everything, lint, run Rust and Python tests"
-	@echo "make bench  storage throughput benchmark"
+	@echo "make bench  storage throughput and restart-time benchmarks"
 	@echo "make venv | deps | build | lint | clean | distclean"
 
 venv: $(DEPS_STAMP)
@@ -87,6 +87,7 @@ demo: venv deps build
 
 bench: venv deps build
 	$(VPY) bench/storage_throughput.py
+	$(VPY) bench/restart_time.py
 
 clean:
 	cargo clean
