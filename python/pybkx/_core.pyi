@@ -119,3 +119,122 @@ def scan_journal(path: str) -> list[dict[str, Any]]:
     valid data; the last dict has ``kind == "end"``, its ``offset`` the end of valid data and
     ``reason`` why it stopped.
     """
+
+class BookieServer:
+    """A bookie's V2 wire-protocol server over a ``LedgerStorage``, on the extension's tokio
+    runtime. Listens as soon as it is constructed.
+
+    Raises OSError if the address cannot be bound, ValueError on bad limits.
+    """
+
+    def __init__(
+        self,
+        storage: LedgerStorage,
+        host: str = "0.0.0.0",
+        port: int = 3181,
+        *,
+        max_frame_size: int = 5 << 20,
+        max_pending_adds: int = 10_000,
+        max_pending_reads: int = 10_000,
+        max_batch_read_size: int = 5 << 20,
+        read_only: bool = False,
+    ) -> None: ...
+    @property
+    def port(self) -> int:
+        """The bound port (useful with ``port=0``)."""
+
+    def set_read_only(self, read_only: bool) -> None:
+        """In read-only mode normal adds get EREADONLY; reads and fencing still work."""
+
+    def is_read_only(self) -> bool: ...
+    def stop(self, drain_timeout_ms: int = 10_000) -> None:
+        """Stop accepting, let in-flight requests finish (up to the timeout), close connections.
+        Idempotent. The storage stays open: close it afterwards."""
+
+    def stats(self) -> dict[str, int]:
+        """Counters: connections, requests per operation, errors per result code, ..."""
+
+class BookieFuture:
+    """The pending result of one request to a bookie."""
+
+    def result(self, timeout: float | None = None) -> Any:
+        """Block (GIL released) until done; return the value or raise the ``pybkx.errors`` class
+        for the bookie's result code (e.g. NoSuchEntryException for ENOENTRY), TimeoutException
+        when the request timed out or ``timeout`` passed, BookieHandleNotAvailableException when
+        the bookie cannot be reached."""
+
+    def done(self) -> bool: ...
+
+class BookieClient:
+    """Pipelined V2 connections to bookies (one per bookie, reconnected on demand), on the
+    extension's tokio runtime. Bookies are addressed as ``"host:port"``.
+    """
+
+    def __init__(
+        self,
+        *,
+        add_entry_timeout_sec: float = 5.0,
+        read_entry_timeout_sec: float = 5.0,
+        connect_timeout_ms: int = 10_000,
+        max_frame_size: int = 5 << 20,
+    ) -> None: ...
+    def add(
+        self,
+        bookie: str,
+        ledger_id: int,
+        entry_id: int,
+        master_key: bytes,
+        entry: bytes,
+        flags: int = 0,
+    ) -> BookieFuture:
+        """Send ADD; ``entry`` is the packaged entry (see DigestManager). Result: None."""
+
+    def read(
+        self,
+        bookie: str,
+        ledger_id: int,
+        entry_id: int,
+        flags: int = 0,
+        master_key: bytes | None = None,
+    ) -> BookieFuture:
+        """Send READ (``entry_id=-1``: last entry; ``flags=FLAG_DO_FENCING`` with ``master_key``
+        fences). Result: the stored entry bytes."""
+
+    def batch_read(
+        self,
+        bookie: str,
+        ledger_id: int,
+        start_entry_id: int,
+        max_count: int,
+        max_size: int,
+        flags: int = 0,
+        master_key: bytes | None = None,
+    ) -> BookieFuture:
+        """Send BATCH_READ_ENTRY (op 7). Result: list of stored entry bytes (the first entry always,
+        then as many as fit ``max_count``/``max_size`` per BookKeeper's accounting)."""
+
+    def close(self) -> None:
+        """Close all connections; pending requests fail. Idempotent."""
+
+FLAG_NONE: int
+FLAG_DO_FENCING: int
+FLAG_RECOVERY_ADD: int
+FLAG_HIGH_PRIORITY: int
+
+def master_key(password: bytes) -> bytes:
+    """BookKeeper's ledger master key: SHA-1("ledger" + password)."""
+
+class DigestManager:
+    """Packages and verifies entries as BookKeeper's DigestManager does.
+
+    ``digest_type`` is "CRC32", "CRC32C", "HMAC" (alias "MAC") or "DUMMY"; ValueError otherwise.
+    """
+
+    def __init__(self, ledger_id: int, password: bytes, digest_type: str) -> None: ...
+    def package(self, entry_id: int, last_add_confirmed: int, length: int, payload: bytes) -> bytes:
+        """The entry as stored and sent: ledger id, entry id, LAC, length, digest, payload."""
+
+    def verify(self, entry: bytes, entry_id: int | None = None) -> tuple[int, int, int, bytes]:
+        """Check the digest (and, if given, the entry id); return (entry_id, lac, length, payload).
+
+        Raises DigestMatchException."""

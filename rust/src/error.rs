@@ -28,6 +28,8 @@ pub enum StorageError {
     Locked(String),
     #[error("ledger storage is closed")]
     Closed,
+    #[error("journal queue is full")]
+    QueueFull,
 }
 
 pub type Result<T> = std::result::Result<T, StorageError>;
@@ -66,6 +68,7 @@ impl Clone for StorageError {
             StorageError::InvalidArgument(s) => StorageError::InvalidArgument(s.clone()),
             StorageError::Locked(s) => StorageError::Locked(s.clone()),
             StorageError::Closed => StorageError::Closed,
+            StorageError::QueueFull => StorageError::QueueFull,
         }
     }
 }

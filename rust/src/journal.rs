@@ -434,6 +434,26 @@ impl Journal {
             .map_err(|_| StorageError::Closed)
     }
 
+    /// Like [`submit`](Self::submit) but never blocks: with the queue full it returns
+    /// `QueueFull` and drops `done` uncalled.
+    pub fn try_submit(
+        &self,
+        op: JournalOp,
+        key: Option<Arc<[u8]>>,
+        done: Completion,
+    ) -> Result<()> {
+        let req = Request {
+            op,
+            key,
+            enqueued: Instant::now(),
+            done,
+        };
+        self.tx.try_send(Msg::Req(req)).map_err(|e| match e {
+            crossbeam_channel::TrySendError::Full(_) => StorageError::QueueFull,
+            crossbeam_channel::TrySendError::Disconnected(_) => StorageError::Closed,
+        })
+    }
+
     /// Writes, syncs and completes everything queued, then stops the threads. Idempotent.
     pub fn shutdown(&self) {
         let Some(thread) = self.thread.lock().take() else {

@@ -1,15 +1,22 @@
 //! PyO3 bindings only: thin wrappers that convert arguments, release the GIL around blocking
 //! work and map errors to `pybkx.errors`. No storage logic lives here.
 
+pub mod client;
 pub mod config;
+pub mod digest;
 pub mod entrylog;
 pub mod error;
 pub mod index;
 pub mod journal;
+pub mod protocol;
 pub mod record;
+pub mod runtime;
+pub mod server;
 pub mod storage;
 
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
@@ -17,10 +24,29 @@ use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedBytes;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyList, PyString, PyTuple, PyType};
 
+use parking_lot::Mutex;
+use tokio::sync::oneshot;
+
+use crate::client::{ClientConfig, ClientError, Reply, ReplyResult};
 use crate::config::{ConfValue, StorageConfig};
+use crate::digest::{DigestManager, DigestType};
 use crate::error::StorageError;
 use crate::journal::Completion;
 use crate::storage::{RangeLimits, LAST_ENTRY};
+
+/// An instance of the `pybkx.errors` class `name` (RuntimeError if the module is missing).
+fn bk_error(name: &str, message: String) -> PyErr {
+    Python::attach(|py| {
+        let class = py
+            .import("pybkx.errors")
+            .and_then(|m| m.getattr(name))
+            .and_then(|c| c.cast_into::<PyType>().map_err(PyErr::from));
+        match class {
+            Ok(cls) => PyErr::from_type(cls, message),
+            Err(_) => PyRuntimeError::new_err(message),
+        }
+    })
+}
 
 /// The `pybkx.errors` class BookKeeper users expect for each storage error.
 fn storage_err(e: StorageError) -> PyErr {
@@ -31,18 +57,37 @@ fn storage_err(e: StorageError) -> PyErr {
         StorageError::Unauthorized(_) => "UnauthorizedAccessException",
         StorageError::InvalidArgument(m) => return PyValueError::new_err(m.clone()),
         StorageError::Io { .. } | StorageError::Corruption(_) => "BookieIOException",
-        StorageError::Locked(_) | StorageError::Closed => "BookieException",
-    };
-    Python::attach(|py| {
-        let class = py
-            .import("pybkx.errors")
-            .and_then(|m| m.getattr(name))
-            .and_then(|c| c.cast_into::<PyType>().map_err(PyErr::from));
-        match class {
-            Ok(cls) => PyErr::from_type(cls, e.to_string()),
-            Err(_) => PyRuntimeError::new_err(e.to_string()),
+        StorageError::Locked(_) | StorageError::Closed | StorageError::QueueFull => {
+            "BookieException"
         }
-    })
+    };
+    bk_error(name, e.to_string())
+}
+
+/// The exception the Java client raises for a per-bookie failure: V2 result codes map as in
+/// its V2 status translation (EBADREQ/EIO and unknown codes fall back to the operation's
+/// generic exception); code 107 maps to DataUnknownException although the Java V2 client
+/// cannot decode it.
+fn client_err(e: &ClientError) -> PyErr {
+    use protocol::rc;
+    let name = match e {
+        ClientError::Bookie { rc: code, op, .. } => match *code {
+            rc::ENOLEDGER => "NoSuchLedgerExistsException",
+            rc::ENOENTRY => "NoSuchEntryException",
+            rc::EUA => "UnauthorizedAccessException",
+            rc::EBADVERSION => "ProtocolVersionException",
+            rc::EFENCED => "LedgerFencedException",
+            rc::EREADONLY => "WriteOnReadOnlyBookieException",
+            rc::ETOOMANYREQUESTS => "TooManyRequestsException",
+            rc::EUNKNOWNLEDGERSTATE => "DataUnknownException",
+            _ if *op == "add" => "WriteException",
+            _ => "ReadException",
+        },
+        ClientError::Timeout { .. } => "TimeoutException",
+        ClientError::Unavailable { .. } => "BookieHandleNotAvailableException",
+        ClientError::Closed => "ClientClosedException",
+    };
+    bk_error(name, e.to_string())
 }
 
 fn non_negative(what: &str, id: i64) -> PyResult<u64> {
@@ -91,7 +136,7 @@ fn conf_value(key: &str, v: &Bound<'_, PyAny>) -> PyResult<ConfValue> {
 /// A bookie's ledger storage (journal + entry logs + index); see `_core.pyi`.
 #[pyclass(name = "LedgerStorage", module = "pybkx._core", frozen)]
 struct PyLedgerStorage {
-    inner: storage::LedgerStorage,
+    inner: Arc<storage::LedgerStorage>,
 }
 
 #[pymethods]
@@ -112,7 +157,9 @@ impl PyLedgerStorage {
         let inner = py
             .detach(|| storage::LedgerStorage::open(cfg))
             .map_err(storage_err)?;
-        Ok(PyLedgerStorage { inner })
+        Ok(PyLedgerStorage {
+            inner: Arc::new(inner),
+        })
     }
 
     #[pyo3(signature = (ledger_id, entry_id, data, master_key = None, recovery = false))]
@@ -373,9 +420,356 @@ fn scan_journal<'py>(py: Python<'py>, path: PathBuf) -> PyResult<Bound<'py, PyLi
     Ok(out)
 }
 
+/// The V2 bookie server; see `_core.pyi`.
+#[pyclass(name = "BookieServer", module = "pybkx._core", frozen)]
+struct PyBookieServer {
+    inner: server::BookieServer,
+}
+
+#[pymethods]
+impl PyBookieServer {
+    #[new]
+    #[pyo3(signature = (
+        storage, host = "0.0.0.0".to_string(), port = 3181, *, max_frame_size = 5 << 20,
+        max_pending_adds = 10_000, max_pending_reads = 10_000, max_batch_read_size = 5 << 20,
+        read_only = false
+    ))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        storage: PyRef<'_, PyLedgerStorage>,
+        host: String,
+        port: u16,
+        max_frame_size: usize,
+        max_pending_adds: usize,
+        max_pending_reads: usize,
+        max_batch_read_size: usize,
+        read_only: bool,
+    ) -> PyResult<Self> {
+        if max_frame_size < 64 || max_pending_adds == 0 || max_pending_reads == 0 {
+            return Err(PyValueError::new_err(
+                "max_frame_size must be >= 64 and the pending limits > 0",
+            ));
+        }
+        let cfg = server::ServerConfig {
+            host,
+            port,
+            max_frame_size,
+            max_pending_adds,
+            max_pending_reads,
+            max_batch_read_size,
+            read_only,
+        };
+        let storage = storage.inner.clone();
+        let inner = py.detach(|| server::BookieServer::start(storage, cfg))?;
+        Ok(PyBookieServer { inner })
+    }
+
+    #[getter]
+    fn port(&self) -> u16 {
+        self.inner.local_addr().port()
+    }
+
+    fn set_read_only(&self, read_only: bool) {
+        self.inner.set_read_only(read_only);
+    }
+
+    fn is_read_only(&self) -> bool {
+        self.inner.is_read_only()
+    }
+
+    #[pyo3(signature = (drain_timeout_ms = 10_000))]
+    fn stop(&self, py: Python<'_>, drain_timeout_ms: u64) {
+        py.detach(|| self.inner.stop(Duration::from_millis(drain_timeout_ms)));
+    }
+
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let s = self.inner.stats();
+        let d = PyDict::new(py);
+        for (k, v) in [
+            ("connections_accepted", &s.connections_accepted),
+            ("connections_active", &s.connections_active),
+            ("add_entry_requests", &s.add_entry_requests),
+            ("read_entry_requests", &s.read_entry_requests),
+            ("batch_read_entry_requests", &s.batch_read_entry_requests),
+            ("read_entry_fence_requests", &s.read_entry_fence_requests),
+            ("auth_requests", &s.auth_requests),
+            ("rejected_requests", &s.rejected_requests),
+            ("protocol_errors", &s.protocol_errors),
+        ] {
+            d.set_item(k, v.load(Relaxed))?;
+        }
+        Ok(d)
+    }
+}
+
+enum FutureState {
+    Waiting(oneshot::Receiver<ReplyResult>),
+    Done(ReplyResult),
+}
+
+/// The pending result of one request to a bookie; see `_core.pyi`.
+#[pyclass(name = "BookieFuture", module = "pybkx._core", frozen)]
+struct PyBookieFuture {
+    state: Mutex<FutureState>,
+}
+
+impl PyBookieFuture {
+    fn new(rx: oneshot::Receiver<ReplyResult>) -> Self {
+        PyBookieFuture {
+            state: Mutex::new(FutureState::Waiting(rx)),
+        }
+    }
+}
+
+#[pymethods]
+impl PyBookieFuture {
+    #[pyo3(signature = (timeout = None))]
+    fn result(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Py<PyAny>> {
+        let wait = match timeout {
+            Some(t) if !(t >= 0.0 && t.is_finite()) => {
+                return Err(PyValueError::new_err(
+                    "timeout must be a finite number >= 0",
+                ))
+            }
+            Some(t) => Some(Duration::from_secs_f64(t)),
+            None => None,
+        };
+        let outcome: Option<ReplyResult> = py.detach(|| -> PyResult<Option<ReplyResult>> {
+            let mut state = self.state.lock();
+            if let FutureState::Waiting(rx) = &mut *state {
+                let rt = runtime::runtime()?;
+                let got = match wait {
+                    None => rt.block_on(rx),
+                    Some(d) => match rt.block_on(tokio::time::timeout(d, rx)) {
+                        Ok(r) => r,
+                        Err(_) => return Ok(None),
+                    },
+                };
+                *state = FutureState::Done(got.unwrap_or(Err(ClientError::Closed)));
+            }
+            match &*state {
+                FutureState::Done(r) => Ok(Some(r.clone())),
+                FutureState::Waiting(_) => Ok(None),
+            }
+        })?;
+        match outcome {
+            None => Err(bk_error(
+                "TimeoutException",
+                "the bookie request did not complete within the wait".to_string(),
+            )),
+            Some(Err(e)) => Err(client_err(&e)),
+            Some(Ok(Reply::Added)) => Ok(py.None()),
+            Some(Ok(Reply::Entry(b))) => Ok(PyBytes::new(py, &b).into_any().unbind()),
+            Some(Ok(Reply::Entries(v))) => {
+                Ok(PyList::new(py, v.iter().map(|b| PyBytes::new(py, b)))?
+                    .into_any()
+                    .unbind())
+            }
+        }
+    }
+
+    fn done(&self) -> bool {
+        let mut state = self.state.lock();
+        if let FutureState::Waiting(rx) = &mut *state {
+            match rx.try_recv() {
+                Ok(r) => *state = FutureState::Done(r),
+                Err(oneshot::error::TryRecvError::Empty) => return false,
+                Err(oneshot::error::TryRecvError::Closed) => {
+                    *state = FutureState::Done(Err(ClientError::Closed))
+                }
+            }
+        }
+        true
+    }
+}
+
+fn flags_of(flags: i64) -> PyResult<u16> {
+    u16::try_from(flags).map_err(|_| PyValueError::new_err(format!("flags {flags} out of range")))
+}
+
+/// Pipelined V2 connections to bookies; see `_core.pyi`.
+#[pyclass(name = "BookieClient", module = "pybkx._core", frozen)]
+struct PyBookieClient {
+    inner: client::BookieClient,
+}
+
+#[pymethods]
+impl PyBookieClient {
+    #[new]
+    #[pyo3(signature = (
+        *, add_entry_timeout_sec = 5.0, read_entry_timeout_sec = 5.0,
+        connect_timeout_ms = 10_000, max_frame_size = 5 << 20
+    ))]
+    fn new(
+        add_entry_timeout_sec: f64,
+        read_entry_timeout_sec: f64,
+        connect_timeout_ms: u64,
+        max_frame_size: usize,
+    ) -> PyResult<Self> {
+        let secs = |name: &str, v: f64| {
+            if v > 0.0 && v.is_finite() {
+                Ok(Duration::from_secs_f64(v))
+            } else {
+                Err(PyValueError::new_err(format!("{name} must be > 0")))
+            }
+        };
+        Ok(PyBookieClient {
+            inner: client::BookieClient::new(ClientConfig {
+                add_timeout: secs("add_entry_timeout_sec", add_entry_timeout_sec)?,
+                read_timeout: secs("read_entry_timeout_sec", read_entry_timeout_sec)?,
+                connect_timeout: Duration::from_millis(connect_timeout_ms.max(1)),
+                max_frame_size,
+            }),
+        })
+    }
+
+    #[pyo3(signature = (bookie, ledger_id, entry_id, master_key, entry, flags = 0))]
+    fn add(
+        &self,
+        bookie: &str,
+        ledger_id: i64,
+        entry_id: i64,
+        master_key: &[u8],
+        entry: PyBackedBytes,
+        flags: i64,
+    ) -> PyResult<PyBookieFuture> {
+        let rx = self.inner.add(
+            bookie,
+            ledger_id,
+            entry_id,
+            Bytes::copy_from_slice(master_key),
+            Bytes::from_owner(entry),
+            flags_of(flags)?,
+        );
+        Ok(PyBookieFuture::new(rx))
+    }
+
+    #[pyo3(signature = (bookie, ledger_id, entry_id, flags = 0, master_key = None))]
+    fn read(
+        &self,
+        bookie: &str,
+        ledger_id: i64,
+        entry_id: i64,
+        flags: i64,
+        master_key: Option<&[u8]>,
+    ) -> PyResult<PyBookieFuture> {
+        let rx = self.inner.read(
+            bookie,
+            ledger_id,
+            entry_id,
+            flags_of(flags)?,
+            master_key.map(Bytes::copy_from_slice),
+        );
+        Ok(PyBookieFuture::new(rx))
+    }
+
+    #[pyo3(signature = (
+        bookie, ledger_id, start_entry_id, max_count, max_size, flags = 0, master_key = None
+    ))]
+    #[allow(clippy::too_many_arguments)]
+    fn batch_read(
+        &self,
+        bookie: &str,
+        ledger_id: i64,
+        start_entry_id: i64,
+        max_count: i32,
+        max_size: i64,
+        flags: i64,
+        master_key: Option<&[u8]>,
+    ) -> PyResult<PyBookieFuture> {
+        let rx = self.inner.batch_read(
+            bookie,
+            ledger_id,
+            start_entry_id,
+            max_count,
+            max_size,
+            flags_of(flags)?,
+            master_key.map(Bytes::copy_from_slice),
+        );
+        Ok(PyBookieFuture::new(rx))
+    }
+
+    fn close(&self) {
+        self.inner.close();
+    }
+}
+
+/// Packages and verifies entries as BookKeeper's DigestManager does; see `_core.pyi`.
+#[pyclass(name = "DigestManager", module = "pybkx._core", frozen)]
+struct PyDigestManager {
+    inner: DigestManager,
+}
+
+#[pymethods]
+impl PyDigestManager {
+    #[new]
+    fn new(ledger_id: i64, password: &[u8], digest_type: &str) -> PyResult<Self> {
+        let kind = DigestType::from_name(digest_type).ok_or_else(|| {
+            PyValueError::new_err(format!(
+                "unknown digest type {digest_type:?}; use CRC32, CRC32C, HMAC (MAC) or DUMMY"
+            ))
+        })?;
+        Ok(PyDigestManager {
+            inner: DigestManager::new(ledger_id, password, kind),
+        })
+    }
+
+    fn package<'py>(
+        &self,
+        py: Python<'py>,
+        entry_id: i64,
+        last_add_confirmed: i64,
+        length: i64,
+        payload: &[u8],
+    ) -> Bound<'py, PyBytes> {
+        PyBytes::new(
+            py,
+            &self
+                .inner
+                .package(entry_id, last_add_confirmed, length, payload),
+        )
+    }
+
+    #[pyo3(signature = (entry, entry_id = None))]
+    fn verify<'py>(
+        &self,
+        py: Python<'py>,
+        entry: &[u8],
+        entry_id: Option<i64>,
+    ) -> PyResult<(i64, i64, i64, Bound<'py, PyBytes>)> {
+        let v = self
+            .inner
+            .verify(&Bytes::copy_from_slice(entry), entry_id)
+            .map_err(|e| bk_error("DigestMatchException", e.to_string()))?;
+        Ok((
+            v.entry_id,
+            v.last_add_confirmed,
+            v.length,
+            PyBytes::new(py, &v.payload),
+        ))
+    }
+}
+
+/// BookKeeper's ledger master key: SHA-1("ledger" + password).
+#[pyfunction]
+fn master_key<'py>(py: Python<'py>, password: &[u8]) -> Bound<'py, PyBytes> {
+    PyBytes::new(py, &digest::master_key(password))
+}
+
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyLedgerStorage>()?;
+    m.add_class::<PyBookieServer>()?;
+    m.add_class::<PyBookieClient>()?;
+    m.add_class::<PyBookieFuture>()?;
+    m.add_class::<PyDigestManager>()?;
     m.add_function(wrap_pyfunction!(scan_journal, m)?)?;
+    m.add_function(wrap_pyfunction!(master_key, m)?)?;
+    m.add("FLAG_NONE", protocol::FLAG_NONE)?;
+    m.add("FLAG_DO_FENCING", protocol::FLAG_DO_FENCING)?;
+    m.add("FLAG_RECOVERY_ADD", protocol::FLAG_RECOVERY_ADD)?;
+    m.add("FLAG_HIGH_PRIORITY", protocol::FLAG_HIGH_PRIORITY)?;
     Ok(())
 }

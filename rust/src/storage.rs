@@ -265,19 +265,49 @@ impl LedgerStorage {
         recovery: bool,
         done: Completion,
     ) -> Result<()> {
+        self.add(ledger, entry, master_key, data, recovery, done, true)
+    }
+
+    /// As [`add_entry`](Self::add_entry), but fails with `QueueFull` (dropping `done` uncalled)
+    /// instead of waiting for room in the journal queue: for callers that must not block.
+    pub fn try_add_entry(
+        &self,
+        ledger: u64,
+        entry: u64,
+        master_key: &[u8],
+        data: Bytes,
+        recovery: bool,
+        done: Completion,
+    ) -> Result<()> {
+        self.add(ledger, entry, master_key, data, recovery, done, false)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn add(
+        &self,
+        ledger: u64,
+        entry: u64,
+        master_key: &[u8],
+        data: Bytes,
+        recovery: bool,
+        done: Completion,
+        wait_for_room: bool,
+    ) -> Result<()> {
         self.inner.check_open()?;
         check_id("ledger id", ledger)?;
         check_id("entry id", entry)?;
         let key = self.inner.writable_key(ledger, master_key, recovery)?;
-        self.inner.journal_for(ledger).submit(
-            JournalOp::Entry {
-                ledger,
-                entry,
-                data,
-            },
-            Some(key),
-            done,
-        )
+        let journal = self.inner.journal_for(ledger);
+        let op = JournalOp::Entry {
+            ledger,
+            entry,
+            data,
+        };
+        if wait_for_room {
+            journal.submit(op, Some(key), done)
+        } else {
+            journal.try_submit(op, Some(key), done)
+        }
     }
 
     /// Fences the ledger, creating it with `master_key` if this bookie does not know it yet.
