@@ -210,8 +210,9 @@ class BookieClient:
         flags: int = 0,
         master_key: bytes | None = None,
     ) -> BookieFuture:
-        """Send BATCH_READ_ENTRY (op 7). Result: list of stored entry bytes (the first entry always,
-        then as many as fit ``max_count``/``max_size`` per BookKeeper's accounting)."""
+        """Send BATCH_READ_ENTRY (op 7) with the limits as given (``max_count <= 0``: no count
+        limit; the bookie also caps ``max_size`` at its ``maxBatchReadSize``). Result: list of stored
+        entry bytes: the first entry always, then as many as fit per BookKeeper's accounting."""
 
     def close(self) -> None:
         """Close all connections; pending requests fail. Idempotent."""
@@ -238,3 +239,23 @@ class DigestManager:
         """Check the digest (and, if given, the entry id); return (entry_id, lac, length, payload).
 
         Raises DigestMatchException."""
+
+def run_load(
+    bookie: str,
+    workload: str,
+    *,
+    in_flight: int = 64,
+    ledger_id: int = 1,
+    ledgers: int = 1,
+    count: int = 100_000,
+    payload_size: int = 100,
+    batch: int | None = None,
+) -> dict[str, Any]:
+    """Benchmark load generator: drive one bookie over V2 with ``in_flight`` requests outstanding.
+
+    ``workload="add"``: ``count`` adds of ``payload_size`` bytes (CRC32C, empty password) spread
+    over ``ledgers`` ledgers from ``ledger_id``, entry ids from 0. ``workload="read"``: entries
+    ``0..count`` of ``ledger_id`` by single READs, or BATCH_READ_ENTRY of ``batch`` entries.
+    Returns requests, entries, bytes, errors, seconds, p50_us, p99_us, p999_us.
+    Raises ValueError (bad workload), BookieHandleNotAvailableException.
+    """

@@ -204,8 +204,8 @@ impl BookieClient {
         self.send(bookie, Key::Read(ledger, entry), req, self.cfg.read_timeout)
     }
 
-    /// Sends BATCH_READ_ENTRY. Like the Java client, caps `max_size` at the frame size this
-    /// client can receive (and uses that cap when `max_size <= 0`).
+    /// Sends BATCH_READ_ENTRY with the limits as given, as Java's per-bookie client does (its
+    /// ledger handle, not this layer, caps `max_size` at the frame size it can receive).
     #[allow(clippy::too_many_arguments)]
     pub fn batch_read(
         &self,
@@ -217,12 +217,6 @@ impl BookieClient {
         flags: u16,
         master_key: Option<Bytes>,
     ) -> oneshot::Receiver<ReplyResult> {
-        let cap = self.cfg.max_frame_size as i64;
-        let max_size = if max_size <= 0 {
-            cap
-        } else {
-            max_size.min(cap)
-        };
         let request_id = self.next_request_id.fetch_add(1, Ordering::Relaxed);
         let req = Request::BatchRead {
             header: PacketHeader::new(protocol::OP_BATCH_READ_ENTRY, flags),

@@ -8,6 +8,7 @@ pub mod entrylog;
 pub mod error;
 pub mod index;
 pub mod journal;
+pub mod loadgen;
 pub mod protocol;
 pub mod record;
 pub mod runtime;
@@ -542,7 +543,8 @@ impl PyBookieFuture {
                 let rt = runtime::runtime()?;
                 let got = match wait {
                     None => rt.block_on(rx),
-                    Some(d) => match rt.block_on(tokio::time::timeout(d, rx)) {
+                    // The timer must be created inside the runtime's context.
+                    Some(d) => match rt.block_on(async { tokio::time::timeout(d, rx).await }) {
                         Ok(r) => r,
                         Err(_) => return Ok(None),
                     },
@@ -752,6 +754,55 @@ impl PyDigestManager {
     }
 }
 
+/// Drives one bookie with a window of requests in flight (benchmarks); see `_core.pyi`.
+#[pyfunction]
+#[pyo3(signature = (bookie, workload, *, in_flight = 64, ledger_id = 1, ledgers = 1,
+                    count = 100_000, payload_size = 100, batch = None))]
+#[allow(clippy::too_many_arguments)]
+fn run_load<'py>(
+    py: Python<'py>,
+    bookie: String,
+    workload: &str,
+    in_flight: usize,
+    ledger_id: i64,
+    ledgers: u32,
+    count: u64,
+    payload_size: usize,
+    batch: Option<u32>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let work = match workload {
+        "add" => loadgen::Workload::Adds {
+            first_ledger: ledger_id,
+            ledgers,
+            count,
+            payload: payload_size,
+        },
+        "read" => loadgen::Workload::Reads {
+            ledger: ledger_id,
+            count,
+            batch,
+        },
+        other => {
+            return Err(PyValueError::new_err(format!(
+                "workload must be 'add' or 'read', not {other:?}"
+            )))
+        }
+    };
+    let report = py
+        .detach(|| loadgen::run(&bookie, work, in_flight))
+        .map_err(|e| client_err(&e))?;
+    let d = PyDict::new(py);
+    d.set_item("requests", report.requests)?;
+    d.set_item("entries", report.entries)?;
+    d.set_item("bytes", report.bytes)?;
+    d.set_item("errors", report.errors)?;
+    d.set_item("seconds", report.elapsed.as_secs_f64())?;
+    for (name, q) in [("p50_us", 0.5), ("p99_us", 0.99), ("p999_us", 0.999)] {
+        d.set_item(name, report.percentile_us(q))?;
+    }
+    Ok(d)
+}
+
 /// BookKeeper's ledger master key: SHA-1("ledger" + password).
 #[pyfunction]
 fn master_key<'py>(py: Python<'py>, password: &[u8]) -> Bound<'py, PyBytes> {
@@ -760,6 +811,11 @@ fn master_key<'py>(py: Python<'py>, password: &[u8]) -> Bound<'py, PyBytes> {
 
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    // Rust-side log records (closed connections, replay warnings, I/O failures) go to stderr,
+    // filtered by PYBKX_LOG (default "warn"). Not bridged to Python logging: a bridge would take
+    // the GIL from journal threads, which can deadlock with a Python thread waiting on them.
+    let _ = env_logger::Builder::from_env(env_logger::Env::new().filter_or("PYBKX_LOG", "warn"))
+        .try_init();
     m.add_class::<PyLedgerStorage>()?;
     m.add_class::<PyBookieServer>()?;
     m.add_class::<PyBookieClient>()?;
@@ -767,6 +823,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyDigestManager>()?;
     m.add_function(wrap_pyfunction!(scan_journal, m)?)?;
     m.add_function(wrap_pyfunction!(master_key, m)?)?;
+    m.add_function(wrap_pyfunction!(run_load, m)?)?;
     m.add("FLAG_NONE", protocol::FLAG_NONE)?;
     m.add("FLAG_DO_FENCING", protocol::FLAG_DO_FENCING)?;
     m.add("FLAG_RECOVERY_ADD", protocol::FLAG_RECOVERY_ADD)?;
