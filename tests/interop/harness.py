@@ -1,0 +1,254 @@
+"""Process management for runs against the real Apache BookKeeper: the Java helper build,
+ZooKeeper, a Java bookie and a pybkx bookie. Used by the interop fixtures and the benchmarks.
+
+Owns starting, waiting for and stopping processes (every one logs to a file); it never decides
+what to send to them or what to expect. Failures raise HarnessError with the log's tail.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+JAVA_PROJECT = Path(__file__).resolve().parent / "java"
+BUILD_DIR = REPO / "target" / "interop-java"  # outside the source tree, ignored by git
+STARTUP_TIMEOUT = 60.0
+
+# The JVM flags BookKeeper's launch scripts use on JDK 17, plus a small footprint.
+JVM_OPTS = [
+    "-XX:+UseSerialGC",
+    "-Dio.netty.tryReflectionSetAccessible=true",
+    "--add-opens=java.base/java.nio=ALL-UNNAMED",
+    "--add-opens=java.base/jdk.internal.misc=ALL-UNNAMED",
+    "--add-opens=java.base/java.io=ALL-UNNAMED",
+    "--add-opens=java.base/java.util.zip=ALL-UNNAMED",
+    # PYBKX_INTEROP_JAVA_LOG=info (or debug) makes the Java side verbose.
+    "-Dorg.slf4j.simpleLogger.defaultLogLevel=" + os.environ.get("PYBKX_INTEROP_JAVA_LOG", "warn"),
+]
+
+
+class HarnessError(Exception):
+    """A process could not be built, started or stopped as expected."""
+
+
+class Process:
+    """A child process whose stdout and stderr go to ``log``."""
+
+    def __init__(self, name: str, argv: list[str], log: Path, cwd: Path | None = None) -> None:
+        self.name = name
+        self.log = log
+        with log.open("ab") as out:
+            self.popen = subprocess.Popen(
+                argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=cwd
+            )
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def tail(self, lines: int = 40) -> str:
+        try:
+            text = self.log.read_text(errors="replace")
+        except OSError as exc:
+            return f"(cannot read {self.log}: {exc})"
+        return "\n".join(text.splitlines()[-lines:])
+
+    def error(self, message: str) -> HarnessError:
+        return HarnessError(
+            f"{self.name}: {message} (exit code {self.popen.poll()}); log {self.log}, "
+            f"last lines:\n{self.tail()}"
+        )
+
+    def stop(self, timeout: float = 30.0) -> int:
+        """SIGTERM, then SIGKILL after ``timeout``; returns the exit code."""
+        if self.alive():
+            self.popen.send_signal(signal.SIGTERM)
+            try:
+                self.popen.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait()
+        return self.popen.returncode
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def accepts(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def wait_until(process: Process, ready: Callable[[], bool], what: str) -> None:
+    """Wait until ``ready()``; raises HarnessError if the process dies or time runs out."""
+    deadline = time.monotonic() + STARTUP_TIMEOUT
+    while not ready():
+        if not process.alive():
+            raise process.error(f"exited before {what}")
+        if time.monotonic() > deadline:
+            process.stop()
+            raise process.error(f"not {what} after {STARTUP_TIMEOUT:.0f} s")
+        time.sleep(0.2)
+
+
+def tool(name: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        raise HarnessError(f"`{name}` is needed (JDK 17 and Maven) but is not on PATH")
+    return path
+
+
+def _java_sources_hash() -> str:
+    digest = hashlib.sha256()
+    files = [JAVA_PROJECT / "pom.xml", *sorted((JAVA_PROJECT / "src").rglob("*"))]
+    for path in files:
+        if path.is_file():
+            digest.update(str(path.relative_to(JAVA_PROJECT)).encode() + b"\0")
+            digest.update(path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def java_classpath() -> str:
+    """Classpath of the Java helpers and BookKeeper, built with Maven once per source change.
+
+    The build goes to target/interop-java with a stamp holding the hash of the pom and the
+    sources; an unchanged hash skips Maven.
+    """
+    tool("java")
+    BUILD_DIR.mkdir(parents=True, exist_ok=True)
+    jar, classpath_file, stamp = (
+        BUILD_DIR / "pybkx-interop.jar",
+        BUILD_DIR / "classpath.txt",
+        BUILD_DIR / "sources.sha256",
+    )
+    with (BUILD_DIR / ".lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one build at a time (parallel sessions)
+        wanted = _java_sources_hash()
+        fresh = jar.exists() and classpath_file.exists() and stamp.exists()
+        if not fresh or stamp.read_text().strip() != wanted:
+            stamp.unlink(missing_ok=True)
+            argv = [
+                tool("mvn"),
+                "-q",
+                "-B",
+                "-Dstyle.color=never",
+                f"-Dinterop.build.dir={BUILD_DIR}",
+                f"-Dmdep.outputFile={classpath_file}",
+                "clean",
+                "package",
+                "dependency:build-classpath",
+            ]
+            build = subprocess.run(
+                argv, cwd=JAVA_PROJECT, capture_output=True, text=True, timeout=1800, check=False
+            )
+            if build.returncode != 0 or not jar.exists():
+                output = "\n".join((build.stdout + build.stderr).splitlines()[-60:])
+                raise HarnessError(
+                    f"Maven build of {JAVA_PROJECT} failed (exit {build.returncode}):\n{output}"
+                )
+            stamp.write_text(wanted + "\n")
+    return f"{jar}{os.pathsep}{classpath_file.read_text().strip()}"
+
+
+def java_argv(classpath: str, main: str, *args: str, heap: str = "128m") -> list[str]:
+    return [tool("java"), f"-Xmx{heap}", *JVM_OPTS, "-cp", classpath, main, *args]
+
+
+def _ruok(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1) as sock:
+            sock.sendall(b"ruok")
+            return sock.recv(16) == b"imok"
+    except OSError:
+        return False
+
+
+def start_zookeeper(classpath: str, workdir: Path) -> tuple[Process, str]:
+    """A standalone ZooKeeper (from BookKeeper's classpath) on loopback, and its address."""
+    port = free_port()
+    data = workdir / "zookeeper"
+    data.mkdir(parents=True)
+    config = workdir / "zoo.cfg"
+    config.write_text(
+        "tickTime=500\n"
+        "initLimit=10\n"
+        "syncLimit=5\n"
+        f"dataDir={data}\n"
+        f"clientPort={port}\n"
+        "clientPortAddress=127.0.0.1\n"
+        "admin.enableServer=false\n"
+        "4lw.commands.whitelist=ruok\n"
+    )
+    argv = java_argv(classpath, "org.apache.zookeeper.server.ZooKeeperServerMain", str(config))
+    process = Process("zookeeper", argv, workdir / "zookeeper.log")
+    wait_until(process, lambda: _ruok(port), "answering ruok")
+    return process, f"127.0.0.1:{port}"
+
+
+def start_java_bookie(
+    classpath: str, zookeeper: str, workdir: Path, *overrides: str, heap: str = "256m"
+) -> tuple[Process, str]:
+    """A real Apache BookKeeper bookie (metadata in ``zookeeper``) and its address.
+
+    ``overrides`` are ``key=value`` bookie settings.
+    """
+    port = free_port()
+    argv = java_argv(
+        classpath,
+        "pybkx.interop.JavaBookie",
+        str(port),
+        zookeeper,
+        str(workdir / "java-bookie"),
+        *overrides,
+        heap=heap,
+    )
+    process = Process("java-bookie", argv, workdir / "java-bookie.log")
+
+    def ready() -> bool:
+        return "READY" in process.log.read_text(errors="replace") and accepts(port)
+
+    wait_until(process, ready, "serving")
+    return process, f"127.0.0.1:{port}"
+
+
+def start_pybkx_bookie(workdir: Path, extra_conf: str = "") -> tuple[Process, str]:
+    """A pybkx bookie (``pybkx bookie --conf``, standalone) and its address.
+
+    ``extra_conf`` is appended to its properties file.
+    """
+    executable = Path(sys.executable).with_name("pybkx")
+    if not executable.exists():
+        executable = Path(tool("pybkx"))
+    port = free_port()
+    data = workdir / "pybkx-bookie"
+    config = workdir / "pybkx-bookie.conf"
+    config.write_text(
+        f"bookiePort={port}\n"
+        f"journalDirectories={data / 'journal'}\n"
+        f"ledgerDirectories={data / 'ledgers'}\n"
+        "listeningInterface=lo\n"  # loopback only, as the Java bookie
+        "allowLoopback=true\n" + extra_conf
+    )
+    argv = [str(executable), "bookie", "--conf", str(config)]
+    process = Process("pybkx-bookie", argv, workdir / "pybkx-bookie.log")
+    wait_until(process, lambda: accepts(port), "accepting connections")
+    return process, f"127.0.0.1:{port}"
