@@ -28,7 +28,7 @@ CARGO_TEST_ENV := LD_LIBRARY_PATH="$(PY_LIBDIR)$${LD_LIBRARY_PATH:+:$$LD_LIBRARY
 help:
 	@echo "make demo   build everything, then run the storage demo (pybkx demo)"
 	@echo "make test   build everything, lint, run Rust and Python tests"
-	@echo "make bench  storage throughput and restart-time benchmarks"
+	@echo "make bench  storage throughput, restart time, bookie reads/adds vs Apache BookKeeper"
 	@echo "make venv | deps | build | lint | clean | distclean"
 
 venv: $(DEPS_STAMP)
@@ -88,6 +88,7 @@ demo: venv deps build
 bench: venv deps build
 	$(VPY) bench/storage_throughput.py
 	$(VPY) bench/restart_time.py
+	$(VPY) bench/bookie_reads.py
 
 clean:
 	cargo clean
