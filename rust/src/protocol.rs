@@ -940,5 +940,26 @@ mod tests {
             let _ = decode_request(body.clone());
             let _ = decode_response(body);
         }
+
+        /// Bodies behind plausible headers reach every opcode's field decoding.
+        #[test]
+        fn decoders_never_panic_behind_valid_headers(
+            version in 0u8..4,
+            opcode in 0u8..9,
+            flags in any::<u16>(),
+            tail in proptest::collection::vec(any::<u8>(), 0..120),
+        ) {
+            let mut body = PacketHeader { version, opcode, flags }.to_int().to_be_bytes().to_vec();
+            body.extend_from_slice(&tail);
+            let body = Bytes::from(body);
+            if let Ok(req) = decode_request(body.clone()) {
+                // Whatever decodes must encode to a frame that decodes to the same request.
+                let mut out = BytesMut::new();
+                encode_request(&req, &mut out);
+                let again = take_frame(&mut out, usize::MAX).unwrap().unwrap();
+                prop_assert_eq!(decode_request(again).unwrap(), req);
+            }
+            let _ = decode_response(body);
+        }
     }
 }
