@@ -248,6 +248,7 @@ async fn serve_connection(
     let writer_task = tokio::spawn(write_responses(writer, rx, in_flight.clone(), peer));
     let mut buf = BytesMut::with_capacity(64 * 1024);
     let mut first_frame = true;
+    let mut stopping = false;
     'conn: loop {
         loop {
             match protocol::take_frame(&mut buf, shared.cfg.max_frame_size) {
@@ -281,13 +282,31 @@ async fn serve_connection(
                     break;
                 }
             },
-            _ = stop.changed() => break,
+            _ = stop.changed() => {
+                stopping = true;
+                break;
+            }
         }
     }
     // No more requests; responses still owed are written once their completions report. The
     // writer ends when the last sender (ours, or a pending completion's) is gone.
     drop(tx);
     let _ = writer_task.await;
+    if stopping {
+        // Closing a socket with unread input makes the kernel send RST, which destroys the
+        // responses still in flight to the client. The writer has sent FIN; clients close on
+        // seeing it, so read (and drop) until they do. stop()'s drain deadline bounds this.
+        let linger = async {
+            loop {
+                buf.clear();
+                match reader.read_buf(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => {}
+                }
+            }
+        };
+        let _ = tokio::time::timeout(Duration::from_secs(30), linger).await;
+    }
 }
 
 fn close_for(shared: &Shared, peer: SocketAddr, why: &protocol::ProtocolError) {
@@ -538,8 +557,9 @@ fn handle(req: Request, shared: &Arc<Shared>, tx: &ResponseTx, in_flight: &Arc<I
             );
             send(
                 tx,
+                // The Java bookie's auth-disabled reply always carries the current version.
                 Response::Auth {
-                    version: header.version,
+                    version: protocol::CURRENT_PROTOCOL_VERSION,
                     message: AuthMessage {
                         plugin_name: AUTH_DISABLED_PLUGIN.to_string(),
                         payload: Bytes::new(),
