@@ -211,8 +211,9 @@ class BookieClient:
         master_key: bytes | None = None,
     ) -> BookieFuture:
         """Send BATCH_READ_ENTRY (op 7) with the limits as given (``max_count <= 0``: no count
-        limit; the bookie also caps ``max_size`` at its ``maxBatchReadSize``). Result: list of stored
-        entry bytes: the first entry always, then as many as fit per BookKeeper's accounting."""
+        limit; the bookie also caps ``max_size`` at its ``maxBatchReadSize``). Result: list of
+        stored entry bytes: the first entry always, then as many as fit per BookKeeper's
+        accounting."""
 
     def close(self) -> None:
         """Close all connections; pending requests fail. Idempotent."""
