@@ -260,3 +260,99 @@ def run_load(
     Returns requests, entries, bytes, errors, seconds, p50_us, p99_us, p999_us.
     Raises ValueError (bad workload), BookieHandleNotAvailableException.
     """
+
+class AppendFuture:
+    """The pending entry id of one append."""
+
+    def result(self, timeout: float | None = None) -> int:
+        """Block (GIL released) until the entry and all earlier ones are confirmed by Qa bookies;
+        return its id. Raises LedgerFencedException, LedgerClosedException,
+        UnauthorizedAccessException, the exception the control plane failed the writer with,
+        TimeoutException when ``timeout`` passed."""
+
+    def done(self) -> bool: ...
+
+class LedgerWriter:
+    """Quorum writes of one open ledger: each entry goes to its write set (round robin), appends
+    complete in entry-id order once Qa bookies acknowledged, the LAC rides in every entry.
+    Bookie failures are reported by ``next_failure``; the control plane answers with
+    ``change_ensemble`` (after updating the metadata) or ``fail``.
+    """
+
+    def __init__(
+        self,
+        client: BookieClient,
+        ledger_id: int,
+        write_quorum_size: int,
+        ack_quorum_size: int,
+        password: bytes,
+        digest_type: str,
+        ensemble: list[str],
+        *,
+        next_entry_id: int = 0,
+        length: int = 0,
+        recovery: bool = False,
+    ) -> None:
+        """``ensemble``: bookie addresses. ``recovery``: send recovery adds (fenced ledgers).
+        Raises IncorrectParameterException, ValueError (digest type)."""
+
+    def append(self, payload: bytes, entry_id: int | None = None) -> AppendFuture:
+        """``entry_id``, if given, must be the next id (recovery rewrites known ids)."""
+
+    def append_many(self, payloads: list[bytes]) -> int:
+        """Append pipelined; block until all are confirmed; return the last id."""
+
+    def next_failure(self, timeout: float) -> tuple[int, str, str] | None:
+        """The next failed bookie needing replacement: (ensemble index, address, error)."""
+
+    def change_ensemble(self, first_entry_id: int, ensemble: list[str]) -> None:
+        """Use ``ensemble`` from ``first_entry_id`` (= LAC + 1) and re-send pending entries to
+        the replaced bookies. Raises WriteException if it does not replace the failed ones."""
+
+    def fail(self, exception: str, message: str) -> None:
+        """Fail pending and later appends with the ``pybkx.errors`` class named ``exception``."""
+
+    def wait_drained(self, timeout: float | None = None) -> bool:
+        """Wait until nothing is pending (or the writer failed); False on timeout."""
+
+    def close(self) -> None:
+        """Refuse further appends; pending ones still complete."""
+
+    def check(self) -> None:
+        """Raise the error that stopped the writer, if any."""
+
+    @property
+    def last_add_confirmed(self) -> int: ...
+    @property
+    def length(self) -> int: ...
+    @property
+    def next_entry_id(self) -> int: ...
+    @property
+    def ensemble(self) -> list[str]: ...
+
+def read_entries(
+    client: BookieClient,
+    ledger_id: int,
+    write_quorum_size: int,
+    password: bytes,
+    digest_type: str,
+    segments: list[tuple[int, list[str]]],
+    first: int,
+    last: int,
+    *,
+    batch: bool = True,
+    max_batch_bytes: int = 5 << 20,
+    avoid: list[str] = ...,
+    flags: int = 0,
+    master_key: bytes | None = None,
+    window: int = 64,
+) -> tuple[list[tuple[int, int, int, bytes]], bool]:
+    """Read and verify entries ``first..last`` (segments: (first entry, bookie addresses)).
+
+    Batched (BATCH_READ_ENTRY) where one bookie holds every entry of a segment (E == Qw) and
+    ``batch``; otherwise single reads with ``window`` in flight; each entry from the first
+    replica that returns a verified copy. Returns ``[(entry_id, lac, length, payload)]`` and
+    whether batching still looks supported (False once every replica dropped the connection on a
+    batch request, as a pre-BP-62 bookie does). Raises NoSuchEntryException (no replica has an
+    entry), ReadException, DigestMatchException (every copy corrupt).
+    """

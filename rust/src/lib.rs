@@ -8,6 +8,7 @@ pub mod entrylog;
 pub mod error;
 pub mod index;
 pub mod journal;
+pub mod ledger;
 pub mod loadgen;
 pub mod protocol;
 pub mod record;
@@ -33,6 +34,7 @@ use crate::config::{ConfValue, StorageConfig};
 use crate::digest::{DigestManager, DigestType};
 use crate::error::StorageError;
 use crate::journal::Completion;
+use crate::ledger::LedgerError;
 use crate::storage::{RangeLimits, LAST_ENTRY};
 
 /// An instance of the `pybkx.errors` class `name` (RuntimeError if the module is missing).
@@ -594,7 +596,7 @@ fn flags_of(flags: i64) -> PyResult<u16> {
 /// Pipelined V2 connections to bookies; see `_core.pyi`.
 #[pyclass(name = "BookieClient", module = "pybkx._core", frozen)]
 struct PyBookieClient {
-    inner: client::BookieClient,
+    inner: Arc<client::BookieClient>,
 }
 
 #[pymethods]
@@ -618,12 +620,12 @@ impl PyBookieClient {
             }
         };
         Ok(PyBookieClient {
-            inner: client::BookieClient::new(ClientConfig {
+            inner: Arc::new(client::BookieClient::new(ClientConfig {
                 add_timeout: secs("add_entry_timeout_sec", add_entry_timeout_sec)?,
                 read_timeout: secs("read_entry_timeout_sec", read_entry_timeout_sec)?,
                 connect_timeout: Duration::from_millis(connect_timeout_ms.max(1)),
                 max_frame_size,
-            }),
+            })),
         })
     }
 
@@ -698,6 +700,321 @@ impl PyBookieClient {
     }
 }
 
+/// The exception a ledger operation's failure maps to.
+fn ledger_err(e: &LedgerError) -> PyErr {
+    match e {
+        LedgerError::Bookie(c) => client_err(c),
+        LedgerError::Fenced(_) => bk_error("LedgerFencedException", e.to_string()),
+        LedgerError::WriterFailed(_) => bk_error("WriteException", e.to_string()),
+        LedgerError::Closed => bk_error("LedgerClosedException", e.to_string()),
+        LedgerError::ReadFailed { missing: true, .. } => {
+            bk_error("NoSuchEntryException", e.to_string())
+        }
+        LedgerError::ReadFailed { .. } => bk_error("ReadException", e.to_string()),
+        LedgerError::Digest { .. } => bk_error("DigestMatchException", e.to_string()),
+        LedgerError::Raised { exception, message } => bk_error(exception, message.clone()),
+    }
+}
+
+fn digest_manager(ledger_id: i64, password: &[u8], digest_type: &str) -> PyResult<DigestManager> {
+    let kind = DigestType::from_name(digest_type).ok_or_else(|| {
+        PyValueError::new_err(format!(
+            "unknown digest type {digest_type:?}; use CRC32, CRC32C, HMAC (MAC) or DUMMY"
+        ))
+    })?;
+    Ok(DigestManager::new(ledger_id, password, kind))
+}
+
+/// The pending entry id of one append; see `_core.pyi`.
+#[pyclass(name = "AppendFuture", module = "pybkx._core", frozen)]
+struct PyAppendFuture {
+    state: Mutex<Option<oneshot::Receiver<Result<i64, LedgerError>>>>,
+    done: Mutex<Option<Result<i64, LedgerError>>>,
+}
+
+impl PyAppendFuture {
+    fn new(rx: oneshot::Receiver<Result<i64, LedgerError>>) -> Self {
+        PyAppendFuture {
+            state: Mutex::new(Some(rx)),
+            done: Mutex::new(None),
+        }
+    }
+
+    fn wait(&self, wait: Option<Duration>) -> PyResult<Option<Result<i64, LedgerError>>> {
+        let mut done = self.done.lock();
+        if done.is_none() {
+            let mut state = self.state.lock();
+            if let Some(rx) = state.as_mut() {
+                let rt = runtime::runtime()?;
+                let got = match wait {
+                    None => rt.block_on(rx),
+                    Some(d) => match rt.block_on(async { tokio::time::timeout(d, rx).await }) {
+                        Ok(r) => r,
+                        Err(_) => return Ok(None),
+                    },
+                };
+                *done = Some(got.unwrap_or(Err(LedgerError::Closed)));
+                *state = None;
+            }
+        }
+        Ok(done.clone())
+    }
+}
+
+#[pymethods]
+impl PyAppendFuture {
+    #[pyo3(signature = (timeout = None))]
+    fn result(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<i64> {
+        let wait = timeout.map(|t| Duration::from_secs_f64(t.max(0.0)));
+        match py.detach(|| self.wait(wait))? {
+            None => Err(bk_error(
+                "TimeoutException",
+                "the append did not complete within the wait".to_string(),
+            )),
+            Some(Ok(id)) => Ok(id),
+            Some(Err(e)) => Err(ledger_err(&e)),
+        }
+    }
+
+    fn done(&self) -> bool {
+        if self.done.lock().is_some() {
+            return true;
+        }
+        let mut state = self.state.lock();
+        if let Some(rx) = state.as_mut() {
+            match rx.try_recv() {
+                Ok(r) => {
+                    *self.done.lock() = Some(r);
+                    *state = None;
+                    true
+                }
+                Err(oneshot::error::TryRecvError::Empty) => false,
+                Err(oneshot::error::TryRecvError::Closed) => {
+                    *self.done.lock() = Some(Err(LedgerError::Closed));
+                    *state = None;
+                    true
+                }
+            }
+        } else {
+            true
+        }
+    }
+}
+
+/// The writer of one open ledger (quorum writes, in-order completion); see `_core.pyi`.
+#[pyclass(name = "LedgerWriter", module = "pybkx._core", frozen)]
+struct PyLedgerWriter {
+    inner: Arc<ledger::LedgerWriter>,
+}
+
+#[pymethods]
+impl PyLedgerWriter {
+    #[new]
+    #[pyo3(signature = (
+        client, ledger_id, write_quorum_size, ack_quorum_size, password, digest_type, ensemble,
+        *, next_entry_id = 0, length = 0, recovery = false
+    ))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        client: PyRef<'_, PyBookieClient>,
+        ledger_id: i64,
+        write_quorum_size: usize,
+        ack_quorum_size: usize,
+        password: &[u8],
+        digest_type: &str,
+        ensemble: Vec<String>,
+        next_entry_id: i64,
+        length: i64,
+        recovery: bool,
+    ) -> PyResult<Self> {
+        let e = ensemble.len();
+        if !(e >= write_quorum_size && write_quorum_size >= ack_quorum_size && ack_quorum_size >= 1)
+        {
+            return Err(bk_error(
+                "IncorrectParameterException",
+                format!(
+                    "need ensemble >= write quorum >= ack quorum >= 1, got {e}/{write_quorum_size}/{ack_quorum_size}"
+                ),
+            ));
+        }
+        let digest = digest_manager(ledger_id, password, digest_type)?;
+        let key = Bytes::copy_from_slice(&digest::master_key(password));
+        let flags = if recovery {
+            ledger::RECOVERY_ADD_FLAGS
+        } else {
+            protocol::FLAG_NONE
+        };
+        Ok(PyLedgerWriter {
+            inner: ledger::LedgerWriter::new(
+                client.inner.clone(),
+                ledger_id,
+                write_quorum_size,
+                ack_quorum_size,
+                key,
+                digest,
+                ensemble,
+                next_entry_id,
+                length,
+                flags,
+            ),
+        })
+    }
+
+    #[pyo3(signature = (payload, entry_id = None))]
+    fn append(&self, payload: &[u8], entry_id: Option<i64>) -> PyAppendFuture {
+        PyAppendFuture::new(self.inner.append_with_id(entry_id, payload))
+    }
+
+    fn append_many(&self, py: Python<'_>, payloads: Vec<PyBackedBytes>) -> PyResult<i64> {
+        let inner = self.inner.clone();
+        let result = py.detach(move || -> PyResult<Result<i64, LedgerError>> {
+            let receivers: Vec<_> = payloads.iter().map(|p| inner.append(p)).collect();
+            let rt = runtime::runtime()?;
+            Ok(rt.block_on(async move {
+                let mut last = inner.positions().0;
+                for rx in receivers {
+                    last = rx.await.unwrap_or(Err(LedgerError::Closed))?;
+                }
+                Ok(last)
+            }))
+        })?;
+        result.map_err(|e| ledger_err(&e))
+    }
+
+    /// The next bookie failure needing an ensemble change: (index, bookie, error), or None.
+    fn next_failure(
+        &self,
+        py: Python<'_>,
+        timeout: f64,
+    ) -> PyResult<Option<(usize, String, String)>> {
+        let inner = self.inner.clone();
+        let wait = Duration::from_secs_f64(timeout.max(0.0));
+        let f = py.detach(move || -> PyResult<_> {
+            Ok(runtime::runtime()?.block_on(async move { inner.next_failure(wait).await }))
+        })?;
+        Ok(f.map(|f| (f.index, f.bookie, f.error)))
+    }
+
+    fn change_ensemble(&self, first_entry_id: i64, ensemble: Vec<String>) -> PyResult<()> {
+        self.inner
+            .change_ensemble(first_entry_id, ensemble)
+            .map_err(|e| ledger_err(&e))
+    }
+
+    /// Fail every pending and later append with the `pybkx.errors` class named `exception`.
+    fn fail(&self, exception: String, message: String) {
+        self.inner.fail(LedgerError::Raised { exception, message });
+    }
+
+    #[pyo3(signature = (timeout = None))]
+    fn wait_drained(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<bool> {
+        let rx = self.inner.drained();
+        let wait = timeout.map(|t| Duration::from_secs_f64(t.max(0.0)));
+        py.detach(move || -> PyResult<bool> {
+            let rt = runtime::runtime()?;
+            Ok(match wait {
+                None => rt.block_on(rx).is_ok(),
+                Some(d) => rt
+                    .block_on(async { tokio::time::timeout(d, rx).await })
+                    .is_ok_and(|r| r.is_ok()),
+            })
+        })
+    }
+
+    fn close(&self) {
+        self.inner.close();
+    }
+
+    #[getter]
+    fn last_add_confirmed(&self) -> i64 {
+        self.inner.positions().0
+    }
+
+    #[getter]
+    fn length(&self) -> i64 {
+        self.inner.positions().1
+    }
+
+    #[getter]
+    fn next_entry_id(&self) -> i64 {
+        self.inner.positions().2
+    }
+
+    #[getter]
+    fn ensemble(&self) -> Vec<String> {
+        self.inner.ensemble()
+    }
+
+    /// The error that stopped the writer, raised; None if it is healthy.
+    fn check(&self) -> PyResult<()> {
+        match self.inner.fatal() {
+            Some(e) => Err(ledger_err(&e)),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Reads and verifies entries `first..=last` of a ledger; see `_core.pyi`.
+#[pyfunction]
+#[pyo3(signature = (
+    client, ledger_id, write_quorum_size, password, digest_type, segments, first, last, *,
+    batch = true, max_batch_bytes = 5 << 20, avoid = Vec::new(), flags = 0, master_key = None,
+    window = 64
+))]
+#[allow(clippy::too_many_arguments)]
+fn read_entries<'py>(
+    py: Python<'py>,
+    client: PyRef<'_, PyBookieClient>,
+    ledger_id: i64,
+    write_quorum_size: usize,
+    password: &[u8],
+    digest_type: &str,
+    segments: Vec<(i64, Vec<String>)>,
+    first: i64,
+    last: i64,
+    batch: bool,
+    max_batch_bytes: i64,
+    avoid: Vec<String>,
+    flags: i64,
+    master_key: Option<&[u8]>,
+    window: usize,
+) -> PyResult<(Bound<'py, PyList>, bool)> {
+    if segments.is_empty() || segments[0].0 != 0 {
+        return Err(PyValueError::new_err(
+            "segments must start with one at entry 0",
+        ));
+    }
+    let plan = ledger::ReadPlan {
+        ledger: ledger_id,
+        qw: write_quorum_size,
+        digest: digest_manager(ledger_id, password, digest_type)?,
+        segments: segments
+            .into_iter()
+            .map(|(first_entry, ensemble)| ledger::Segment {
+                first_entry,
+                ensemble,
+            })
+            .collect(),
+        batch,
+        max_batch_bytes,
+        avoid: avoid.into_iter().collect(),
+        flags: flags_of(flags)?,
+        master_key: master_key.map(Bytes::copy_from_slice),
+    };
+    let client = client.inner.clone();
+    let result = py.detach(move || -> PyResult<_> {
+        let rt = runtime::runtime()?;
+        Ok(rt
+            .block_on(async move { ledger::read_range(&client, &plan, first, last, window).await }))
+    })?;
+    let (entries, batch_ok) = result.map_err(|e| ledger_err(&e))?;
+    let list = PyList::empty(py);
+    for e in entries {
+        list.append((e.entry_id, e.lac, e.length, PyBytes::new(py, &e.payload)))?;
+    }
+    Ok((list, batch_ok))
+}
+
 /// Packages and verifies entries as BookKeeper's DigestManager does; see `_core.pyi`.
 #[pyclass(name = "DigestManager", module = "pybkx._core", frozen)]
 struct PyDigestManager {
@@ -708,13 +1025,8 @@ struct PyDigestManager {
 impl PyDigestManager {
     #[new]
     fn new(ledger_id: i64, password: &[u8], digest_type: &str) -> PyResult<Self> {
-        let kind = DigestType::from_name(digest_type).ok_or_else(|| {
-            PyValueError::new_err(format!(
-                "unknown digest type {digest_type:?}; use CRC32, CRC32C, HMAC (MAC) or DUMMY"
-            ))
-        })?;
         Ok(PyDigestManager {
-            inner: DigestManager::new(ledger_id, password, kind),
+            inner: digest_manager(ledger_id, password, digest_type)?,
         })
     }
 
@@ -821,6 +1133,9 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyBookieClient>()?;
     m.add_class::<PyBookieFuture>()?;
     m.add_class::<PyDigestManager>()?;
+    m.add_class::<PyLedgerWriter>()?;
+    m.add_class::<PyAppendFuture>()?;
+    m.add_function(wrap_pyfunction!(read_entries, m)?)?;
     m.add_function(wrap_pyfunction!(scan_journal, m)?)?;
     m.add_function(wrap_pyfunction!(master_key, m)?)?;
     m.add_function(wrap_pyfunction!(run_load, m)?)?;
