@@ -62,6 +62,8 @@ struct PendingAdd {
 
 struct WriterState {
     ensemble: Vec<String>,
+    /// Bumped when a slot is (re)filled: answers to sends of an older generation are stale.
+    generations: Vec<u64>,
     next_entry: i64,
     length: i64,
     lac: i64,
@@ -122,6 +124,7 @@ impl LedgerWriter {
             digest,
             client,
             state: Mutex::new(WriterState {
+                generations: vec![0; ensemble.len()],
                 ensemble,
                 next_entry,
                 length,
@@ -198,16 +201,24 @@ impl LedgerWriter {
             });
             write_set(entry, self.e, self.qw)
                 .filter(|i| !st.failed.contains(i))
-                .map(|i| (i, st.ensemble[i].clone(), entry, body.clone()))
+                .map(|i| {
+                    (
+                        i,
+                        st.generations[i],
+                        st.ensemble[i].clone(),
+                        entry,
+                        body.clone(),
+                    )
+                })
                 .collect::<Vec<_>>()
         };
-        for (index, bookie, entry, body) in sends {
-            self.send(index, bookie, entry, body);
+        for (index, generation, bookie, entry, body) in sends {
+            self.send(index, generation, bookie, entry, body);
         }
         rx
     }
 
-    fn send(&self, index: usize, bookie: String, entry: i64, body: Bytes) {
+    fn send(&self, index: usize, generation: u64, bookie: String, entry: i64, body: Bytes) {
         let rx = self.client.add(
             &bookie,
             self.ledger,
@@ -224,20 +235,21 @@ impl LedgerWriter {
         };
         rt.spawn(async move {
             let result = rx.await.unwrap_or(Err(ClientError::Closed));
-            me.on_response(index, bookie, entry, result);
+            me.on_response(index, generation, bookie, entry, result);
         });
     }
 
     fn on_response(
         &self,
         index: usize,
+        generation: u64,
         bookie: String,
         entry: i64,
         result: Result<Reply, ClientError>,
     ) {
         let mut st = self.state.lock();
-        if st.ensemble.get(index) != Some(&bookie) {
-            return; // an answer from a bookie replaced meanwhile: it no longer counts
+        if st.generations.get(index) != Some(&generation) {
+            return; // an answer for a slot refilled meanwhile: it no longer counts
         }
         match result {
             Ok(_) => {
@@ -331,21 +343,15 @@ impl LedgerWriter {
                     st.lac + 1
                 )));
             }
+            // A failed slot counts as replaced even by the same address: a bookie that
+            // restarted (with its data) may take its own slot back; pending entries are re-sent.
             let changed: Vec<usize> = (0..self.e)
-                .filter(|i| st.ensemble[*i] != ensemble[*i])
+                .filter(|i| st.ensemble[*i] != ensemble[*i] || st.failed.contains(i))
                 .collect();
-            let still_failed: Vec<usize> = st
-                .failed
-                .iter()
-                .copied()
-                .filter(|i| !changed.contains(i))
-                .collect();
-            if !still_failed.is_empty() {
-                return Err(LedgerError::WriterFailed(format!(
-                    "the new ensemble keeps failed bookie indexes {still_failed:?}"
-                )));
-            }
             st.ensemble = ensemble;
+            for i in &changed {
+                st.generations[*i] += 1;
+            }
             st.failed.clear();
             let mut sends = Vec::new();
             for p in st.pending.iter_mut() {
@@ -358,13 +364,13 @@ impl LedgerWriter {
             }
             let sends: Vec<_> = sends
                 .into_iter()
-                .map(|(i, entry, body)| (i, st.ensemble[i].clone(), entry, body))
+                .map(|(i, entry, body)| (i, st.generations[i], st.ensemble[i].clone(), entry, body))
                 .collect();
             self.release(&mut st);
             sends
         };
-        for (index, bookie, entry, body) in sends {
-            self.send(index, bookie, entry, body);
+        for (index, generation, bookie, entry, body) in sends {
+            self.send(index, generation, bookie, entry, body);
         }
         Ok(())
     }
