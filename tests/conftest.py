@@ -1,4 +1,4 @@
-"""Fixtures for the storage tests: temporary bookie directories and a storage opener.
+"""Fixtures for the tests: temporary bookie directories, a storage opener, the session ZooKeeper.
 
 Owns test setup only; must never leave a LedgerStorage open (it locks its directories).
 """
@@ -15,7 +15,9 @@ import pytest
 # The helpers sit beside the tests; make them importable whatever pytest's import mode is.
 sys.path.insert(0, str(Path(__file__).parent))
 
+# One session ZooKeeper for every test directory.
 from storage_helpers import OpenStorage, storage_config
+from zookeeper_fixture import zookeeper_server  # noqa: F401
 
 from pybkx._core import LedgerStorage
 

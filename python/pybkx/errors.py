@@ -25,6 +25,7 @@ __all__ = [
     "BookieProtocolCode",
     "ClientClosedException",
     "Code",
+    "CookieNotFoundException",
     "DataUnknownException",
     "DigestMatchException",
     "DigestNotInitializedException",
@@ -32,6 +33,7 @@ __all__ = [
     "IllegalOpException",
     "IncorrectParameterException",
     "InterruptedException",
+    "InvalidCookieException",
     "LedgerClosedException",
     "LedgerExistException",
     "LedgerFencedException",
@@ -173,12 +175,6 @@ class BookieHandleNotAvailableException(BKException):
     code = Code.BookieHandleNotAvailableException
 
 
-class ZKException(BKException):
-    """A ZooKeeper operation of the metadata store failed."""
-
-    code = Code.ZKException
-
-
 class LedgerRecoveryException(BKException):
     """Recovering (fencing and closing) a ledger failed."""
 
@@ -228,9 +224,15 @@ class MetadataVersionException(BKException):
 
 
 class MetaStoreException(BKException):
-    """An operation of the (non-ZooKeeper) metadata store failed."""
+    """An operation of the metadata store failed (ZKException when it is ZooKeeper)."""
 
     code = Code.MetaStoreException
+
+
+class ZKException(MetaStoreException):
+    """A ZooKeeper operation of the metadata store failed."""
+
+    code = Code.ZKException
 
 
 class ClientClosedException(BKException):
@@ -357,6 +359,15 @@ class BookieIOException(BookieException):
     """An I/O error, or a record failing its checksum, on a storage read or write path
     (a bookie answers EIO; clients see ReadException or WriteException).
     """
+
+
+class CookieNotFoundException(BookieException):
+    """No cookie is stored for the bookie (in the metadata store or in a directory)."""
+
+
+class InvalidCookieException(BookieException):
+    """A bookie's cookie does not match its configuration or the cluster (other directories,
+    another instance id): starting would risk serving the wrong data."""
 
 
 # --- lookups --------------------------------------------------------------------------------

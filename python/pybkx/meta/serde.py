@@ -1,0 +1,639 @@
+"""Byte formats of BookKeeper's metadata (ledger metadata V1-V3, cookies, service info, LAYOUT).
+Pure value <-> bytes conversions shared by every backend; it must never do I/O or hold state."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Final
+
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, text_format
+from google.protobuf.message import Message
+
+from pybkx import errors
+from pybkx.meta.base import BookieServiceInfo, Cookie, Endpoint
+from pybkx.meta.ledger_metadata import DigestType, LedgerMetadata, LedgerState
+
+__all__ = [
+    "CURRENT_COOKIE_VERSION",
+    "CURRENT_LEDGER_METADATA_FORMAT",
+    "HIERARCHICAL_FACTORY",
+    "LONG_HIERARCHICAL_FACTORY",
+    "LedgerLayout",
+    "decode_dir_paths",
+    "encode_dir_paths",
+    "parse_bookie_service_info",
+    "parse_cookie",
+    "parse_layout",
+    "parse_ledger_metadata",
+    "serialize_bookie_service_info",
+    "serialize_cookie",
+    "serialize_layout",
+    "serialize_ledger_metadata",
+]
+
+CURRENT_LEDGER_METADATA_FORMAT: Final = 3
+"""The ledger metadata format new ledgers are written in (binary protobuf, since 4.9)."""
+
+CURRENT_COOKIE_VERSION: Final = 5
+"""Cookie layout version written: first line ``5``, then protobuf text of ``CookieFormat``."""
+
+HIERARCHICAL_FACTORY: Final = "org.apache.bookkeeper.meta.HierarchicalLedgerManagerFactory"
+LONG_HIERARCHICAL_FACTORY: Final = "org.apache.bookkeeper.meta.LongHierarchicalLedgerManagerFactory"
+
+_HEADER: Final = b"BookieMetadataFormatVersion\t"
+_MAX_VERSION_DIGITS: Final = 10
+_V1_CLOSED_TAG: Final = "CLOSED"
+_V1_IN_RECOVERY_ENTRY_ID: Final = -102
+_LAYOUT_FORMAT_VERSION: Final = 2
+_LAYOUT_MIN_COMPAT_VERSION: Final = 1
+_JAVA_INT = re.compile(r"[+-]?[0-9]+")  # what Integer/Long.parseLong accept
+_INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
+# --- the protobuf messages (DataFormats.proto of BookKeeper: same names, numbers, types) ------
+
+_F = descriptor_pb2.FieldDescriptorProto
+
+
+def _field(
+    name: str,
+    number: int,
+    kind: int,
+    label: int = _F.LABEL_OPTIONAL,
+    type_name: str = "",
+    default: str = "",
+) -> descriptor_pb2.FieldDescriptorProto:
+    field = descriptor_pb2.FieldDescriptorProto(name=name, number=number, type=kind, label=label)
+    if type_name:
+        field.type_name = type_name
+    if default:
+        field.default_value = default
+    return field
+
+
+def _enum(name: str, values: dict[str, int]) -> descriptor_pb2.EnumDescriptorProto:
+    enum = descriptor_pb2.EnumDescriptorProto(name=name)
+    for value_name, number in values.items():
+        enum.value.add(name=value_name, number=number)
+    return enum
+
+
+def _build_file() -> descriptor_pb2.FileDescriptorProto:
+    """Our own declaration of the messages of BookKeeper's ``DataFormats.proto`` that the
+    metadata store holds. Wire compatibility needs the same field numbers and types; the text
+    formats (ledger metadata V2, cookies) also need the same field and enum value names."""
+    req, opt, rep = _F.LABEL_REQUIRED, _F.LABEL_OPTIONAL, _F.LABEL_REPEATED
+    i32, i64, s, b = _F.TYPE_INT32, _F.TYPE_INT64, _F.TYPE_STRING, _F.TYPE_BYTES
+    msg, enum = _F.TYPE_MESSAGE, _F.TYPE_ENUM
+    proto = descriptor_pb2.FileDescriptorProto(
+        name="pybkx/meta/data_formats.proto", syntax="proto2"
+    )
+
+    ledger = proto.message_type.add(name="LedgerMetadataFormat")
+    ledger.enum_type.append(_enum("State", {"OPEN": 1, "IN_RECOVERY": 2, "CLOSED": 3}))
+    ledger.enum_type.append(_enum("DigestType", {"CRC32": 1, "HMAC": 2, "CRC32C": 3, "DUMMY": 4}))
+    segment = ledger.nested_type.add(name="Segment")
+    segment.field.extend([_field("ensembleMember", 1, s, rep), _field("firstEntryId", 2, i64, req)])
+    entry = ledger.nested_type.add(name="cMetadataMapEntry")
+    entry.field.extend([_field("key", 1, s, opt), _field("value", 2, b, opt)])
+    ledger.field.extend(
+        [
+            _field("quorumSize", 1, i32, req),
+            _field("ensembleSize", 2, i32, req),
+            _field("length", 3, i64, req),
+            _field("lastEntryId", 4, i64, opt),
+            _field("state", 5, enum, req, ".LedgerMetadataFormat.State", "OPEN"),
+            _field("segment", 6, msg, rep, ".LedgerMetadataFormat.Segment"),
+            _field("digestType", 7, enum, opt, ".LedgerMetadataFormat.DigestType"),
+            _field("password", 8, b, opt),
+            _field("ackQuorumSize", 9, i32, opt),
+            _field("ctime", 10, i64, opt),
+            _field("customMetadata", 11, msg, rep, ".LedgerMetadataFormat.cMetadataMapEntry"),
+            _field("cToken", 12, i64, opt),
+        ]
+    )
+
+    cookie = proto.message_type.add(name="CookieFormat")
+    cookie.field.extend(
+        [
+            _field("bookieHost", 1, s, req),
+            _field("journalDir", 2, s, req),
+            _field("ledgerDirs", 3, s, req),
+            _field("instanceId", 4, s, opt),
+            _field("indexDirs", 5, s, opt),
+        ]
+    )
+
+    info = proto.message_type.add(name="BookieServiceInfoFormat")
+    endpoint = info.nested_type.add(name="Endpoint")
+    endpoint.field.extend(
+        [
+            _field("id", 1, s, req),
+            _field("port", 2, i32, req),
+            _field("host", 3, s, req),
+            _field("protocol", 4, s, req),
+            _field("auth", 5, s, rep),
+            _field("extensions", 6, s, rep),
+        ]
+    )
+    properties = info.nested_type.add(name="PropertiesEntry")  # map<string, string>
+    properties.options.map_entry = True
+    properties.field.extend([_field("key", 1, s, opt), _field("value", 2, s, opt)])
+    info.field.extend(
+        [
+            _field("endpoints", 6, msg, rep, ".BookieServiceInfoFormat.Endpoint"),
+            _field("properties", 7, msg, rep, ".BookieServiceInfoFormat.PropertiesEntry"),
+        ]
+    )
+    return proto
+
+
+_POOL = descriptor_pool.DescriptorPool()  # private: never clashes with other .proto files
+_POOL.Add(_build_file())
+_LedgerMetadataFormat: Any = message_factory.GetMessageClass(
+    _POOL.FindMessageTypeByName("LedgerMetadataFormat")
+)
+_CookieFormat: Any = message_factory.GetMessageClass(_POOL.FindMessageTypeByName("CookieFormat"))
+_BookieServiceInfoFormat: Any = message_factory.GetMessageClass(
+    _POOL.FindMessageTypeByName("BookieServiceInfoFormat")
+)
+
+
+# --- protobuf text format, printed exactly as protobuf-java's TextFormat printer does ---------
+
+_JAVA_ESCAPES: Final = {
+    0x07: "\\a",
+    0x08: "\\b",
+    0x0C: "\\f",
+    0x0A: "\\n",
+    0x0D: "\\r",
+    0x09: "\\t",
+    0x0B: "\\v",
+    0x5C: "\\\\",
+    0x27: "\\'",
+    0x22: '\\"',
+}
+
+
+def _escape(raw: bytes) -> str:
+    """Java TextFormat's byte escaping: C escapes, printable ASCII as is, else 3-digit octal
+    (so non-ASCII UTF-8 text comes out as octal bytes, as Java prints it)."""
+    out = []
+    for byte in raw:
+        escaped = _JAVA_ESCAPES.get(byte)
+        if escaped is not None:
+            out.append(escaped)
+        elif 0x20 <= byte <= 0x7E:
+            out.append(chr(byte))
+        else:
+            out.append(f"\\{byte:03o}")
+    return "".join(out)
+
+
+def _is_repeated(field: Any) -> bool:
+    # ``is_repeated`` replaced ``label`` (gone in protobuf 7); older runtimes only have ``label``.
+    repeated = getattr(field, "is_repeated", None)
+    if repeated is None:
+        return bool(field.label == _F.LABEL_REPEATED)
+    return bool(repeated)
+
+
+def _print_text(message: Message, indent: str = "") -> str:
+    """Set fields in field-number order, ``name: value`` lines, nested ``name {`` blocks."""
+    lines: list[str] = []
+    for field, value in message.ListFields():
+        values = list(value) if _is_repeated(field) else [value]
+        for item in values:
+            if field.type == _F.TYPE_MESSAGE:
+                lines.append(f"{indent}{field.name} {{\n")
+                lines.append(_print_text(item, indent + "  "))
+                lines.append(f"{indent}}}\n")
+            elif field.type == _F.TYPE_ENUM:
+                name = field.enum_type.values_by_number[item].name
+                lines.append(f"{indent}{field.name}: {name}\n")
+            elif field.type == _F.TYPE_STRING:
+                lines.append(f'{indent}{field.name}: "{_escape(item.encode("utf-8"))}"\n')
+            elif field.type == _F.TYPE_BYTES:
+                lines.append(f'{indent}{field.name}: "{_escape(item)}"\n')
+            else:
+                lines.append(f"{indent}{field.name}: {item}\n")
+    return "".join(lines)
+
+
+def _parse_text(text: str, message: Message, what: str) -> None:
+    """Merge protobuf text into ``message`` (later singular values win, as in Java's
+    ``TextFormat.merge``); raises ValueError unless every required field is set."""
+    try:
+        text_format.Merge(text, message)
+    except text_format.ParseError as exc:
+        raise ValueError(f"{what}: {exc}") from None
+    if not message.IsInitialized():
+        missing = ", ".join(message.FindInitializationErrors())
+        raise ValueError(f"{what}: missing required fields {missing}")
+
+
+# --- varints (writeDelimitedTo / mergeDelimitedFrom) -----------------------------------------
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        low = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(low | 0x80)
+        else:
+            out.append(low)
+            return bytes(out)
+
+
+def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
+    """(value, position after it); raises ValueError if truncated or longer than 32 bits."""
+    value, shift = 0, 0
+    while True:
+        if pos >= len(data):
+            raise ValueError("truncated length prefix")
+        byte = data[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, pos
+        shift += 7
+        if shift >= 35:
+            raise ValueError("malformed length prefix")
+
+
+def _java_long(text: str, what: str, low: int = _INT64_MIN, high: int = _INT64_MAX) -> int:
+    """Parse like Java's ``Long.parseLong`` / ``Integer.parseInt`` (no spaces, no ``_``)."""
+    if not _JAVA_INT.fullmatch(text):
+        raise ValueError(f"{what}: not a number: {text!r}")
+    value = int(text)
+    if not low <= value <= high:
+        raise ValueError(f"{what}: out of range: {text}")
+    return value
+
+
+# --- ledger metadata ------------------------------------------------------------------------
+
+
+def serialize_ledger_metadata(metadata: LedgerMetadata) -> bytes:
+    """The bytes BookKeeper's ``LedgerMetadataSerDe`` writes for ``metadata``, in its
+    ``metadata_format_version`` (3 for new ledgers; an update keeps a ledger's format).
+
+    Raises MetadataSerializationException for an unknown format version, or a state that
+    format 1 cannot express.
+    """
+    version = metadata.metadata_format_version
+    header = _HEADER + str(version).encode() + b"\n"
+    if version == 3:
+        body: bytes = _to_format(metadata, with_c_token=True).SerializeToString()
+        return header + _varint(len(body)) + body
+    if version == 2:
+        # Format 2 never carries the cToken (BookKeeper froze its fields).
+        text = _print_text(_to_format(metadata, with_c_token=False))
+        return header + text.encode("utf-8")
+    if version == 1:
+        return header + _serialize_v1(metadata)
+    raise errors.MetadataSerializationException(f"invalid metadata format version {version}")
+
+
+def _to_format(metadata: LedgerMetadata, *, with_c_token: bool) -> Any:
+    fmt = _LedgerMetadataFormat()
+    fmt.quorumSize = metadata.write_quorum_size
+    fmt.ackQuorumSize = metadata.ack_quorum_size
+    fmt.ensembleSize = metadata.ensemble_size
+    closed = metadata.state == LedgerState.CLOSED
+    # A ledger that is not closed has no length and no last entry (-1), whatever it holds.
+    fmt.length = metadata.length if closed else 0
+    fmt.lastEntryId = metadata.last_entry_id if closed else -1
+    fmt.state = int(metadata.state)
+    if metadata.ctime is not None:
+        fmt.ctime = metadata.ctime
+    fmt.digestType = int(metadata.digest_type)
+    fmt.password = bytes(metadata.password)
+    for key, value in metadata.custom_metadata.items():
+        fmt.customMetadata.add(key=key, value=bytes(value))
+    for first_entry_id, bookies in metadata.ensembles.items():
+        fmt.segment.add(firstEntryId=first_entry_id, ensembleMember=list(bookies))
+    if with_c_token:
+        fmt.cToken = metadata.c_token
+    return fmt
+
+
+def _serialize_v1(metadata: LedgerMetadata) -> bytes:
+    lines = [
+        str(metadata.write_quorum_size),
+        str(metadata.ensemble_size),
+        str(metadata.length if metadata.state == LedgerState.CLOSED else 0),
+    ]
+    lines += ["\t".join([str(first), *bookies]) for first, bookies in metadata.ensembles.items()]
+    text = "".join(line + "\n" for line in lines)
+    if metadata.state == LedgerState.IN_RECOVERY:
+        text += f"{_V1_IN_RECOVERY_ENTRY_ID}\t{_V1_CLOSED_TAG}"
+    elif metadata.state == LedgerState.CLOSED:
+        text += f"{metadata.last_entry_id}\t{_V1_CLOSED_TAG}"
+    return text.encode("utf-8")
+
+
+def parse_ledger_metadata(data: bytes) -> LedgerMetadata:
+    """Ledger metadata from the bytes of any format BookKeeper ever wrote (1, 2 or 3).
+
+    ``ctime`` is None unless stored in the bytes (BookKeeper then shows the znode's creation
+    time). Raises MetadataSerializationException for a missing or corrupt header, an unknown
+    format version, unparsable bodies and values BookKeeper would reject (missing required
+    fields, quorums that do not fit, segments out of order or of the wrong size).
+    """
+    try:
+        version, pos = _read_header(bytes(data))
+        if version == 3:
+            return _parse_v3(data, pos)
+        if version == 2:
+            return _parse_v2(data[pos:])
+        if version == 1:
+            return _parse_v1(data[pos:])
+        raise ValueError(f"metadata format version {version} not supported (1 to 3)")
+    except errors.IncorrectParameterException as exc:
+        raise errors.MetadataSerializationException(f"invalid ledger metadata: {exc}") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise errors.MetadataSerializationException(f"corrupt ledger metadata: {exc}") from None
+
+
+def _read_header(data: bytes) -> tuple[int, int]:
+    if not data.startswith(_HEADER):
+        raise ValueError("no BookieMetadataFormatVersion header")
+    start = len(_HEADER)
+    end = data.find(b"\n", start, start + _MAX_VERSION_DIGITS + 1)
+    if end < 0:
+        raise ValueError("no end of the format version line")
+    text = data[start:end].decode("ascii")
+    return _java_long(text, "format version", _INT32_MIN, _INT32_MAX), end + 1
+
+
+def _parse_v3(data: bytes, pos: int) -> LedgerMetadata:
+    size, pos = _read_varint(data, pos)
+    if pos + size > len(data):
+        raise ValueError(f"message of {size} bytes truncated to {len(data) - pos}")
+    fmt = _LedgerMetadataFormat()
+    try:
+        fmt.MergeFromString(data[pos : pos + size])  # trailing bytes are ignored, as in Java
+    except Exception as exc:  # DecodeError, or a RuntimeWarning-turned error of upb
+        raise ValueError(f"undecodable protobuf: {exc}") from None
+    if not fmt.IsInitialized():
+        raise ValueError("missing required fields " + ", ".join(fmt.FindInitializationErrors()))
+    return _from_format(fmt, 3)
+
+
+def _parse_v2(body: bytes) -> LedgerMetadata:
+    fmt = _LedgerMetadataFormat()
+    _parse_text(body.decode("utf-8"), fmt, "format 2 text")
+    return _from_format(fmt, 2)
+
+
+def _from_format(fmt: Any, version: int) -> LedgerMetadata:
+    ensembles: dict[int, tuple[str, ...]] = {}
+    for segment in fmt.segment:
+        first = int(segment.firstEntryId)
+        if ensembles and first <= next(reversed(ensembles)):
+            raise ValueError(f"segment at entry {first} out of order")
+        ensembles[first] = tuple(segment.ensembleMember)
+    state = LedgerState(fmt.state)
+    closed = state == LedgerState.CLOSED
+    has_password = fmt.HasField("password")
+    if has_password:
+        # The digest type counts only with a password; its getter defaults to CRC32 (first).
+        digest = DigestType(fmt.digestType) if fmt.HasField("digestType") else DigestType.CRC32
+    elif fmt.HasField("digestType"):
+        digest = DigestType(fmt.digestType)
+    else:
+        digest = DigestType.CRC32C
+    return LedgerMetadata(
+        ensemble_size=int(fmt.ensembleSize),
+        write_quorum_size=int(fmt.quorumSize),
+        ack_quorum_size=int(fmt.ackQuorumSize if fmt.HasField("ackQuorumSize") else fmt.quorumSize),
+        ensembles=ensembles,
+        digest_type=digest,
+        password=bytes(fmt.password) if has_password else b"",
+        state=state,
+        last_entry_id=int(fmt.lastEntryId) if closed else -1,
+        length=int(fmt.length) if closed else 0,
+        ctime=int(fmt.ctime) if fmt.HasField("ctime") else None,
+        custom_metadata={entry.key: bytes(entry.value) for entry in fmt.customMetadata},
+        c_token=int(fmt.cToken) if fmt.HasField("cToken") else 0,
+        metadata_format_version=version,
+    )
+
+
+def _java_lines(text: str) -> list[str]:
+    """Lines as Java's ``BufferedReader.readLine`` returns them (\\n, \\r or \\r\\n)."""
+    lines = re.split(r"\r\n|\r|\n", text)
+    if lines and lines[-1] == "":
+        lines.pop()
+    return lines
+
+
+def _java_split_tabs(line: str) -> list[str]:
+    """``line.split("\\t")`` in Java: trailing empty strings are dropped."""
+    parts = line.split("\t")
+    while len(parts) > 1 and parts[-1] == "":
+        parts.pop()
+    return parts
+
+
+def _parse_v1(body: bytes) -> LedgerMetadata:
+    lines = _java_lines(body.decode("utf-8"))
+    if len(lines) < 3:
+        raise ValueError("format 1 needs quorum, ensemble and length lines")
+    quorum = _java_long(lines[0], "quorum size", _INT32_MIN, _INT32_MAX)
+    ensemble_size = _java_long(lines[1], "ensemble size", _INT32_MIN, _INT32_MAX)
+    length = _java_long(lines[2], "length")
+    ensembles: dict[int, tuple[str, ...]] = {}
+    state, last_entry_id = LedgerState.OPEN, -1
+    for line in lines[3:]:
+        parts = _java_split_tabs(line)
+        if len(parts) < 2:
+            raise ValueError(f"format 1 line without bookies: {line!r}")
+        if parts[1] == _V1_CLOSED_TAG:
+            tagged = _java_long(parts[0], "last entry id")
+            if tagged == _V1_IN_RECOVERY_ENTRY_ID:
+                state = LedgerState.IN_RECOVERY
+            else:
+                state, last_entry_id = LedgerState.CLOSED, tagged
+            break
+        first = _java_long(parts[0], "first entry id")
+        if ensembles and first <= next(reversed(ensembles)):
+            raise ValueError(f"segment at entry {first} out of order")
+        ensembles[first] = tuple(parts[1:])
+    closed = state == LedgerState.CLOSED
+    return LedgerMetadata(
+        ensemble_size=ensemble_size,
+        write_quorum_size=quorum,
+        ack_quorum_size=quorum,
+        ensembles=ensembles,
+        state=state,
+        last_entry_id=last_entry_id,
+        length=length if closed else 0,
+        metadata_format_version=1,
+    )
+
+
+# --- cookies --------------------------------------------------------------------------------
+
+
+def encode_dir_paths(dirs: tuple[str, ...] | list[str]) -> str:
+    """A cookie's ledgerDirs/indexDirs value: the count, then a TAB before each directory."""
+    return "".join([str(len(dirs)), *("\t" + d for d in dirs)])
+
+
+def decode_dir_paths(value: str) -> tuple[str, ...]:
+    """The directories of an :func:`encode_dir_paths` value (the leading count is skipped)."""
+    if "\t" not in value:
+        return () if value.strip() in ("", "0") else (value,)
+    return tuple(_java_split_tabs(value.split("\t", 1)[1]))
+
+
+def serialize_cookie(cookie: Cookie) -> bytes:
+    """The cookie text BookKeeper writes (layout version 5): ``5``, a newline, then protobuf
+    text of ``CookieFormat``; journal dirs joined by ``,``, ledger/index dirs as
+    :func:`encode_dir_paths`. The same bytes go to the store and to ``current/VERSION``."""
+    fmt = _CookieFormat()
+    fmt.bookieHost = cookie.bookie_id
+    fmt.journalDir = ",".join(cookie.journal_dirs)
+    fmt.ledgerDirs = encode_dir_paths(cookie.ledger_dirs)
+    if cookie.instance_id is not None:
+        fmt.instanceId = cookie.instance_id
+    if cookie.index_dirs is not None:
+        fmt.indexDirs = encode_dir_paths(cookie.index_dirs)
+    return (f"{CURRENT_COOKIE_VERSION}\n" + _print_text(fmt)).encode("utf-8")
+
+
+def parse_cookie(data: bytes) -> Cookie:
+    """A cookie from its text (layout 3: four plain lines; layouts 4 and 5: protobuf text).
+    An empty instance id or index dirs value reads as absent.
+
+    Raises InvalidCookieException for anything else (older layouts included), as BookKeeper
+    refuses such a cookie.
+    """
+    try:
+        text = bytes(data).decode("utf-8")
+        lines = _java_lines(text)
+        if not lines:
+            raise ValueError("empty cookie")
+        layout = _java_long(lines[0].strip(), "cookie layout version", _INT32_MIN, _INT32_MAX)
+        if layout == 3:
+            if len(lines) < 4:
+                raise ValueError("layout 3 cookie needs four lines")
+            bookie_id, journal, ledgers, instance, index = lines[1], lines[2], lines[3], "", ""
+        elif layout >= 4:
+            fmt = _CookieFormat()
+            rest = text.split("\n", 1)[1] if "\n" in text else ""
+            _parse_text(rest, fmt, "cookie")
+            bookie_id, journal, ledgers = fmt.bookieHost, fmt.journalDir, fmt.ledgerDirs
+            instance, index = fmt.instanceId, fmt.indexDirs
+        else:
+            raise ValueError(f"cookie layout version {layout} is too old")
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise errors.InvalidCookieException(f"unparsable cookie: {exc}") from None
+    return Cookie(
+        bookie_id=bookie_id,
+        journal_dirs=tuple(journal.split(",")) if journal else (),
+        ledger_dirs=decode_dir_paths(ledgers),
+        instance_id=instance or None,
+        index_dirs=decode_dir_paths(index) if index else None,
+    )
+
+
+# --- bookie service info --------------------------------------------------------------------
+
+
+def serialize_bookie_service_info(info: BookieServiceInfo) -> bytes:
+    """Binary protobuf ``BookieServiceInfoFormat`` (a bookie's registration data). Properties
+    are written sorted by key (Java writes its map's order; readers do not care)."""
+    fmt = _BookieServiceInfoFormat()
+    for endpoint in info.endpoints:
+        fmt.endpoints.add(
+            id=endpoint.id,
+            port=endpoint.port,
+            host=endpoint.host,
+            protocol=endpoint.protocol,
+            auth=list(endpoint.auth),
+            extensions=list(endpoint.extensions),
+        )
+    for key, value in info.properties.items():
+        fmt.properties[key] = value
+    serialized: bytes = fmt.SerializeToString(deterministic=True)
+    return serialized
+
+
+def parse_bookie_service_info(data: bytes, bookie_id: str) -> BookieServiceInfo:
+    """A registration's service info. Empty data is a legacy bookie's registration: one
+    ``bookie-rpc`` endpoint (id = the bookie id) at the ``host:port`` of ``bookie_id``.
+
+    Raises MetadataSerializationException for bytes that are not a BookieServiceInfoFormat, or
+    a legacy bookie id that is not ``host:port``.
+    """
+    if not data:
+        host, sep, port = bookie_id.rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise errors.MetadataSerializationException(
+                f"legacy registration of {bookie_id!r}: the bookie id is not host:port"
+            )
+        endpoint = Endpoint(bookie_id, int(port), host, "bookie-rpc")
+        return BookieServiceInfo(endpoints=(endpoint,))
+    fmt = _BookieServiceInfoFormat()
+    try:
+        fmt.MergeFromString(bytes(data))
+    except Exception as exc:
+        raise errors.MetadataSerializationException(
+            f"corrupt registration of {bookie_id}: {exc}"
+        ) from None
+    if not fmt.IsInitialized():
+        raise errors.MetadataSerializationException(
+            f"registration of {bookie_id} misses " + ", ".join(fmt.FindInitializationErrors())
+        )
+    endpoints = tuple(
+        Endpoint(e.id, int(e.port), e.host, e.protocol, tuple(e.auth), tuple(e.extensions))
+        for e in fmt.endpoints
+    )
+    return BookieServiceInfo(endpoints=endpoints, properties=dict(fmt.properties))
+
+
+# --- LAYOUT ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LedgerLayout:
+    """The ``<root>/LAYOUT`` record: which ledger manager factory (and version) a cluster uses."""
+
+    manager_factory_class: str = HIERARCHICAL_FACTORY
+    manager_version: int = 1
+    layout_format_version: int = _LAYOUT_FORMAT_VERSION
+
+
+def serialize_layout(layout: LedgerLayout | None = None) -> bytes:
+    """``<format version>\\n<factory class>:<manager version>`` (no trailing newline)."""
+    layout = layout or LedgerLayout()
+    return (
+        f"{layout.layout_format_version}\n{layout.manager_factory_class}:{layout.manager_version}"
+    ).encode()
+
+
+def parse_layout(data: bytes) -> LedgerLayout:
+    """Raises MetadataSerializationException for an unparsable or incompatible layout (format
+    version outside 1..2)."""
+    try:
+        text = bytes(data).decode("utf-8")
+        lines = text.split("\n")
+        version = _java_long(lines[0], "layout format version", _INT32_MIN, _INT32_MAX)
+        if not _LAYOUT_MIN_COMPAT_VERSION <= version <= _LAYOUT_FORMAT_VERSION:
+            raise ValueError(f"layout format version {version} not supported (1 to 2)")
+        if len(lines) < 2:
+            raise ValueError("no ledger manager line")
+        parts = lines[1].split(":")
+        if len(parts) != 2:
+            raise ValueError(f"invalid ledger manager {lines[1]!r}")
+        manager_version = _java_long(parts[1], "manager version", _INT32_MIN, _INT32_MAX)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise errors.MetadataSerializationException(f"corrupt LAYOUT: {exc}") from None
+    return LedgerLayout(parts[0], manager_version, version)

@@ -1,0 +1,96 @@
+"""The session's ZooKeeper for tests: one real server from Debian's ``zookeeper`` package on a
+free loopback port with a temporary data directory. Owns starting and stopping it only."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ZOOKEEPER_JARS = [
+    Path("/etc/zookeeper/conf"),
+    Path("/usr/share/java/zookeeper.jar"),
+    Path("/usr/share/java/slf4j-simple.jar"),
+]
+STARTUP_TIMEOUT_S = 30.0
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _ruok(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1) as sock:
+            sock.sendall(b"ruok")
+            return sock.recv(16) == b"imok"
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="session")
+def zookeeper_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A standalone ZooKeeper on a free loopback port: ``"127.0.0.1:port"``.
+
+    Fails (not skips) when the Debian package is missing: ``make deps`` installs it.
+    """
+    missing = [str(path) for path in ZOOKEEPER_JARS if not path.exists()]
+    java = shutil.which("java")
+    if missing or java is None:
+        pytest.fail(
+            f"ZooKeeper for the tests needs java and the Debian package `zookeeper` "
+            f"(`make deps`); missing: {', '.join(missing) or 'java'}",
+            pytrace=False,
+        )
+    workdir = tmp_path_factory.mktemp("zookeeper")
+    port = _free_port()
+    config = workdir / "zoo.cfg"
+    config.write_text(
+        "tickTime=500\n"
+        f"dataDir={workdir / 'data'}\n"
+        f"clientPort={port}\n"
+        "clientPortAddress=127.0.0.1\n"
+        "admin.enableServer=false\n"
+        "4lw.commands.whitelist=ruok\n"
+        "minSessionTimeout=1000\n"
+        "forceSync=no\n"
+    )
+    log = workdir / "zookeeper.log"
+    argv = [
+        java,
+        "-Xmx256m",
+        "-XX:+UseSerialGC",
+        "-XX:TieredStopAtLevel=1",
+        "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
+        "-cp",
+        os.pathsep.join(str(path) for path in ZOOKEEPER_JARS),
+        "org.apache.zookeeper.server.ZooKeeperServerMain",
+        str(config),
+    ]
+    with log.open("wb") as out:
+        process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while not _ruok(port):
+            if process.poll() is not None or time.monotonic() > deadline:
+                tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:])
+                pytest.fail(f"ZooKeeper did not start (log {log}):\n{tail}", pytrace=False)
+            time.sleep(0.1)
+        yield f"127.0.0.1:{port}"
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
