@@ -326,17 +326,17 @@ def test_without_conf_defaults_and_flags_are_enough(tmp_path: Path, start_bookie
 
 
 @needs_server
-def test_metadata_service_uri_is_noted_and_the_bookie_serves_standalone(
-    tmp_path: Path, start_bookie: Any
-) -> None:
+def test_metadata_service_uri_makes_the_bookie_register(tmp_path: Path, start_bookie: Any) -> None:
     port = free_port()
-    conf = write_conf(tmp_path, port, "metadataServiceUri=zk+hierarchical://127.0.0.1:1/ledgers\n")
+    uri = f"embedded://{tmp_path / 'metadata'}"
+    conf = write_conf(tmp_path, port, f"metadataServiceUri={uri}\n")
     bookie = start_bookie("--conf", str(conf))
     bookie.wait_listening(port)
     assert bookie.stop() == 0
     log = bookie.stdout()
-    assert "metadata service configured but not used yet" in log
-    assert "zk+hierarchical://127.0.0.1:1/ledgers" in log
+    assert f"bookie registered bookie_id=127.0.0.1:{port} read_only=False metadata={uri}" in log
+    assert "bookie unregistered" in log
+    assert (tmp_path / "journal" / "current" / "VERSION").is_file()  # the cookie
 
 
 # --- failures: one line on stderr, non-zero exit ----------------------------------------------

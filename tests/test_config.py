@@ -142,7 +142,7 @@ def test_a_bk_server_conf_with_many_keys_parses(tmp_path: Path) -> None:
     config = ServerConfig.from_file(conf)
     assert config.metadata_service_uri == "zk+hierarchical://localhost:2181/ledgers"
     assert config.zk_servers == "localhost:2181"
-    assert config.extra["zkTimeout"] == "10000"
+    assert config.zk_timeout_ms == 10_000
     assert config.extra["storage.range.store.dirs"] == "data/bookkeeper/ranges"
 
 

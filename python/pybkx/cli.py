@@ -88,8 +88,10 @@ def bookie_command(
     """Run a bookie until SIGTERM or SIGINT.
 
     Reads Apache BookKeeper's key names from --conf (BookKeeper's defaults without it); the
-    flags override the file. Logs go to stdout; a failure to start exits non-zero with one line
-    on stderr. On a signal the bookie drains in-flight requests, checkpoints and exits 0.
+    flags override the file. With metadataServiceUri the bookie checks (or stamps) its cookie
+    and registers; without, it serves standalone. Logs go to stdout; a failure to start (an
+    InvalidCookieException too) exits non-zero with one line on stderr. On a signal the bookie
+    unregisters, drains in-flight requests, checkpoints and exits 0.
     """
     flags: dict[str, object] = {
         "bookiePort": port,
@@ -114,9 +116,101 @@ def bookie_command(
     sys.exit(code)
 
 
+@main.command("sandbox")
+@click.option(
+    "--bookies",
+    default=3,
+    show_default=True,
+    type=click.IntRange(1, 100),
+    help="How many bookie processes.",
+)
+@click.option(
+    "--zk",
+    "zk_uri",
+    metavar="URI",
+    help="ZooKeeper: zk+hierarchical://host:port/ledgers or host:port "
+    "(default: an embedded store in the sandbox directory).",
+)
+@click.option(
+    "--dir",
+    "directory",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Keep everything here (reusable) instead of a temporary directory removed on exit.",
+)
+@click.option(
+    "--base-port",
+    type=click.IntRange(1, 65535),
+    help="Bookie i listens on BASE_PORT + i (default: free ports).",
+)
+def sandbox_command(
+    bookies: int, zk_uri: str | None, directory: Path | None, base_port: int | None
+) -> None:
+    """Run a local cluster until SIGTERM or SIGINT (like BookKeeper's localbookie).
+
+    Starts BOOKIES `pybkx bookie` processes on 127.0.0.1 sharing one metadata store, waits until
+    all are registered, prints the metadata URI and the bookie addresses, reports a bookie that
+    dies, and on Ctrl-C stops them all and exits 0.
+    """
+    logging.basicConfig(level=logging.WARNING, format=LOG_FORMAT, stream=sys.stderr)
+    from pybkx.sandbox import Sandbox, SandboxError
+
+    try:
+        sandbox = Sandbox(bookies, zk_uri=zk_uri, directory=directory, base_port=base_port)
+        code = sandbox.run(report=lambda line: click.echo(line))
+    except (SandboxError, ValueError) as exc:
+        raise click.ClickException(f"sandbox failed: {exc}") from None
+    except errors.BKException as exc:
+        raise click.ClickException(f"sandbox failed: {type(exc).__name__}: {exc}") from None
+    sys.exit(code)
+
+
 @main.group()
 def shell() -> None:
-    """Inspect bookie files (like BookKeeper's shell)."""
+    """Administer a cluster and inspect bookie files (like BookKeeper's shell)."""
+
+
+_URI_HELP = "metadataServiceUri: zk+hierarchical://host:port/ledgers or embedded:///abs/dir"
+
+
+@shell.command()
+@click.option("--uri", required=True, help=_URI_HELP)
+def initnewcluster(uri: str) -> None:
+    """Initialise a new cluster's metadata (fails if one exists)."""
+    from pybkx.shell import ShellError, init_new_cluster
+
+    try:
+        instance_id = init_new_cluster(uri)
+    except ShellError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"initialised a new cluster at {uri} (instance id {instance_id})")
+
+
+@shell.command()
+@click.option("--uri", required=True, help=_URI_HELP)
+@click.option("--force", is_flag=True, help="Do not ask for confirmation.")
+def metaformat(uri: str, force: bool) -> None:
+    """Delete all ledgers, registrations and cookies, then initialise afresh.
+
+    Asks for confirmation unless --force. Bookies that had joined refuse to start until their
+    directories are formatted (their cookies name the old cluster instance).
+    """
+    from pybkx.shell import ShellError, meta_format
+
+    if not force:
+        try:
+            confirmed = click.confirm(
+                f"Format the metadata at {uri}? Every ledger and cookie is deleted", err=True
+            )
+        except click.Abort:  # no answer (stdin closed): end the prompt's line
+            click.echo(err=True)
+            confirmed = False
+        if not confirmed:
+            raise click.ClickException("metaformat not confirmed: nothing changed (use --force)")
+    try:
+        instance_id = meta_format(uri)
+    except ShellError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"formatted the metadata at {uri} (new instance id {instance_id})")
 
 
 def _format_record(record: dict[str, Any]) -> str:

@@ -172,6 +172,8 @@ class ServerConfig:
     # --- metadata (None: a standalone bookie)
     metadata_service_uri: str | None = _setting("metadataServiceUri", None, _opt_str)
     zk_servers: str | None = _setting("zkServers", None, _servers)
+    zk_timeout_ms: int = _setting("zkTimeout", 10_000, _int(1))
+    """ZooKeeper session timeout; a killed bookie's registration outlives it by at most this."""
 
     # --- journal (group commit and files)
     journal_max_group_wait_ms: int = _setting("journalMaxGroupWaitMSec", 2, _int(0), storage=True)
