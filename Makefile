@@ -26,7 +26,7 @@ CARGO_TEST_ENV := LD_LIBRARY_PATH="$(PY_LIBDIR)$${LD_LIBRARY_PATH:+:$$LD_LIBRARY
 .PHONY: help venv deps build lint test demo bench clean distclean
 
 help:
-	@echo "make demo   build everything, then run the storage demo (pybkx demo)"
+	@echo "make demo   build everything, then run the cluster demo (pybkx demo)"
 	@echo "make test   build everything, lint, run Rust and Python tests"
 	@echo "make bench  storage throughput, restart time, bookie reads/adds vs Apache BookKeeper"
 	@echo "make venv | deps | build | lint | clean | distclean"
