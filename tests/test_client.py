@@ -215,3 +215,25 @@ def test_not_enough_bookies_and_bad_quorums_are_refused(cluster: Sandbox) -> Non
             bk.create_ledger(2, 3, 2)
         with pytest.raises(ValueError):
             bk.create_ledger(3, 2, 2, digest_type="SHA256")
+
+
+def test_readers_learn_the_lac_from_the_bookies_while_the_writer_goes_on(
+    cluster: Sandbox,
+) -> None:
+    with client(cluster) as writer, client(cluster) as reader:
+        lh = writer.create_ledger(3, 2, 2)
+        # Entries carry the writer's LAC as it was when they were sent: a pipelined burst
+        # carries -1, and the next append carries the burst's last id.
+        lh.append_many([payload(lh.ledger_id, e) for e in range(100)])
+        rh = reader.open_ledger(lh.ledger_id, recovery=False)
+        assert rh.last_add_confirmed == -1 and not rh.is_closed
+        assert rh.read_last_add_confirmed() == -1
+        lh.append(payload(lh.ledger_id, 100))
+        assert rh.read_last_add_confirmed() == 99
+        assert [e.entry_id for e in rh.read(90, 99)] == list(range(90, 100))
+        with pytest.raises(errors.ReadException):
+            rh.read(0, 100)
+        assert rh.read_unconfirmed(100, 100)[0].payload == payload(lh.ledger_id, 100)
+        lh.append(payload(lh.ledger_id, 101))
+        assert rh.read_last_add_confirmed() == 100
+        lh.close()
