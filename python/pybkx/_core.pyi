@@ -251,15 +251,27 @@ def run_load(
     count: int = 100_000,
     payload_size: int = 100,
     batch: int | None = None,
+    connections: int = 1,
+    rate: float | None = None,
 ) -> dict[str, Any]:
     """Benchmark load generator: drive one bookie over V2 with ``in_flight`` requests outstanding.
 
     ``workload="add"``: ``count`` adds of ``payload_size`` bytes (CRC32C, empty password) spread
     over ``ledgers`` ledgers from ``ledger_id``, entry ids from 0. ``workload="read"``: entries
     ``0..count`` of ``ledger_id`` by single READs, or BATCH_READ_ENTRY of ``batch`` entries.
+    ``connections`` TCP connections (a ledger's adds share one; reads go round robin).
+    ``rate``: requests per second, sent open loop (latency counts from each request's due
+    time); None sends as fast as the window allows.
     Returns requests, entries, bytes, errors, seconds, p50_us, p99_us, p999_us.
     Raises ValueError (bad workload), BookieHandleNotAvailableException.
     """
+
+def micro_kernel(kernel: str, payload_size: int, iterations: int) -> float:
+    """Seconds ``iterations`` runs of a micro-benchmark kernel take, timed in Rust (GIL released;
+    setup excluded). Kernels: see ``micro_kernels()``. Raises ValueError (unknown kernel)."""
+
+def micro_kernels() -> list[tuple[str, str]]:
+    """The micro-benchmark kernels: ``(name, what one iteration does)``."""
 
 class AppendFuture:
     """The pending entry id of one append."""

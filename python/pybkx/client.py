@@ -279,9 +279,11 @@ class ReadHandle:
             for first, bookies in _ensemble_segments(self.metadata)
         ]
 
-    def _read(self, first: int, last: int, batch: bool) -> list[LedgerEntry]:
+    def _read_raw(
+        self, first: int, last: int, batch: bool
+    ) -> tuple[list[tuple[int, int, int, bytes]], bool]:
         md = self.metadata
-        entries, batch_ok = read_entries(
+        return read_entries(
             self.bk.bookies,
             self.ledger_id,
             md.write_quorum_size,
@@ -293,6 +295,9 @@ class ReadHandle:
             batch=batch and self._batch_supported,
             max_batch_bytes=self.bk.max_frame_size,
         )
+
+    def _read(self, first: int, last: int, batch: bool) -> list[LedgerEntry]:
+        entries, batch_ok = self._read_raw(first, last, batch)
         if not batch_ok and self._batch_supported and batch:
             logger.info(
                 "ledger %d: bookies do not support batch reads; using single reads", self.ledger_id
@@ -440,18 +445,7 @@ class ReadHandle:
 
     def _entry_length(self, entry_id: int) -> int:
         """The ledger length up to and including ``entry_id`` (from the entry's header)."""
-        md = self.metadata
-        entries, _ = read_entries(
-            self.bk.bookies,
-            self.ledger_id,
-            md.write_quorum_size,
-            md.password,
-            md.digest_type.name,
-            self._address_segments(),
-            entry_id,
-            entry_id,
-            batch=False,
-        )
+        entries, _ = self._read_raw(entry_id, entry_id, batch=False)
         return int(entries[0][2])
 
     def _recovery_read(self, entry_id: int) -> tuple[bytes, int] | None:

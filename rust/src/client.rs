@@ -448,37 +448,9 @@ fn deliver(conn: &Conn, resp: Response) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{ConfValue, StorageConfig};
     use crate::digest::{master_key, DigestManager, DigestType};
-    use crate::server::{BookieServer, ServerConfig};
-    use crate::storage::LedgerStorage;
 
-    fn bookie(dir: &std::path::Path) -> (Arc<LedgerStorage>, BookieServer) {
-        let cfg = StorageConfig::from_pairs([
-            (
-                "journalDirectories",
-                ConfValue::Str(dir.join("j").display().to_string()),
-            ),
-            (
-                "ledgerDirectories",
-                ConfValue::Str(dir.join("l").display().to_string()),
-            ),
-            ("journalPreAllocSizeMB", ConfValue::Int(1)),
-            ("flushInterval", ConfValue::Int(0)),
-        ])
-        .unwrap();
-        let storage = Arc::new(LedgerStorage::open(cfg).unwrap());
-        let server = BookieServer::start(
-            storage.clone(),
-            ServerConfig {
-                host: "127.0.0.1".into(),
-                port: 0,
-                ..ServerConfig::default()
-            },
-        )
-        .unwrap();
-        (storage, server)
-    }
+    use crate::server::test_bookie as bookie;
 
     fn wait(rx: oneshot::Receiver<ReplyResult>) -> ReplyResult {
         rx.blocking_recv().unwrap_or(Err(ClientError::Closed))

@@ -669,42 +669,14 @@ pub const RECOVERY_ADD_FLAGS: u16 = protocol::FLAG_RECOVERY_ADD | protocol::FLAG
 mod tests {
     use super::*;
     use crate::client::ClientConfig;
-    use crate::config::{ConfValue, StorageConfig};
     use crate::digest::{master_key, DigestType};
     use crate::runtime::runtime;
-    use crate::server::{BookieServer, ServerConfig};
-    use crate::storage::LedgerStorage;
-
-    fn bookie(dir: &std::path::Path) -> BookieServer {
-        let cfg = StorageConfig::from_pairs([
-            (
-                "journalDirectories",
-                ConfValue::Str(dir.join("j").display().to_string()),
-            ),
-            (
-                "ledgerDirectories",
-                ConfValue::Str(dir.join("l").display().to_string()),
-            ),
-            ("journalPreAllocSizeMB", ConfValue::Int(1)),
-            ("flushInterval", ConfValue::Int(0)),
-        ])
-        .unwrap();
-        let storage = Arc::new(LedgerStorage::open(cfg).unwrap());
-        BookieServer::start(
-            storage,
-            ServerConfig {
-                host: "127.0.0.1".into(),
-                port: 0,
-                ..ServerConfig::default()
-            },
-        )
-        .unwrap()
-    }
+    use crate::server::test_bookie;
 
     #[test]
     fn writer_survives_a_bookie_failure_through_an_ensemble_change() {
         let dirs: Vec<_> = (0..4).map(|_| tempfile::tempdir().unwrap()).collect();
-        let servers: Vec<_> = dirs.iter().map(|d| bookie(d.path())).collect();
+        let servers: Vec<_> = dirs.iter().map(|d| test_bookie(d.path()).1).collect();
         let addrs: Vec<String> = servers.iter().map(|s| s.local_addr().to_string()).collect();
         let client = Arc::new(BookieClient::new(ClientConfig::default()));
         let dm = DigestManager::new(9, b"", DigestType::Crc32c);

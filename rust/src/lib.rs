@@ -10,6 +10,7 @@ pub mod index;
 pub mod journal;
 pub mod ledger;
 pub mod loadgen;
+pub mod microbench;
 pub mod protocol;
 pub mod record;
 pub mod runtime;
@@ -1069,7 +1070,8 @@ impl PyDigestManager {
 /// Drives one bookie with a window of requests in flight (benchmarks); see `_core.pyi`.
 #[pyfunction]
 #[pyo3(signature = (bookie, workload, *, in_flight = 64, ledger_id = 1, ledgers = 1,
-                    count = 100_000, payload_size = 100, batch = None))]
+                    count = 100_000, payload_size = 100, batch = None, connections = 1,
+                    rate = None))]
 #[allow(clippy::too_many_arguments)]
 fn run_load<'py>(
     py: Python<'py>,
@@ -1081,6 +1083,8 @@ fn run_load<'py>(
     count: u64,
     payload_size: usize,
     batch: Option<u32>,
+    connections: usize,
+    rate: Option<f64>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let work = match workload {
         "add" => loadgen::Workload::Adds {
@@ -1101,7 +1105,14 @@ fn run_load<'py>(
         }
     };
     let report = py
-        .detach(|| loadgen::run(&bookie, work, in_flight))
+        .detach(|| {
+            let opts = loadgen::LoadOptions {
+                in_flight,
+                connections,
+                rate_per_s: rate,
+            };
+            loadgen::run_with(&bookie, work, opts)
+        })
         .map_err(|e| client_err(&e))?;
     let d = PyDict::new(py);
     d.set_item("requests", report.requests)?;
@@ -1113,6 +1124,26 @@ fn run_load<'py>(
         d.set_item(name, report.percentile_us(q))?;
     }
     Ok(d)
+}
+
+/// Times `iterations` runs of one micro-benchmark kernel in Rust (GIL released); seconds.
+#[pyfunction]
+fn micro_kernel(
+    py: Python<'_>,
+    kernel: &str,
+    payload_size: usize,
+    iterations: u64,
+) -> PyResult<f64> {
+    let kernel = kernel.to_string();
+    py.detach(|| microbench::run(&kernel, payload_size, iterations))
+        .map(|d| d.as_secs_f64())
+        .map_err(PyValueError::new_err)
+}
+
+/// The micro-benchmark kernels: name -> what one iteration does.
+#[pyfunction]
+fn micro_kernels() -> Vec<(&'static str, &'static str)> {
+    microbench::KERNELS.to_vec()
 }
 
 /// BookKeeper's ledger master key: SHA-1("ledger" + password).
@@ -1139,6 +1170,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(scan_journal, m)?)?;
     m.add_function(wrap_pyfunction!(master_key, m)?)?;
     m.add_function(wrap_pyfunction!(run_load, m)?)?;
+    m.add_function(wrap_pyfunction!(micro_kernel, m)?)?;
+    m.add_function(wrap_pyfunction!(micro_kernels, m)?)?;
     m.add("FLAG_NONE", protocol::FLAG_NONE)?;
     m.add("FLAG_DO_FENCING", protocol::FLAG_DO_FENCING)?;
     m.add("FLAG_RECOVERY_ADD", protocol::FLAG_RECOVERY_ADD)?;

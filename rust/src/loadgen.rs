@@ -1,5 +1,6 @@
 //! A load generator for benchmarks: drives one bookie over V2 with a fixed window of requests
-//! in flight and records latencies. It only measures; it never checks data beyond result codes.
+//! in flight (optionally paced to a fixed rate) and records latencies. It only measures; it
+//! never checks data beyond result codes.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -52,39 +53,163 @@ pub enum Workload {
     },
 }
 
-/// Runs `workload` against `bookie` with `in_flight` requests outstanding. Blocking.
+/// How to send it.
+#[derive(Debug, Clone, Copy)]
+pub struct LoadOptions {
+    /// Requests outstanding at most (at least 1).
+    pub in_flight: usize,
+    /// TCP connections to the bookie (at least 1). Adds of one ledger always share one
+    /// connection (so they arrive in entry order); reads go round robin.
+    pub connections: usize,
+    /// Requests per second to send at (open loop), or `None` to send as fast as the window
+    /// allows (closed loop). When paced, a request's latency counts from the time it was due,
+    /// so a bookie that falls behind is charged for the wait (no coordinated omission).
+    pub rate_per_s: Option<f64>,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        LoadOptions {
+            in_flight: 64,
+            connections: 1,
+            rate_per_s: None,
+        }
+    }
+}
+
+/// One request in flight: when it counts from, and its reply.
+type Pending = (Instant, oneshot::Receiver<ReplyResult>);
+
+/// Runs `workload` against `bookie` with `in_flight` requests outstanding over one connection,
+/// as fast as the bookie answers. Blocking.
 pub fn run(bookie: &str, workload: Workload, in_flight: usize) -> Result<LoadReport, ClientError> {
+    run_with(
+        bookie,
+        workload,
+        LoadOptions {
+            in_flight,
+            ..LoadOptions::default()
+        },
+    )
+}
+
+/// Accounts one settled request.
+fn settle(
+    report: &mut LoadReport,
+    latencies: &mut Vec<u32>,
+    since: Instant,
+    r: Option<ReplyResult>,
+) {
+    latencies.push(since.elapsed().as_micros().min(u32::MAX as u128) as u32);
+    match r {
+        Some(Ok(Reply::Added)) => report.entries += 1,
+        Some(Ok(Reply::Entry(b))) => {
+            report.entries += 1;
+            report.bytes += b.len() as u64;
+        }
+        Some(Ok(Reply::Entries(v))) => {
+            report.entries += v.len() as u64;
+            report.bytes += v.iter().map(|b| b.len() as u64).sum::<u64>();
+        }
+        _ => report.errors += 1,
+    }
+}
+
+/// Waits until request number `i` may be sent: a free slot in the window and, when paced, its
+/// due time. Replies are settled in the order sent (the window is FIFO), each as soon as it and
+/// all earlier ones are in. Returns the instant the request's latency counts from.
+async fn wait_turn(
+    window: &mut VecDeque<Pending>,
+    report: &mut LoadReport,
+    latencies: &mut Vec<u32>,
+    opts: &LoadOptions,
+    started: Instant,
+    i: u64,
+) -> Instant {
+    let due = opts
+        .rate_per_s
+        .map(|rate| started + Duration::from_secs_f64(i as f64 / rate));
+    loop {
+        // Settle whatever has already arrived at the front.
+        while let Some((since, rx)) = window.front_mut() {
+            match rx.try_recv() {
+                Ok(r) => {
+                    let since = *since;
+                    window.pop_front();
+                    settle(report, latencies, since, Some(r));
+                }
+                Err(oneshot::error::TryRecvError::Closed) => {
+                    let since = *since;
+                    window.pop_front();
+                    settle(report, latencies, since, None);
+                }
+                Err(oneshot::error::TryRecvError::Empty) => break,
+            }
+        }
+        let full = window.len() >= opts.in_flight;
+        let wait_until = match due {
+            Some(t) if Instant::now() < t => Some(t),
+            _ => None,
+        };
+        if !full && wait_until.is_none() {
+            return due.unwrap_or_else(Instant::now);
+        }
+        let front = window.front_mut().map(|(_, rx)| rx);
+        match (front, wait_until) {
+            (Some(rx), Some(t)) => {
+                let got = tokio::select! {
+                    r = rx => Some(r.ok()),
+                    _ = tokio::time::sleep_until(t.into()) => None,
+                };
+                if let Some(r) = got {
+                    if let Some((since, _)) = window.pop_front() {
+                        settle(report, latencies, since, r);
+                    }
+                }
+            }
+            (Some(rx), None) => {
+                let r = rx.await;
+                if let Some((since, _)) = window.pop_front() {
+                    settle(report, latencies, since, r.ok());
+                }
+            }
+            (None, Some(t)) => tokio::time::sleep_until(t.into()).await,
+            (None, None) => return due.unwrap_or_else(Instant::now),
+        }
+    }
+}
+
+/// Runs `workload` against `bookie` as `opts` says. Blocking.
+pub fn run_with(
+    bookie: &str,
+    workload: Workload,
+    opts: LoadOptions,
+) -> Result<LoadReport, ClientError> {
     let rt = runtime().map_err(|e| ClientError::Unavailable {
         bookie: bookie.to_string(),
         why: e.to_string(),
     })?;
-    let client = BookieClient::new(ClientConfig {
-        add_timeout: Duration::from_secs(30),
-        read_timeout: Duration::from_secs(30),
-        ..ClientConfig::default()
-    });
+    let opts = LoadOptions {
+        in_flight: opts.in_flight.max(1),
+        connections: opts.connections.max(1),
+        rate_per_s: opts.rate_per_s.filter(|r| r.is_finite() && *r > 0.0),
+    };
+    // One BookieClient holds one connection per bookie: one client per connection.
+    let clients: Vec<BookieClient> = (0..opts.connections)
+        .map(|_| {
+            BookieClient::new(ClientConfig {
+                add_timeout: Duration::from_secs(30),
+                read_timeout: Duration::from_secs(30),
+                ..ClientConfig::default()
+            })
+        })
+        .collect();
     let key = Bytes::copy_from_slice(&master_key(b""));
-    let in_flight = in_flight.max(1);
     let mut report = LoadReport::default();
-    let mut window: VecDeque<(Instant, oneshot::Receiver<ReplyResult>)> = VecDeque::new();
+    let mut window: VecDeque<Pending> = VecDeque::new();
     let mut latencies = Vec::new();
     let started = Instant::now();
     rt.block_on(async {
-        let mut settle = |sent: Instant, r: Option<ReplyResult>, report: &mut LoadReport| {
-            latencies.push(sent.elapsed().as_micros().min(u32::MAX as u128) as u32);
-            match r {
-                Some(Ok(Reply::Added)) => report.entries += 1,
-                Some(Ok(Reply::Entry(b))) => {
-                    report.entries += 1;
-                    report.bytes += b.len() as u64;
-                }
-                Some(Ok(Reply::Entries(v))) => {
-                    report.entries += v.len() as u64;
-                    report.bytes += v.iter().map(|b| b.len() as u64).sum::<u64>();
-                }
-                _ => report.errors += 1,
-            }
-        };
         match workload {
             Workload::Adds {
                 first_ledger,
@@ -98,12 +223,9 @@ pub fn run(bookie: &str, workload: Workload, in_flight: usize) -> Result<LoadRep
                     .map(|l| DigestManager::new(first_ledger + l as i64, b"", DigestType::Crc32c))
                     .collect();
                 for i in 0..count {
-                    if window.len() >= in_flight {
-                        if let Some((t, rx)) = window.pop_front() {
-                            let r = rx.await.ok();
-                            settle(t, r, &mut report);
-                        }
-                    }
+                    let since =
+                        wait_turn(&mut window, &mut report, &mut latencies, &opts, started, i)
+                            .await;
                     let l = i % ledgers;
                     let entry = (i / ledgers) as i64;
                     let body = managers[l as usize].package(
@@ -113,9 +235,10 @@ pub fn run(bookie: &str, workload: Workload, in_flight: usize) -> Result<LoadRep
                         &data,
                     );
                     report.bytes += payload as u64;
+                    let client = &clients[l as usize % clients.len()];
                     let rx =
                         client.add(bookie, first_ledger + l as i64, entry, key.clone(), body, 0);
-                    window.push_back((Instant::now(), rx));
+                    window.push_back((since, rx));
                     report.requests += 1;
                 }
             }
@@ -126,13 +249,12 @@ pub fn run(bookie: &str, workload: Workload, in_flight: usize) -> Result<LoadRep
             } => {
                 let step = batch.map_or(1, |b| b.max(1) as u64);
                 let mut next = 0u64;
+                let mut i = 0u64;
                 while next < count {
-                    if window.len() >= in_flight {
-                        if let Some((t, rx)) = window.pop_front() {
-                            let r = rx.await.ok();
-                            settle(t, r, &mut report);
-                        }
-                    }
+                    let since =
+                        wait_turn(&mut window, &mut report, &mut latencies, &opts, started, i)
+                            .await;
+                    let client = &clients[i as usize % clients.len()];
                     let rx = match batch {
                         None => client.read(bookie, ledger, next as i64, 0, None),
                         Some(b) => client.batch_read(
@@ -145,15 +267,16 @@ pub fn run(bookie: &str, workload: Workload, in_flight: usize) -> Result<LoadRep
                             None,
                         ),
                     };
-                    window.push_back((Instant::now(), rx));
+                    window.push_back((since, rx));
                     report.requests += 1;
                     next += step;
+                    i += 1;
                 }
             }
         }
-        while let Some((t, rx)) = window.pop_front() {
+        while let Some((since, rx)) = window.pop_front() {
             let r = rx.await.ok();
-            settle(t, r, &mut report);
+            settle(&mut report, &mut latencies, since, r);
         }
     });
     report.elapsed = started.elapsed();
@@ -163,6 +286,8 @@ pub fn run(bookie: &str, workload: Workload, in_flight: usize) -> Result<LoadRep
     }
     latencies.sort_unstable();
     report.latencies_us = latencies;
-    client.close();
+    for client in &clients {
+        client.close();
+    }
     Ok(report)
 }

@@ -678,3 +678,33 @@ fn run_read<T: Send + 'static>(
         }
     }
 }
+
+/// A bookie on a loopback port over fresh directories, for tests of the layers above.
+#[cfg(test)]
+pub(crate) fn test_bookie(dir: &std::path::Path) -> (Arc<LedgerStorage>, BookieServer) {
+    use crate::config::{ConfValue, StorageConfig};
+    let cfg = StorageConfig::from_pairs([
+        (
+            "journalDirectories",
+            ConfValue::Str(dir.join("j").display().to_string()),
+        ),
+        (
+            "ledgerDirectories",
+            ConfValue::Str(dir.join("l").display().to_string()),
+        ),
+        ("journalPreAllocSizeMB", ConfValue::Int(1)),
+        ("flushInterval", ConfValue::Int(0)),
+    ])
+    .expect("test configuration");
+    let storage = Arc::new(LedgerStorage::open(cfg).expect("test storage"));
+    let server = BookieServer::start(
+        storage.clone(),
+        ServerConfig {
+            host: "127.0.0.1".into(),
+            port: 0,
+            ..ServerConfig::default()
+        },
+    )
+    .expect("test server");
+    (storage, server)
+}

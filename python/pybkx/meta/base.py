@@ -4,14 +4,37 @@ Types and abstract methods only; it must never hold a backend's logic or talk to
 from __future__ import annotations
 
 import abc
+import re
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
+from pybkx import errors
 from pybkx.meta.ledger_metadata import LedgerMetadata
 
 T = TypeVar("T")
+
+# What a bookie id and a lock/election name may be: a ZooKeeper znode name, as BookKeeper allows.
+_BOOKIE_ID = re.compile(r"[a-zA-Z0-9:._\-]+")
+_NAME = re.compile(r"[a-zA-Z0-9._\-]+")
+
+
+def check_bookie_id(bookie_id: str) -> None:
+    """Raises IncorrectParameterException for an id BookKeeper would not accept."""
+    if not _BOOKIE_ID.fullmatch(bookie_id) or bookie_id == "readonly":
+        raise errors.IncorrectParameterException(
+            f"invalid bookie id {bookie_id!r}: use [a-zA-Z0-9:._-], not 'readonly'"
+        )
+
+
+def check_name(name: str, what: str) -> None:
+    """Raises IncorrectParameterException for a lock or election name that is not a plain
+    path component."""
+    if not _NAME.fullmatch(name):
+        raise errors.IncorrectParameterException(
+            f"invalid {what} name {name!r}: use [a-zA-Z0-9._-]"
+        )
 
 
 @dataclass(frozen=True)

@@ -64,6 +64,8 @@ from pybkx.meta.base import (
     LedgerWatcher,
     MetadataStore,
     Versioned,
+    check_bookie_id,
+    check_name,
 )
 from pybkx.meta.ledger_metadata import LedgerMetadata
 
@@ -90,8 +92,6 @@ FIRST_LEDGER_ID: Final = 0
 MAX_LEDGER_ID: Final = 2**63 - 1
 """Ids are signed 64-bit: ``0..MAX_LEDGER_ID``; the counter hands out ids below it."""
 
-_BOOKIE_ID: Final = re.compile(r"[a-zA-Z0-9:._\-]+")  # what a znode name may be, as ZooKeeper's
-_NAME: Final = re.compile(r"[a-zA-Z0-9._\-]+")
 _SCHEMA_VERSION: Final = "1"
 _DB_NAME: Final = "metadata.db"
 _LOCK_DIR: Final = "locks"
@@ -352,18 +352,6 @@ def _check_ledger_id(ledger_id: int) -> None:
 
 
 # The same names as the ZooKeeper backend accepts, so a setup moves between backends unchanged.
-def _check_bookie_id(bookie_id: str) -> None:
-    if not _BOOKIE_ID.fullmatch(bookie_id) or bookie_id == "readonly":
-        raise errors.IncorrectParameterException(
-            f"invalid bookie id {bookie_id!r}: use [a-zA-Z0-9:._-], not 'readonly'"
-        )
-
-
-def _check_name(name: str, what: str) -> None:
-    if not _NAME.fullmatch(name):
-        raise errors.IncorrectParameterException(
-            f"invalid {what} name {name!r}: use [a-zA-Z0-9._-]"
-        )
 
 
 class EmbeddedMetadataStore(MetadataStore):
@@ -862,7 +850,7 @@ class EmbeddedMetadataStore(MetadataStore):
         transaction replaces the other registration). Gone on ``close()`` or when this process
         dies. Raises MetaStoreException if another live session holds the registration,
         IncorrectParameterException for an id ZooKeeper would refuse."""
-        _check_bookie_id(bookie_id)
+        check_bookie_id(bookie_id)
         data = serde.serialize_bookie_service_info(info)
         session, owner = self._hold_session()
         with self._txn(f"register_bookie({bookie_id})", write=True) as c:
@@ -968,7 +956,7 @@ class EmbeddedMetadataStore(MetadataStore):
         MetadataVersionException if creating an existing cookie or the version differs,
         CookieNotFoundException if updating a missing one, IncorrectParameterException for an id
         ZooKeeper would refuse."""
-        _check_bookie_id(bookie_id)
+        check_bookie_id(bookie_id)
         data = serde.serialize_cookie(cookie)
         with self._txn(f"write_cookie({bookie_id})", write=True) as c:
             row = c.execute(
@@ -1027,7 +1015,7 @@ class EmbeddedMetadataStore(MetadataStore):
         return self._closing
 
     def _lock_path(self, kind: str, name: str) -> Path:
-        _check_name(name, kind)
+        check_name(name, kind)
         if len(name) > 200:  # stay well inside NAME_MAX
             name = hashlib.sha256(name.encode()).hexdigest()
         return self._lock_dir / f"{kind}-{name}"

@@ -36,6 +36,8 @@ from pybkx.meta.base import (
     LedgerWatcher,
     MetadataStore,
     Versioned,
+    check_bookie_id,
+    check_name,
 )
 from pybkx.meta.ledger_metadata import LedgerMetadata
 
@@ -67,8 +69,6 @@ _KEPT_HOB_DIRS: Final = 3
 _LEDGER_PARENT = re.compile(r"[0-9]{2,3}")
 _LEVEL = re.compile(r"[0-9]{4}")
 _LEAF = re.compile(r"L[0-9]{4}")
-_BOOKIE_ID = re.compile(r"[a-zA-Z0-9:._\-]+")
-_NAME = re.compile(r"[a-zA-Z0-9._\-]+")
 _SCHEMES: Final = {
     "zk": serde.HIERARCHICAL_FACTORY,
     "zk+hierarchical": serde.HIERARCHICAL_FACTORY,
@@ -123,20 +123,6 @@ def _parse_uri(uri: str) -> tuple[str, str, str]:
     if not hosts or root == "/":
         raise ValueError(f"metadataServiceUri {uri!r} needs servers and a ledgers root path")
     return scheme, hosts.replace(";", ","), root
-
-
-def _check_bookie_id(bookie_id: str) -> None:
-    if not _BOOKIE_ID.fullmatch(bookie_id) or bookie_id == READONLY:
-        raise errors.IncorrectParameterException(
-            f"invalid bookie id {bookie_id!r}: use [a-zA-Z0-9:._-], not 'readonly'"
-        )
-
-
-def _check_name(name: str, what: str) -> None:
-    if not _NAME.fullmatch(name):
-        raise errors.IncorrectParameterException(
-            f"invalid {what} name {name!r}: use [a-zA-Z0-9._-]"
-        )
 
 
 def _zk_error(exc: BaseException, what: str) -> errors.ZKException:
@@ -580,7 +566,7 @@ class ZooKeeperMetadataStore(MetadataStore):
         bookie restarted quickly) is given the session timeout to expire. Raises
         IncorrectParameterException for an invalid id, MetaStoreException if another live
         session holds the registration, ZKException."""
-        _check_bookie_id(bookie_id)
+        check_bookie_id(bookie_id)
         data = serde.serialize_bookie_service_info(info)
         self._ensure(self._path(AVAILABLE, READONLY))
         path = self._registration_path(bookie_id, read_only)
@@ -689,7 +675,7 @@ class ZooKeeperMetadataStore(MetadataStore):
     ) -> Versioned[Cookie]:
         """Raises MetadataVersionException (exists on create / stale version),
         CookieNotFoundException (update of a missing cookie), ZKException."""
-        _check_bookie_id(bookie_id)
+        check_bookie_id(bookie_id)
         path = self._path(COOKIES, bookie_id)
         data = serde.serialize_cookie(cookie)
         if expected_version is None:
@@ -732,14 +718,14 @@ class ZooKeeperMetadataStore(MetadataStore):
     ) -> AbstractContextManager[None]:
         """kazoo's Lock recipe under ``<root>/locks/<name>``: held while the session lives.
         Raises TimeoutException, ZKException (when entered)."""
-        _check_name(name, "lock")
+        check_name(name, "lock")
         if self._closed:
             raise errors.ClientClosedException(f"metadata store {self.uri} is closed")
         return _held(self._zk.Lock(self._path(LOCKS, name), identifier), name, timeout)
 
     def election(self, name: str, identifier: str) -> Election:
         """kazoo's Election recipe under ``<root>/elections/<name>``."""
-        _check_name(name, "election")
+        check_name(name, "election")
         if self._closed:
             raise errors.ClientClosedException(f"metadata store {self.uri} is closed")
         return _ZooKeeperElection(self._zk.Election(self._path(ELECTIONS, name), identifier))
