@@ -708,6 +708,9 @@ class LedgerHandle(ReadHandle):
             fatal = exc
         if isinstance(fatal, errors.LedgerFencedException):
             raise fatal
+        if fatal is not None:
+            # As BookKeeper: the ledger still closes, at the last confirmed entry.
+            logger.warning("ledger %d: closing after the writer failed: %s", self.ledger_id, fatal)
         self._close_metadata(
             self._writer.last_add_confirmed, self._writer.length, {}, expect=LedgerState.OPEN
         )
