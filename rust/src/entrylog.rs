@@ -58,6 +58,9 @@ struct ActiveLog {
     id: u32,
     path: PathBuf,
     file: File,
+    /// A second descriptor of the same file, so a checkpoint can fdatasync it without holding
+    /// the lock that appends need (a sync under the lock would stall acknowledgements).
+    sync_handle: Arc<File>,
     /// Logical end: bytes written plus bytes still in `buf`.
     end: u64,
     buf: Vec<u8>,
@@ -152,10 +155,15 @@ impl EntryLogger {
         sync_dir(&dir)?;
         let reader = File::open(&path).ctx(|| format!("opening {}", path.display()))?;
         self.files.write().insert(id, Arc::new(reader));
+        let sync_handle = Arc::new(
+            file.try_clone()
+                .ctx(|| format!("duplicating {}", path.display()))?,
+        );
         Ok(ActiveLog {
             id,
             path,
             file,
+            sync_handle,
             end: FILE_HEADER_LEN as u64,
             buf: Vec::with_capacity(self.write_buffer + (64 << 10)),
             ledgers: HashMap::new(),
@@ -212,15 +220,19 @@ impl EntryLogger {
         Ok(())
     }
 
-    /// Makes everything appended so far durable (sealed logs were synced when sealed).
+    /// Makes everything published so far durable: every indexed location was written to its
+    /// file before it was published, and sealed logs were synced when sealed, so syncing the
+    /// active log (outside the append lock) covers them all.
     pub fn sync(&self) -> Result<()> {
-        let guard = self.active.lock();
-        if let Some(log) = guard.as_ref() {
-            // The file is synced outside the append path's buffer; `flush` ran before any
-            // location was published, so all indexed data is already in the file.
-            log.file
+        let active = self
+            .active
+            .lock()
+            .as_ref()
+            .map(|log| (log.sync_handle.clone(), log.path.clone()));
+        if let Some((handle, path)) = active {
+            handle
                 .sync_data()
-                .ctx(|| format!("fdatasync {}", log.path.display()))?;
+                .ctx(|| format!("fdatasync {}", path.display()))?;
         }
         Ok(())
     }
