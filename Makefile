@@ -10,6 +10,7 @@ VENV := .venv
 VENV_ABS := $(CURDIR)/$(VENV)
 VPY := $(VENV)/bin/python
 DEPS_STAMP := $(VENV)/.deps-stamp
+BENCH_STAMP := $(VENV)/.bench-deps-stamp
 PY_SOURCES := python tests bench
 MATURIN_TARGET_DIR := $(CURDIR)/target/maturin
 
@@ -23,12 +24,15 @@ export PYO3_PYTHON := $(VENV_ABS)/bin/python
 PY_LIBDIR := $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_config_var("LIBDIR") or "")')
 CARGO_TEST_ENV := LD_LIBRARY_PATH="$(PY_LIBDIR)$${LD_LIBRARY_PATH:+:$$LD_LIBRARY_PATH}"
 
-.PHONY: help venv deps build lint test demo bench clean distclean
+.PHONY: help venv deps build lint test demo bench bench-suite bench-compare clean distclean
 
 help:
 	@echo "make demo   build everything, then run the cluster demo (pybkx demo)"
 	@echo "make test   build everything, lint, run Rust and Python tests"
 	@echo "make bench  storage throughput, restart time, bookie reads/adds vs Apache BookKeeper"
+	@echo "make bench-suite    pytest-benchmark suite: micro (codec, CRC32C, journal, index), system"
+	@echo "make bench-compare  pybkx vs the Java bookie side by side -> bench/results/"
+	@echo "                    (BENCH_ARGS=--quick for a short run; see python -m bench.compare -h)"
 	@echo "make venv | deps | build | lint | clean | distclean"
 
 venv: $(DEPS_STAMP)
@@ -43,6 +47,14 @@ $(DEPS_STAMP): pyproject.toml | $(VPY)
 	    print("\n".join(d["build-system"]["requires"] + d["project"]["dependencies"] \
 	    + d["project"]["optional-dependencies"]["dev"]))' > $(VENV)/requirements-dev.txt
 	$(VPY) -m pip install --quiet --disable-pip-version-check -r $(VENV)/requirements-dev.txt
+	touch $@
+
+# Bench-only tools (the `bench` extra: rich, matplotlib, py-spy); `make test` never installs them.
+$(BENCH_STAMP): pyproject.toml | $(DEPS_STAMP)
+	$(VPY) -c 'import tomllib; d = tomllib.load(open("pyproject.toml", "rb")); \
+	    print("\n".join(d["project"]["optional-dependencies"]["bench"]))' \
+	    > $(VENV)/requirements-bench.txt
+	$(VPY) -m pip install --quiet --disable-pip-version-check -r $(VENV)/requirements-bench.txt
 	touch $@
 
 deps:
@@ -89,6 +101,13 @@ bench: venv deps build
 	$(VPY) bench/storage_throughput.py
 	$(VPY) bench/restart_time.py
 	$(VPY) bench/bookie_reads.py
+
+bench-suite: venv build
+	$(VENV)/bin/pytest bench --benchmark-only
+
+BENCH_ARGS ?=
+bench-compare: venv deps build $(BENCH_STAMP)
+	$(VPY) -m bench.compare $(BENCH_ARGS)
 
 clean:
 	cargo clean
