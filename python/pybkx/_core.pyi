@@ -304,12 +304,15 @@ class LedgerWriter:
         next_entry_id: int = 0,
         length: int = 0,
         recovery: bool = False,
+        throttle: int = 5000,
     ) -> None:
         """``ensemble``: bookie addresses. ``recovery``: send recovery adds (fenced ledgers).
+        ``throttle``: most appends outstanding (BookKeeper's ``throttle``).
         Raises IncorrectParameterException, ValueError (digest type)."""
 
     def append(self, payload: bytes, entry_id: int | None = None) -> AppendFuture:
-        """``entry_id``, if given, must be the next id (recovery rewrites known ids)."""
+        """Blocks (GIL released) while ``throttle`` appends are outstanding. ``entry_id``, if
+        given, must be the next id (recovery rewrites known ids)."""
 
     def append_many(self, payloads: list[bytes]) -> int:
         """Append pipelined; block until all are confirmed; return the last id."""

@@ -76,7 +76,9 @@ class BookKeeper:
     or ``embedded:///dir``; None opens the embedded default store. ``conf`` takes BookKeeper's
     client keys: ``addEntryTimeoutSec``, ``readEntryTimeoutSec`` (default ``readTimeout`` = 5),
     ``clientConnectTimeoutMillis``, ``nettyMaxFrameSizeBytes``, ``batchReadEnabled`` (True),
-    ``zkTimeout``. Raises MetaStoreException if the store cannot be reached.
+    ``throttle`` (5000 pending appends per ledger), ``zkTimeout``,
+    ``bookieReplacementTimeoutMs`` (10000). Raises MetaStoreException if the store cannot be
+    reached.
     """
 
     def __init__(self, metadata_service_uri: str | None = None, **conf: Any) -> None:
@@ -594,6 +596,7 @@ class LedgerHandle(ReadHandle):
             next_entry_id=next_entry_id,
             length=length,
             recovery=recovery,
+            throttle=int(handle.bk.conf.get("throttle", 5000)),
         )
 
     @property

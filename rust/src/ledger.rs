@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::client::{BookieClient, ClientError, Reply};
@@ -87,6 +87,8 @@ pub struct LedgerWriter {
     digest: DigestManager,
     client: Arc<BookieClient>,
     state: Mutex<WriterState>,
+    /// Signalled when pending adds complete (or the writer fails), for `wait_for_room`.
+    room: Condvar,
     events_tx: mpsc::UnboundedSender<BookieFailure>,
     events_rx: tokio::sync::Mutex<mpsc::UnboundedReceiver<BookieFailure>>,
     flags: u16,
@@ -136,6 +138,7 @@ impl LedgerWriter {
                 closed: false,
                 drained: Vec::new(),
             }),
+            room: Condvar::new(),
             events_tx,
             events_rx: tokio::sync::Mutex::new(events_rx),
             flags,
@@ -270,6 +273,7 @@ impl LedgerWriter {
                 };
                 if let Some(f) = fatal {
                     fail_all(&mut st, f);
+                    self.room.notify_all();
                     return;
                 }
                 if st.failed.insert(index) {
@@ -306,6 +310,17 @@ impl LedgerWriter {
             for d in st.drained.drain(..) {
                 let _ = d.send(());
             }
+        }
+        self.room.notify_all();
+    }
+
+    /// Blocks while `max_pending` appends are outstanding (BookKeeper's `throttle`), so one
+    /// client cannot push a bookie past its own in-flight limit (which would answer
+    /// ETOOMANYREQUESTS and cost an ensemble change). Returns at once if the writer failed.
+    pub fn wait_for_room(&self, max_pending: usize) {
+        let mut st = self.state.lock();
+        while st.pending.len() >= max_pending.max(1) && st.fatal.is_none() {
+            self.room.wait_for(&mut st, Duration::from_millis(100));
         }
     }
 
@@ -378,6 +393,7 @@ impl LedgerWriter {
     /// Fails every pending and future add (the control plane could not change the ensemble).
     pub fn fail(&self, error: LedgerError) {
         fail_all(&mut self.state.lock(), error);
+        self.room.notify_all();
     }
 
     /// Resolves once nothing is pending (or the writer failed).

@@ -806,6 +806,7 @@ impl PyAppendFuture {
 #[pyclass(name = "LedgerWriter", module = "pybkx._core", frozen)]
 struct PyLedgerWriter {
     inner: Arc<ledger::LedgerWriter>,
+    throttle: usize,
 }
 
 #[pymethods]
@@ -813,7 +814,7 @@ impl PyLedgerWriter {
     #[new]
     #[pyo3(signature = (
         client, ledger_id, write_quorum_size, ack_quorum_size, password, digest_type, ensemble,
-        *, next_entry_id = 0, length = 0, recovery = false
+        *, next_entry_id = 0, length = 0, recovery = false, throttle = 5000
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -827,6 +828,7 @@ impl PyLedgerWriter {
         next_entry_id: i64,
         length: i64,
         recovery: bool,
+        throttle: usize,
     ) -> PyResult<Self> {
         let e = ensemble.len();
         if !(e >= write_quorum_size && write_quorum_size >= ack_quorum_size && ack_quorum_size >= 1)
@@ -858,21 +860,40 @@ impl PyLedgerWriter {
                 length,
                 flags,
             ),
+            throttle: throttle.max(1),
         })
     }
 
     #[pyo3(signature = (payload, entry_id = None))]
-    fn append(&self, payload: &[u8], entry_id: Option<i64>) -> PyAppendFuture {
+    fn append(&self, py: Python<'_>, payload: &[u8], entry_id: Option<i64>) -> PyAppendFuture {
+        let inner = self.inner.clone();
+        let throttle = self.throttle;
+        py.detach(move || inner.wait_for_room(throttle));
         PyAppendFuture::new(self.inner.append_with_id(entry_id, payload))
     }
 
     fn append_many(&self, py: Python<'_>, payloads: Vec<PyBackedBytes>) -> PyResult<i64> {
         let inner = self.inner.clone();
+        let throttle = self.throttle;
         let result = py.detach(move || -> PyResult<Result<i64, LedgerError>> {
-            let receivers: Vec<_> = payloads.iter().map(|p| inner.append(p)).collect();
             let rt = runtime::runtime()?;
+            let mut receivers: std::collections::VecDeque<
+                oneshot::Receiver<Result<i64, LedgerError>>,
+            > = std::collections::VecDeque::new();
+            let mut last = inner.positions().0;
+            for p in &payloads {
+                // Keep at most `throttle` appends outstanding, as BookKeeper's client does.
+                if receivers.len() >= throttle {
+                    if let Some(rx) = receivers.pop_front() {
+                        match rt.block_on(rx).unwrap_or(Err(LedgerError::Closed)) {
+                            Ok(id) => last = id,
+                            Err(e) => return Ok(Err(e)),
+                        }
+                    }
+                }
+                receivers.push_back(inner.append(p));
+            }
             Ok(rt.block_on(async move {
-                let mut last = inner.positions().0;
                 for rx in receivers {
                     last = rx.await.unwrap_or(Err(LedgerError::Closed))?;
                 }
