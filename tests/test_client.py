@@ -248,3 +248,32 @@ def test_readers_learn_the_lac_from_the_bookies_while_the_writer_goes_on(
         lh.append(payload(lh.ledger_id, 101))
         assert rh.read_last_add_confirmed() == 100
         lh.close()
+
+
+def test_appends_block_beyond_the_throttle_until_bookies_answer(cluster: Sandbox) -> None:
+    import os
+    import signal
+
+    with BookKeeper(cluster.metadata_uri, zkTimeout=2000, throttle=5) as bk:
+        lh = bk.create_ledger(3, 3, 3)
+        paused = [cluster.pid(index_of(cluster, b)) for b in lh.metadata.last_ensemble]
+        for pid in paused:
+            assert pid is not None
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            futures = [lh.append_async(payload(lh.ledger_id, e)) for e in range(5)]
+            sixth: list[object] = []
+            blocked = threading.Thread(
+                target=lambda: sixth.append(lh.append_async(payload(lh.ledger_id, 5)))
+            )
+            blocked.start()
+            blocked.join(0.5)
+            assert blocked.is_alive() and not sixth, "the sixth append should wait for room"
+        finally:
+            for pid in paused:
+                if pid is not None:
+                    os.kill(pid, signal.SIGCONT)
+        blocked.join(10)
+        assert [f.result(10) for f in futures] == list(range(5))
+        assert sixth and sixth[0].result(10) == 5  # type: ignore[attr-defined]
+        lh.close()
