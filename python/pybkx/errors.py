@@ -19,6 +19,7 @@ __all__ = [
     "BOOKIE_CODE_TO_EXCEPTION",
     "AddEntryQuorumTimeoutException",
     "BKException",
+    "BKNotEnoughBookiesException",
     "BookieException",
     "BookieHandleNotAvailableException",
     "BookieIOException",
@@ -161,6 +162,11 @@ class NotEnoughBookiesException(BKException):
     """Too few writable bookies are available to form or repair an ensemble."""
 
     code = Code.NotEnoughBookiesException
+
+
+BKNotEnoughBookiesException = NotEnoughBookiesException
+"""BookKeeper's legacy Java name for NotEnoughBookiesException (the same class, so catching
+either name catches both)."""
 
 
 class NoSuchLedgerExistsException(BKException):
