@@ -101,6 +101,7 @@ bench: venv deps build
 	$(VPY) bench/storage_throughput.py
 	$(VPY) bench/restart_time.py
 	$(VPY) bench/bookie_reads.py
+	$(VPY) bench/placement_bench.py
 
 bench-suite: venv build
 	$(VENV)/bin/pytest bench --benchmark-only

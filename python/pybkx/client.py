@@ -37,6 +37,7 @@ from pybkx.meta import (
     Versioned,
     open_metadata_store,
 )
+from pybkx.placement import EnsemblePlacementPolicy, PlacementPolicyAdherence, create_policy
 
 __all__ = ["BookKeeper", "LedgerEntry", "LedgerHandle", "ReadHandle"]
 
@@ -88,6 +89,11 @@ class BookKeeper:
         self.batch_read_enabled = bool(conf.get("batchReadEnabled", True))
         store_conf = {k: v for k, v in conf.items() if k in ("zkTimeout",)}
         self.store: MetadataStore = open_metadata_store(metadata_service_uri, **store_conf)
+        # The placement policy (BookKeeper's `ensemblePlacementPolicy`, rack-aware by default)
+        # follows the registered bookies from here on.
+        self.placement: EnsemblePlacementPolicy = create_policy(conf)
+        self._registered: frozenset[str] = frozenset()
+        self._unwatch = self.store.watch_bookies(self._on_bookies_changed)
         self.bookies = BookieClient(
             add_entry_timeout_sec=float(conf.get("addEntryTimeoutSec", read_timeout)),
             read_entry_timeout_sec=float(conf.get("readEntryTimeoutSec", read_timeout)),
@@ -116,44 +122,49 @@ class BookKeeper:
             self._addresses[bookie_id] = address
         return address
 
-    def _choose_bookies(self, count: int, exclude: Iterable[str]) -> list[str]:
-        """``count`` random writable bookies not in ``exclude`` (the default placement).
-        Raises NotEnoughBookiesException."""
-        excluded = set(exclude)
-        candidates = sorted(self.store.writable_bookies() - excluded)
-        if len(candidates) < count:
-            raise errors.NotEnoughBookiesException(
-                f"need {count} writable bookies, have {len(candidates)} "
-                f"(excluding {sorted(excluded)})"
-            )
-        return random.sample(candidates, count)
+    def _on_bookies_changed(self, writable: frozenset[str], readonly: frozenset[str]) -> None:
+        self._registered = writable | readonly
+        self.placement.on_cluster_changed(writable, readonly)
 
-    def _replacements(self, ensemble: Sequence[str], failed: Sequence[int]) -> list[str]:
-        """A bookie for each failed ensemble index: writable bookies outside the ensemble
-        first; a failed bookie may take its own slot back once it is registered again (it
-        restarted with its data). Waits up to ``bookieReplacementTimeoutMs`` (10 s) for enough
-        candidates. Raises NotEnoughBookiesException."""
-        keep = {b for i, b in enumerate(ensemble) if i not in failed}
-        deadline = (
-            time.monotonic() + float(self.conf.get("bookieReplacementTimeoutMs", 10_000)) / 1000
-        )
+    def unregistered(self, bookies: Iterable[str]) -> list[str]:
+        """The bookie ids of ``bookies`` that are not registered (writable or read-only)."""
+        return [b for b in bookies if b not in self._registered]
+
+    def _replacements(self, md: LedgerMetadata, failed: Sequence[int]) -> list[str]:
+        """A bookie for each failed index of the last ensemble, from the placement policy; a
+        failed bookie may take its own slot back once it is registered again (it restarted
+        with its data; BookKeeper would fail the writes instead when no spare exists). Waits up
+        to ``bookieReplacementTimeoutMs`` (10 s) for candidates. Raises
+        NotEnoughBookiesException."""
+        wait_s = float(self.conf.get("bookieReplacementTimeoutMs", 10_000)) / 1000
+        deadline = time.monotonic() + wait_s
         while True:
-            writable = self.store.writable_bookies() - keep
-            fresh = sorted(writable - set(ensemble))
-            random.shuffle(fresh)
+            ensemble = list(md.last_ensemble)
             chosen: list[str] = []
-            for index in failed:
-                if fresh:
-                    chosen.append(fresh.pop())
-                elif ensemble[index] in writable and ensemble[index] not in chosen:
-                    chosen.append(ensemble[index])
-            if len(chosen) == len(failed):
+            try:
+                for index in failed:
+                    result = self.placement.replace_bookie(
+                        md.ensemble_size,
+                        md.write_quorum_size,
+                        md.ack_quorum_size,
+                        md.custom_metadata,
+                        ensemble,
+                        ensemble[index],
+                        chosen,
+                    )
+                    chosen.append(result.result)
+                    ensemble[index] = result.result
                 return chosen
-            if time.monotonic() >= deadline:
-                raise errors.NotEnoughBookiesException(
-                    f"no writable bookie to replace {[ensemble[i] for i in failed]} "
-                    f"(writable: {sorted(self.store.writable_bookies())})"
-                )
+            except errors.NotEnoughBookiesException as exc:
+                writable = self.store.writable_bookies()
+                # The policy never picks the bookie being replaced; a restarted one may return.
+                back = [md.last_ensemble[i] for i in failed[len(chosen) :]]
+                if all(b in writable for b in back):
+                    return chosen + back
+                if time.monotonic() >= deadline:
+                    raise errors.NotEnoughBookiesException(
+                        f"no bookie to replace {[md.last_ensemble[i] for i in failed]}: {exc}"
+                    ) from exc
             time.sleep(0.2)
 
     # --- ledgers ----------------------------------------------------------------------------
@@ -179,7 +190,16 @@ class BookKeeper:
                 "need ensemble_size >= write_quorum_size >= ack_quorum_size >= 1, got "
                 f"{ensemble_size}/{write_quorum_size}/{ack_quorum_size}"
             )
-        ensemble = self._choose_bookies(ensemble_size, ())
+        placed = self.placement.new_ensemble(
+            ensemble_size, write_quorum_size, ack_quorum_size, dict(custom_metadata or {}), ()
+        )
+        ensemble = placed.result
+        if placed.adherence == PlacementPolicyAdherence.FAIL:
+            logger.warning(
+                "new ensemble %s does not adhere to the placement policy %s",
+                ensemble,
+                type(self.placement).__name__,
+            )
         metadata = LedgerMetadata(
             ensemble_size=ensemble_size,
             write_quorum_size=write_quorum_size,
@@ -231,6 +251,8 @@ class BookKeeper:
         if self._closed:
             return
         self._closed = True
+        self._unwatch()
+        self.placement.uninitialize()
         self.bookies.close()
         self.store.close()
 
@@ -296,7 +318,12 @@ class ReadHandle:
             last,
             batch=batch and self._batch_supported,
             max_batch_bytes=self.bk.max_frame_size,
+            # Replicas known to be gone are tried last.
+            avoid=[self.bk.address_of(b) for b in self.bk.unregistered(self._all_bookies())],
         )
+
+    def _all_bookies(self) -> set[str]:
+        return {b for bookies in self.metadata.ensembles.values() for b in bookies}
 
     def _read(self, first: int, last: int, batch: bool) -> list[LedgerEntry]:
         entries, batch_ok = self._read_raw(first, last, batch)
@@ -547,7 +574,10 @@ class RecoveryWriter:
                 self.ids[index],
                 error,
             )
-            self.ids[index] = self.handle.bk._replacements(self.ids, [index])[0]
+            md = self.handle.metadata.with_ensemble(
+                self.handle.metadata.last_segment_start, self.ids
+            )
+            self.ids[index] = self.handle.bk._replacements(md, [index])[0]
             first = self.writer.last_add_confirmed + 1
             self.ensembles[first] = tuple(self.ids)
             self.writer.change_ensemble(first, [self.handle.bk.address_of(b) for b in self.ids])
@@ -668,7 +698,7 @@ class LedgerHandle(ReadHandle):
             if md.is_closed:
                 raise errors.LedgerClosedException(f"ledger {self.ledger_id} is closed")
             ids = list(md.last_ensemble)
-            replacements = self.bk._replacements(ids, sorted(failed))
+            replacements = self.bk._replacements(md, sorted(failed))
             for index, new in zip(sorted(failed), replacements, strict=True):
                 logger.warning(
                     "ledger %d: replacing bookie %s (%s) with %s",
