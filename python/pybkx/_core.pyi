@@ -358,6 +358,7 @@ def read_entries(
     batch: bool = True,
     max_batch_bytes: int = 5 << 20,
     avoid: list[str] = ...,
+    orders: list[list[list[int]]] = ...,
     flags: int = 0,
     master_key: bytes | None = None,
     window: int = 64,
@@ -366,7 +367,9 @@ def read_entries(
 
     Batched (BATCH_READ_ENTRY) where one bookie holds every entry of a segment (E == Qw) and
     ``batch``; otherwise single reads with ``window`` in flight; each entry from the first
-    replica that returns a verified copy. Returns ``[(entry_id, lac, length, payload)]`` and
+    replica that returns a verified copy, trying replicas in ``orders[segment][entry % E]``
+    (ensemble indexes; the placement policy's read order) when given, ``avoid`` last.
+    Returns ``[(entry_id, lac, length, payload)]`` and
     whether batching still looks supported (False once every replica dropped the connection on a
     batch request, as a pre-BP-62 bookie does). Raises NoSuchEntryException (no replica has an
     entry), ReadException, DigestMatchException (every copy corrupt).

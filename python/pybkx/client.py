@@ -318,9 +318,24 @@ class ReadHandle:
             last,
             batch=batch and self._batch_supported,
             max_batch_bytes=self.bk.max_frame_size,
-            # Replicas known to be gone are tried last.
+            # Replicas known to be gone are tried last, in the placement policy's read order.
             avoid=[self.bk.address_of(b) for b in self.bk.unregistered(self._all_bookies())],
+            orders=self._read_orders(),
         )
+
+    def _read_orders(self) -> list[list[list[int]]]:
+        """Per segment, per write-set start: the replica order of the placement policy
+        (``reorderReadSequenceEnabled``, default on); empty for the write-set order."""
+        if not bool(self.bk.conf.get("reorderReadSequenceEnabled", True)):
+            return []
+        md = self.metadata
+        return [
+            [
+                self.bk.placement.reorder_read_sequence(bookies, None, md.write_set(start))
+                for start in range(md.ensemble_size)
+            ]
+            for bookies in md.ensembles.values()
+        ]
 
     def _all_bookies(self) -> set[str]:
         return {b for bookies in self.metadata.ensembles.values() for b in bookies}

@@ -451,6 +451,9 @@ pub struct ReadPlan {
     pub max_batch_bytes: i64,
     /// Bookies to try last (known to be failing).
     pub avoid: HashSet<String>,
+    /// Per segment, per write-set start (`entry % E`): the ensemble indexes to try, in order
+    /// (the placement policy's read order). Missing: the write set's own order.
+    pub orders: Vec<Vec<Vec<usize>>>,
     /// Read flags and key (fencing recovery reads).
     pub flags: u16,
     pub master_key: Option<Bytes>,
@@ -477,11 +480,21 @@ impl ReadPlan {
 
     /// Replicas of `entry` in the order to try them.
     fn replicas(&self, entry: i64) -> Vec<String> {
-        let (_, seg) = self.segment_of(entry);
+        let (n, seg) = self.segment_of(entry);
         let e = seg.ensemble.len();
-        let mut order: Vec<String> = write_set(entry, e, self.qw.min(e))
-            .map(|i| seg.ensemble[i].clone())
-            .collect();
+        let chosen = self
+            .orders
+            .get(n)
+            .and_then(|per_start| per_start.get(entry.rem_euclid(e as i64) as usize));
+        let mut order: Vec<String> = match chosen {
+            Some(indexes) => indexes
+                .iter()
+                .filter_map(|i| seg.ensemble.get(*i).cloned())
+                .collect(),
+            None => write_set(entry, e, self.qw.min(e))
+                .map(|i| seg.ensemble[i].clone())
+                .collect(),
+        };
         order.sort_by_key(|b| self.avoid.contains(b));
         order
     }
@@ -690,6 +703,33 @@ mod tests {
     use crate::server::test_bookie;
 
     #[test]
+    fn replicas_follow_the_given_read_order_with_avoided_bookies_last() {
+        let ensemble: Vec<String> = ["a", "b", "c"].iter().map(|s| s.to_string()).collect();
+        let mut plan = ReadPlan {
+            ledger: 1,
+            qw: 2,
+            digest: DigestManager::new(1, b"", DigestType::Crc32c),
+            segments: vec![Segment {
+                first_entry: 0,
+                ensemble,
+            }],
+            batch: false,
+            max_batch_bytes: 5 << 20,
+            avoid: HashSet::new(),
+            orders: Vec::new(),
+            flags: 0,
+            master_key: None,
+        };
+        // Write-set order by default: entry 2 lives on indexes 2 and 0.
+        assert_eq!(plan.replicas(2), vec!["c", "a"]);
+        plan.orders = vec![vec![vec![1, 0], vec![2, 1], vec![0, 2]]];
+        assert_eq!(plan.replicas(2), vec!["a", "c"]);
+        assert_eq!(plan.replicas(4), vec!["c", "b"]);
+        plan.avoid.insert("a".to_string());
+        assert_eq!(plan.replicas(2), vec!["c", "a"]);
+    }
+
+    #[test]
     fn writer_survives_a_bookie_failure_through_an_ensemble_change() {
         let dirs: Vec<_> = (0..4).map(|_| tempfile::tempdir().unwrap()).collect();
         let servers: Vec<_> = dirs.iter().map(|d| test_bookie(d.path()).1).collect();
@@ -748,6 +788,7 @@ mod tests {
             batch: false,
             max_batch_bytes: 5 << 20,
             avoid: HashSet::new(),
+            orders: Vec::new(),
             flags: 0,
             master_key: None,
         };

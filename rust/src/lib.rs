@@ -980,8 +980,8 @@ impl PyLedgerWriter {
 #[pyfunction]
 #[pyo3(signature = (
     client, ledger_id, write_quorum_size, password, digest_type, segments, first, last, *,
-    batch = true, max_batch_bytes = 5 << 20, avoid = Vec::new(), flags = 0, master_key = None,
-    window = 64
+    batch = true, max_batch_bytes = 5 << 20, avoid = Vec::new(), orders = Vec::new(), flags = 0,
+    master_key = None, window = 64
 ))]
 #[allow(clippy::too_many_arguments)]
 fn read_entries<'py>(
@@ -997,6 +997,7 @@ fn read_entries<'py>(
     batch: bool,
     max_batch_bytes: i64,
     avoid: Vec<String>,
+    orders: Vec<Vec<Vec<usize>>>,
     flags: i64,
     master_key: Option<&[u8]>,
     window: usize,
@@ -1005,6 +1006,13 @@ fn read_entries<'py>(
         return Err(PyValueError::new_err(
             "segments must start with one at entry 0",
         ));
+    }
+    for (seg, per_start) in segments.iter().zip(&orders) {
+        if per_start.iter().flatten().any(|i| *i >= seg.1.len()) {
+            return Err(PyValueError::new_err(
+                "a read order names an index outside its ensemble",
+            ));
+        }
     }
     let plan = ledger::ReadPlan {
         ledger: ledger_id,
@@ -1020,6 +1028,7 @@ fn read_entries<'py>(
         batch,
         max_batch_bytes,
         avoid: avoid.into_iter().collect(),
+        orders,
         flags: flags_of(flags)?,
         master_key: master_key.map(Bytes::copy_from_slice),
     };
