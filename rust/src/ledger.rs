@@ -256,7 +256,13 @@ impl LedgerWriter {
         }
         match result {
             Ok(_) => {
-                if let Some(p) = st.pending.iter_mut().find(|p| p.entry == entry) {
+                // Pending adds hold consecutive entry ids, so the position is an offset.
+                let position = st
+                    .pending
+                    .front()
+                    .and_then(|front| usize::try_from(entry - front.entry).ok());
+                if let Some(p) = position.and_then(|i| st.pending.get_mut(i)) {
+                    debug_assert_eq!(p.entry, entry);
                     p.acked[index] = true;
                 }
             }
