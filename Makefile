@@ -75,21 +75,23 @@ deps:
 	fi
 
 # Editable install into .venv: the extension lands in python/pybkx/, the package on sys.path.
+# The development build has the `bench` feature (load generator, micro kernels) that the
+# benchmarks and some tests use; a plain `pip install .` leaves it out.
 # maturin sets PYO3_BUILD_EXTENSION_MODULE (and more) for its build; in a target dir of its own
 # that does not invalidate the artifacts of `cargo test`/`cargo clippy`, so neither rebuilds pyo3.
 build: venv
 	VIRTUAL_ENV=$(VENV_ABS) PATH="$(VENV_ABS)/bin:$$PATH" \
-	    CARGO_TARGET_DIR=$(MATURIN_TARGET_DIR) $(VENV)/bin/maturin develop --release
+	    CARGO_TARGET_DIR=$(MATURIN_TARGET_DIR) $(VENV)/bin/maturin develop --release --features bench
 
 lint: venv
 	cargo fmt --all --check
-	cargo clippy --all-targets -- -D warnings
+	cargo clippy --workspace --all-targets --all-features -- -D warnings
 	$(VENV)/bin/ruff check $(PY_SOURCES)
 	$(VENV)/bin/ruff format --check $(PY_SOURCES)
 	$(VENV)/bin/mypy python/pybkx
 
 test: venv deps build lint
-	$(CARGO_TEST_ENV) cargo test --release
+	$(CARGO_TEST_ENV) cargo test --release --workspace --all-features
 	@rc=0; $(VENV)/bin/pytest || rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest: no Python tests collected (exit 5), treated as success"; \
 	elif [ $$rc -ne 0 ]; then exit $$rc; fi

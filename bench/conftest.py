@@ -19,6 +19,7 @@ import harness
 
 from bench.compare import GROUP_COMMIT
 from pybkx._core import LedgerStorage
+from pybkx.bookie import open_ledger_storage
 
 FILLED_LEDGERS = 8
 FILLED_ENTRIES_PER_LEDGER = 20_000
@@ -44,7 +45,7 @@ def storage_config(root: Path, **extra: object) -> dict[str, object]:
 def filled_storage(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LedgerStorage]:
     """A LedgerStorage holding FILLED_LEDGERS ledgers of FILLED_ENTRIES_PER_LEDGER entries."""
     root = tmp_path_factory.mktemp("filled")
-    storage = LedgerStorage(**storage_config(root, journalSyncData=False))
+    storage = open_ledger_storage(**storage_config(root, journalSyncData=False))
     payload = b"r" * FILLED_PAYLOAD
     for ledger in range(1, FILLED_LEDGERS + 1):
         for first in range(0, FILLED_ENTRIES_PER_LEDGER, 4096):

@@ -17,13 +17,15 @@ import sys
 import tempfile
 import time
 
-from pybkx import LedgerStorage
+from pybkx.bookie import open_ledger_storage
 
 WRITER = r"""
 import sys
-from pybkx import LedgerStorage
+from pybkx.bookie import open_ledger_storage
 root, total, tail, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-s = LedgerStorage(journalDirectories=root + "/j", ledgerDirectories=root + "/l", flushInterval=0)
+s = open_ledger_storage(
+    journalDirectories=root + "/j", ledgerDirectories=root + "/l", flushInterval=0
+)
 payload = b"x" * size
 ledgers = 16
 per_ledger = total // ledgers
@@ -42,7 +44,7 @@ sys.stdin.read()
 
 def open_time(root: str) -> tuple[float, int]:
     start = time.perf_counter()
-    storage = LedgerStorage(
+    storage = open_ledger_storage(
         journalDirectories=f"{root}/j", ledgerDirectories=f"{root}/l", flushInterval=0
     )
     elapsed = time.perf_counter() - start

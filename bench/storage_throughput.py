@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pybkx._core import LedgerStorage
+from pybkx.bookie import open_ledger_storage
 
 RECORD_OVERHEAD_BYTES = 25  # journal record: length, crc32c, kind, ledger id, entry id
 BATCHES = {"pipelined": 64, "stream": 4096}
@@ -91,7 +91,7 @@ def run_engine(
     for key in ("journalDirectories", "ledgerDirectories"):
         Path(config[key][0]).mkdir(parents=True)
 
-    storage = LedgerStorage(**config)
+    storage = open_ledger_storage(**config)
     try:
         start = threading.Barrier(writers + 1)
         stop = threading.Event()

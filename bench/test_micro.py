@@ -20,6 +20,7 @@ from bench.conftest import (
     storage_config,
 )
 from pybkx._core import DigestManager, LedgerStorage, micro_kernel, micro_kernels
+from pybkx.bookie import open_ledger_storage
 
 OPS_PER_CALL = 1000
 SIZES = (100, 1024, 16384)
@@ -76,7 +77,7 @@ def test_journal_append(benchmark, tmp_path: Path, size: int, sync: bool) -> Non
     no group wait). ``fsync``: the bookie defaults, so a call also waits for the group wait
     (2 ms) when its 1000 entries stay under the 512 KiB group threshold, and for fdatasync."""
     extra = {} if sync else {"journalSyncData": False, "journalFlushWhenQueueEmpty": True}
-    storage = LedgerStorage(**storage_config(tmp_path, **extra))
+    storage = open_ledger_storage(**storage_config(tmp_path, **extra))
     payload = b"j" * size
     next_entry = itertools.count(0, 1000)
 
@@ -95,7 +96,7 @@ def test_journal_append(benchmark, tmp_path: Path, size: int, sync: bool) -> Non
 @pytest.mark.benchmark(group="micro: one durable add via LedgerStorage.add_entry")
 def test_single_durable_add(benchmark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """One add at a time: the journal's group wait plus one fdatasync per add."""
-    storage = LedgerStorage(**storage_config(tmp_path))
+    storage = open_ledger_storage(**storage_config(tmp_path))
     entry_ids = itertools.count()
     payload = b"s" * 100
     try:

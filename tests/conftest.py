@@ -20,6 +20,7 @@ from storage_helpers import OpenStorage, storage_config
 from zookeeper_fixture import zookeeper_server  # noqa: F401
 
 from pybkx._core import LedgerStorage
+from pybkx.bookie import open_ledger_storage
 
 
 @pytest.fixture
@@ -34,7 +35,7 @@ def open_storage() -> Iterator[OpenStorage]:
     opened: list[LedgerStorage] = []
 
     def _open(config: dict[str, Any], **overrides: Any) -> LedgerStorage:
-        storage = LedgerStorage(**{**config, **overrides})
+        storage = open_ledger_storage(**{**config, **overrides})
         opened.append(storage)
         return storage
 

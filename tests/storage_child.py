@@ -30,6 +30,7 @@ from typing import Any
 from storage_helpers import master_key, payload
 
 from pybkx._core import LedgerStorage
+from pybkx.bookie import open_ledger_storage
 from pybkx.errors import NoSuchEntryException, NoSuchLedgerExistsException
 
 _out_lock = threading.Lock()
@@ -158,7 +159,7 @@ MODES = {
 def main() -> None:
     spec: dict[str, Any] = json.loads(sys.argv[1])
     try:
-        storage = LedgerStorage(**spec["config"])
+        storage = open_ledger_storage(**spec["config"])
         MODES[spec["mode"]](storage, spec)
     except BaseException as exc:
         die(exc)

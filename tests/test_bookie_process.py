@@ -20,7 +20,7 @@ import pytest
 import pybkx._core as core
 from pybkx import errors
 from pybkx._core import LedgerStorage
-from pybkx.config import ServerConfig
+from pybkx.config import ClientConfig, ServerConfig
 
 pytestmark = pytest.mark.integration
 
@@ -79,7 +79,7 @@ def write_conf(root: Path, port: int, extra: str = "", *, allow_loopback: bool =
 
 def storage_of(conf: Path) -> LedgerStorage:
     """Open the bookie's storage directly (only while no bookie runs on it)."""
-    return LedgerStorage(**ServerConfig.from_file(conf).storage_kwargs())
+    return LedgerStorage(ServerConfig.from_file(conf))
 
 
 def payload(entry_id: int) -> bytes:
@@ -165,7 +165,7 @@ def assert_one_line_failure(bookie: BookieProcess, *fragments: str) -> str:
 @contextlib.contextmanager
 def bookie_client() -> Iterator[Any]:
     client = core.BookieClient(
-        add_entry_timeout_sec=REQUEST_TIMEOUT_S, read_entry_timeout_sec=REQUEST_TIMEOUT_S
+        ClientConfig.of(addEntryTimeoutSec=REQUEST_TIMEOUT_S, readEntryTimeoutSec=REQUEST_TIMEOUT_S)
     )
     try:
         yield client

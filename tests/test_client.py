@@ -17,8 +17,9 @@ import pytest
 from pybkx import errors
 from pybkx._core import FLAG_RECOVERY_ADD, BookieClient, DigestManager, master_key
 from pybkx.client import BookKeeper, LedgerHandle
+from pybkx.config import ClientConfig
 from pybkx.meta import LedgerState
-from pybkx.sandbox import Sandbox
+from pybkx.tools.sandbox import Sandbox
 
 pytestmark = pytest.mark.integration
 
@@ -209,7 +210,7 @@ def test_a_corrupt_copy_on_one_bookie_is_skipped(
             5, 4, 0, payload(lh.ledger_id, 5)
         )
         corrupt = good[:-1] + bytes([good[-1] ^ 0xFF])
-        raw = BookieClient()
+        raw = BookieClient(ClientConfig())
         raw.add(bookie, lh.ledger_id, 5, master_key(b"pw"), corrupt, FLAG_RECOVERY_ADD).result()
         raw.close()
         got = lh.read(0, 19)

@@ -18,6 +18,7 @@ import pytest
 
 from pybkx._core import BookieServer, LedgerStorage
 from pybkx.client import BookKeeper
+from pybkx.config import ServerConfig
 from pybkx.meta import BookieServiceInfo, open_metadata_store
 
 
@@ -89,11 +90,12 @@ def old_bookies(tmp_path: Path) -> Iterator[tuple[str, list[DropsBatchReads]]]:
     store.init_new_cluster()
     storages, servers, proxies = [], [], []
     for i in range(3):
-        storage = LedgerStorage(
+        config = ServerConfig.of(
             journalDirectories=str(tmp_path / f"b{i}" / "j"),
             ledgerDirectories=str(tmp_path / f"b{i}" / "l"),
         )
-        server = BookieServer(storage, "127.0.0.1", 0)
+        storage = LedgerStorage(config)
+        server = BookieServer(storage, config, "127.0.0.1", 0)
         proxy = DropsBatchReads(server.port)
         store.register_bookie(
             f"127.0.0.1:{proxy.port}", False, BookieServiceInfo.for_address("127.0.0.1", proxy.port)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pybkx._core import LedgerStorage
+from pybkx._core import BookieServer, LedgerStorage
 from pybkx.config import ConfigError, ServerConfig, parse_properties
 
 MIB = 1 << 20
@@ -149,17 +149,34 @@ def test_a_bk_server_conf_with_many_keys_parses(tmp_path: Path) -> None:
 # --- unknown keys ----------------------------------------------------------------------------
 
 
-def test_unknown_keys_are_kept_with_one_warning(
+def test_unknown_keys_are_kept_and_listed_in_one_line(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     conf = write(tmp_path / "x.conf", "gcWaitTime=600000\nfooBar = baz\nbookiePort=3181\n")
-    with caplog.at_level(logging.WARNING, logger="pybkx.config"):
+    with caplog.at_level(logging.INFO, logger="pybkx.config"):
         config = ServerConfig.from_file(conf)
     assert dict(config.extra) == {"gcWaitTime": "600000", "fooBar": "baz"}
-    warnings = [r for r in caplog.records if r.name == "pybkx.config"]
-    assert len(warnings) == 1
-    assert "fooBar" in warnings[0].getMessage()
-    assert "gcWaitTime" in warnings[0].getMessage()
+    lines = [r for r in caplog.records if r.name.startswith("pybkx.config")]
+    assert len(lines) == 1
+    assert "fooBar" in lines[0].getMessage()
+    assert "gcWaitTime" in lines[0].getMessage()
+
+
+def test_a_misspelt_key_is_named_with_the_key_it_resembles(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    conf = write(tmp_path / "x.conf", "journalMaxGroupWaitMsec=5\n")
+    with caplog.at_level(logging.WARNING, logger="pybkx.config"):
+        config = ServerConfig.from_file(conf)
+    assert config.journal_max_group_wait_ms == 2  # not applied: the key is not BookKeeper's
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert any("did you mean journalMaxGroupWaitMSec" in w for w in warnings), warnings
+
+
+def test_keyword_arguments_refuse_unknown_keys_with_a_suggestion() -> None:
+    with pytest.raises(ConfigError, match="did you mean 'journalMaxSizeMB'"):
+        ServerConfig.of(journalMaxSizeMb=1)
+    assert ServerConfig.of(journalMaxSizeMB=1).journal_max_size_mb == 1
 
 
 def test_unknown_keys_survive_overrides(tmp_path: Path) -> None:
@@ -261,7 +278,7 @@ def test_keyword_construction_is_validated_and_normalised() -> None:
         ("journalMaxSizeMB=0", "journalMaxSizeMB", "between 1 and"),
         ("journalQueueSize=1.5", "journalQueueSize", "expected an integer"),
         ("logSizeLimit=100", "logSizeLimit", "between 4096 and"),
-        ("nettyMaxFrameSizeBytes=0", "nettyMaxFrameSizeBytes", "between 1 and"),
+        ("nettyMaxFrameSizeBytes=0", "nettyMaxFrameSizeBytes", "between 64 and"),
         ("maxPendingAddRequestsPerThread=0", "maxPendingAddRequestsPerThread", "between 1 and"),
         ("maxBatchReadSize=big", "maxBatchReadSize", "expected an integer"),
         ("flushInterval=99999999999", "flushInterval", "between 0 and 2147483647"),
@@ -325,7 +342,7 @@ def test_a_missing_file_is_a_config_error(tmp_path: Path) -> None:
 # --- hand-off to the extension ---------------------------------------------------------------
 
 
-def test_storage_kwargs_open_a_ledger_storage(tmp_path: Path) -> None:
+def test_the_storage_reads_the_typed_configuration_itself(tmp_path: Path) -> None:
     conf = write(
         tmp_path / "bk_server.conf",
         f"journalDirectories={tmp_path / 'j1'},{tmp_path / 'j2'}\n"
@@ -336,21 +353,22 @@ def test_storage_kwargs_open_a_ledger_storage(tmp_path: Path) -> None:
         "logSizeLimit=1048576\n"
         "flushInterval=0\n",
     )
-    kwargs = ServerConfig.from_file(conf).storage_kwargs()
-    assert kwargs["journalDirectories"] == [str(tmp_path / "j1"), str(tmp_path / "j2")]
-    assert kwargs["indexDirectories"] == [str(tmp_path / "i")]
-    assert "bookiePort" not in kwargs
-    with LedgerStorage(**kwargs) as storage:
+    config = ServerConfig.from_file(conf)
+    with LedgerStorage(config) as storage:
         storage.add_entry(1, 0, b"x", master_key=b"k")
         assert storage.read_entry(1, 0) == b"x"
+    for directory in ("j1", "j2", "l", "i"):
+        assert (tmp_path / directory / "current").is_dir()
+    assert list((tmp_path / "i" / "current").glob("index.log"))
 
 
-def test_storage_kwargs_carry_every_storage_key_and_no_server_key() -> None:
-    kwargs = ServerConfig().storage_kwargs()
-    assert "indexDirectories" not in kwargs  # unset: the index lives in a ledger directory
-    assert set(kwargs) == {
+def test_storage_settings_carry_every_storage_key_and_no_server_key() -> None:
+    settings = ServerConfig().storage_settings()
+    assert settings["indexDirectories"] is None  # unset: the index lives in a ledger directory
+    assert set(settings) == {
         "journalDirectories",
         "ledgerDirectories",
+        "indexDirectories",
         "journalMaxGroupWaitMSec",
         "journalBufferedWritesThreshold",
         "journalBufferedEntriesThreshold",
@@ -369,27 +387,28 @@ def test_storage_kwargs_carry_every_storage_key_and_no_server_key() -> None:
     }
 
 
-def test_server_kwargs_map_bookkeeper_keys_to_the_server() -> None:
-    config = ServerConfig().with_overrides(
-        {
-            "bookiePort": 3999,
-            "listeningInterface": "127.0.0.1",
-            "nettyMaxFrameSizeBytes": 1 << 20,
-            "maxPendingAddRequestsPerThread": 7,
-            "maxPendingReadRequestsPerThread": 8,
-            "maxBatchReadSize": 4096,
-            "forceReadOnlyBookie": True,
-        }
+def test_the_server_takes_its_limits_from_the_configuration(tmp_path: Path) -> None:
+    config = ServerConfig.of(
+        journalDirectories=str(tmp_path / "j"),
+        ledgerDirectories=str(tmp_path / "l"),
+        journalPreAllocSizeMB=1,
+        forceReadOnlyBookie=True,
+        nettyMaxFrameSizeBytes=1 << 20,
     )
-    assert config.server_kwargs() == {
-        "host": "127.0.0.1",
-        "port": 3999,
-        "max_frame_size": 1 << 20,
-        "max_pending_adds": 7,
-        "max_pending_reads": 8,
-        "max_batch_read_size": 4096,
-        "read_only": True,
-    }
+    with LedgerStorage(config) as storage:
+        server = BookieServer(storage, config, "127.0.0.1", 0)
+        try:
+            assert server.is_read_only()
+            assert server.port > 0
+        finally:
+            server.stop(1000)
+
+
+def test_response_buffer_water_marks_must_be_ordered() -> None:
+    with pytest.raises(ConfigError, match="serverWriteBufferLowWaterMark"):
+        ServerConfig.of(serverWriteBufferLowWaterMark=2048, serverWriteBufferHighWaterMark=1024)
+    with pytest.raises(ConfigError, match="serverResponseBufferTotalBytes"):
+        ServerConfig.of(serverResponseBufferTotalBytes=1024)
 
 
 def test_listening_address_is_all_interfaces_by_default() -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from pybkx.meta import open_metadata_store
-from pybkx.sandbox import Sandbox, SandboxError, zk_uri_from
+from pybkx.tools.sandbox import Sandbox, SandboxError, zk_uri_from
 
 pytestmark = pytest.mark.integration
 

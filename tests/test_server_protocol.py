@@ -52,6 +52,7 @@ from v2_wire import (
 )
 
 from pybkx._core import BookieServer, DigestManager, LedgerStorage, master_key
+from pybkx.config import ServerConfig
 
 MakeServer = Callable[..., BookieServer]
 
@@ -83,12 +84,13 @@ REF_BATCH_RESPONSE_HEAD = unhex(
 
 @pytest.fixture
 def make_server(storage: LedgerStorage) -> Iterator[MakeServer]:
-    """``make_server(**limits)``: a BookieServer on 127.0.0.1, an ephemeral port, over the test's
-    storage; stopped at teardown (before the storage is closed)."""
+    """``make_server(**keys)``: a BookieServer on 127.0.0.1, an ephemeral port, over the test's
+    storage, with BookKeeper server keys (``nettyMaxFrameSizeBytes=...``); stopped at teardown
+    (before the storage is closed)."""
     servers: list[BookieServer] = []
 
-    def _make(**kwargs: Any) -> BookieServer:
-        server = BookieServer(storage, "127.0.0.1", 0, **kwargs)
+    def _make(**keys: Any) -> BookieServer:
+        server = BookieServer(storage, ServerConfig.of(**keys), "127.0.0.1", 0)
         servers.append(server)
         return server
 
@@ -264,7 +266,7 @@ LIMIT = 64 * 1024
 
 
 def test_frame_exactly_at_max_frame_size_is_accepted(make_server: MakeServer) -> None:
-    server = make_server(max_frame_size=LIMIT)
+    server = make_server(nettyMaxFrameSizeBytes=LIMIT)
     # frameLength + 4 == limit: body = header (4) + key (20) + entry.
     payload = b"p" * (LIMIT - 4 - 4 - 20 - 40)
     data = crc32_entry(2, 0, payload)
@@ -289,7 +291,7 @@ def test_frame_exactly_at_max_frame_size_is_accepted(make_server: MakeServer) ->
 def test_oversize_or_negative_frame_length_closes_only_that_connection(
     make_server: MakeServer, prefix: bytes
 ) -> None:
-    server = make_server(max_frame_size=LIMIT)
+    server = make_server(nettyMaxFrameSizeBytes=LIMIT)
     with Conn(server.port) as other, Conn(server.port) as bad:
         data = add_ok(other, 2, 0)
         assert bad.call(read_request(2, 0)).rc == EOK
@@ -303,7 +305,7 @@ def test_oversize_or_negative_frame_length_closes_only_that_connection(
 
 
 def test_oversize_frame_on_first_frame_is_closed(make_server: MakeServer) -> None:
-    server = make_server(max_frame_size=LIMIT)
+    server = make_server(nettyMaxFrameSizeBytes=LIMIT)
     with Conn(server.port) as bad:
         bad.send(add_request(2, 0, b"p" * LIMIT))
         assert bad.wait_closed() == b""
@@ -580,7 +582,7 @@ def test_batch_count_limits(conn: Conn) -> None:
 
 
 def test_server_max_batch_read_size_caps_max_size(make_server: MakeServer) -> None:
-    server = make_server(max_batch_read_size=size_for(3))
+    server = make_server(maxBatchReadSize=size_for(3))
     with Conn(server.port) as c:
         entries = fill(c, 40)
         assert batch(c, 0, 100, 5 << 20) == entries[:3]
@@ -624,7 +626,7 @@ def test_read_only_mode(server: BookieServer, storage: LedgerStorage) -> None:
 
 
 def test_server_started_read_only(make_server: MakeServer) -> None:
-    server = make_server(read_only=True)
+    server = make_server(forceReadOnlyBookie=True)
     assert server.is_read_only()
     with Conn(server.port) as c:
         expect_rc(c.call(add_request(52, 0)), OP_ADD, EREADONLY, 52, 0)
@@ -656,7 +658,7 @@ def test_thousand_pipelined_adds(conn: Conn, storage: LedgerStorage) -> None:
 
 
 def test_pending_adds_limit(make_server: MakeServer, storage: LedgerStorage) -> None:
-    server = make_server(max_pending_adds=1)
+    server = make_server(maxPendingAddRequestsPerThread=1)
     n = 200
     with Conn(server.port) as c:
         c.send(b"".join(add_request(70, i) for i in range(n)))
@@ -674,27 +676,45 @@ def test_pending_adds_limit(make_server: MakeServer, storage: LedgerStorage) -> 
         add_ok(c, 71, 0)
 
 
-def test_pending_reads_limit_when_the_client_does_not_read(
-    make_server: MakeServer, storage: LedgerStorage
-) -> None:
-    server = make_server(max_pending_reads=1)
-    big = [crc32_entry(80, i, bytes([i]) * (1 << 20)) for i in range(4)]
-    storage.add_entries(80, list(enumerate(big)), REF_KEY)
-    n = 200
+def test_pending_reads_limit(make_server: MakeServer, storage: LedgerStorage) -> None:
+    server = make_server(maxPendingReadRequestsPerThread=1)
+    small = [crc32_entry(80, i, bytes([i]) * 100) for i in range(4)]
+    storage.add_entries(80, list(enumerate(small)), REF_KEY)
+    n = 2000
     with Conn(server.port, timeout=30) as c:
         c.send(b"".join(read_request(80, i % 4) for i in range(n)))
-        # Wait until the server has taken every request, without reading a byte: once the socket
-        # buffers are full the writer is stuck with responses not yet written, which count
-        # against the limit.
-        wait_for(lambda: server.stats()["read_entry_requests"] >= n)
         responses = collect(c, n)
     assert Counter(r.entry for r in responses) == Counter(i % 4 for i in range(n))
     codes = Counter(r.rc for r in responses)
     assert set(codes) <= {EOK, ETOOMANYREQUESTS}, codes
     assert codes[EOK] >= 1, codes
-    assert codes[ETOOMANYREQUESTS] >= 1, codes
     for r in responses:
-        assert r.body == (big[r.entry] if r.rc == EOK else b"")
+        assert r.body == (small[r.entry] if r.rc == EOK else b"")
+
+
+def test_a_client_that_never_reads_costs_the_bookie_a_bounded_buffer(
+    make_server: MakeServer, storage: LedgerStorage
+) -> None:
+    high = 256 * 1024
+    server = make_server(
+        serverWriteBufferLowWaterMark=high // 2, serverWriteBufferHighWaterMark=high
+    )
+    big = [crc32_entry(81, i, bytes([i]) * (1 << 20)) for i in range(4)]
+    storage.add_entries(81, list(enumerate(big)), REF_KEY)
+    n = 200  # 200 MiB of responses asked for
+    with Conn(server.port, timeout=30, rcvbuf=64 * 1024) as stuck:
+        stuck.send(b"".join(read_request(81, i % 4) for i in range(n)))
+        wait_for(lambda: server.stats()["connections_paused"] >= 1)
+        time.sleep(0.5)
+        stats = server.stats()
+        # At most the high-water mark plus the response that crossed it stay queued.
+        assert stats["response_bytes_queued"] <= high + (1 << 20) + 4096, stats
+        assert stats["read_entry_requests"] < n, stats  # it stopped reading the requests
+        with Conn(server.port) as other:  # other clients are served meanwhile
+            assert other.call(read_request(81, 0)).body == big[0]
+        responses = collect(stuck, n)  # reading again lets it finish
+    assert [r.rc for r in responses] == [EOK] * n
+    assert server.stats()["response_bytes_queued"] == 0
 
 
 def wait_for(condition: Callable[[], bool], timeout: float = 20.0) -> None:

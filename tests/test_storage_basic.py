@@ -12,6 +12,7 @@ import pytest
 from storage_helpers import OpenStorage, master_key, payload, storage_config
 
 from pybkx._core import LedgerStorage
+from pybkx.bookie import open_ledger_storage
 from pybkx.errors import (
     BKException,
     BookieException,
@@ -338,12 +339,12 @@ def test_deleting_unknown_ledger_raises_no_such_ledger(storage: LedgerStorage) -
 
 def test_unknown_config_key_raises_value_error(config: dict[str, Any]) -> None:
     with pytest.raises(ValueError):
-        LedgerStorage(**config, journalMaxSizeMb=1)  # wrong case: not a BookKeeper key
+        open_ledger_storage(**config, journalMaxSizeMb=1)  # wrong case: not a BookKeeper key
 
 
 def test_bad_config_value_raises_value_error(config: dict[str, Any]) -> None:
     with pytest.raises(ValueError):
-        LedgerStorage(**{**config, "journalMaxSizeMB": "lots"})
+        open_ledger_storage(**{**config, "journalMaxSizeMB": "lots"})
 
 
 def test_directories_accept_comma_separated_strings(
@@ -386,7 +387,7 @@ def test_second_storage_on_same_directories_fails_while_first_is_open(
 ) -> None:
     first = open_storage(config)
     with pytest.raises(BookieException):
-        LedgerStorage(**config)
+        open_ledger_storage(**config)
     first.close()
     second = open_storage(config)  # the lock is released by close
     second.close()
@@ -399,37 +400,37 @@ def test_second_storage_sharing_only_the_journal_directory_fails(
     other = tmp_path / "other-ledgers"
     other.mkdir()
     with pytest.raises(BookieException):
-        LedgerStorage(**{**config, "ledgerDirectories": [str(other)]})
+        open_ledger_storage(**{**config, "ledgerDirectories": [str(other)]})
 
 
 def test_close_is_idempotent(config: dict[str, Any]) -> None:
-    storage = LedgerStorage(**config)
+    storage = open_ledger_storage(**config)
     storage.add_entry(LEDGER, 0, b"x", KEY)
     storage.close()
     storage.close()
-    with LedgerStorage(**config) as reopened:
+    with open_ledger_storage(**config) as reopened:
         assert reopened.read_entry(LEDGER, 0) == b"x"
 
 
 def test_context_manager_closes_the_storage(config: dict[str, Any]) -> None:
-    with LedgerStorage(**config) as storage:
+    with open_ledger_storage(**config) as storage:
         assert isinstance(storage, LedgerStorage)
         storage.add_entry(LEDGER, 0, b"x", KEY)
     # Closed: the directories are unlocked and the data is there.
-    with LedgerStorage(**config) as reopened:
+    with open_ledger_storage(**config) as reopened:
         assert reopened.read_entry(LEDGER, 0) == b"x"
 
 
 def test_context_manager_closes_the_storage_on_error(config: dict[str, Any]) -> None:
-    with pytest.raises(RuntimeError), LedgerStorage(**config) as storage:
+    with pytest.raises(RuntimeError), open_ledger_storage(**config) as storage:
         storage.add_entry(LEDGER, 0, b"x", KEY)
         raise RuntimeError("boom")
-    with LedgerStorage(**config) as reopened:
+    with open_ledger_storage(**config) as reopened:
         assert reopened.read_entry(LEDGER, 0) == b"x"
 
 
 def test_operations_on_a_closed_storage_raise(config: dict[str, Any]) -> None:
-    storage = LedgerStorage(**config)
+    storage = open_ledger_storage(**config)
     storage.close()
     with pytest.raises(Exception):  # noqa: B017 - the class is not specified, only that it raises
         storage.add_entry(LEDGER, 0, b"x", KEY)

@@ -23,6 +23,7 @@ from storage_helpers import (
 )
 
 from pybkx._core import LedgerStorage
+from pybkx.bookie import open_ledger_storage
 from pybkx.errors import (
     LedgerFencedException,
     NoSuchEntryException,
@@ -132,7 +133,7 @@ def test_acknowledged_entries_survive_repeated_kill_9(tmp_path: Path) -> None:
         for ledger_id, ids in parse_acks(lines).items():
             acked[ledger_id] |= ids
 
-        with LedgerStorage(**config) as storage:
+        with open_ledger_storage(**config) as storage:
             problems = [
                 p for ledger in LEDGERS for p in check_ledger(storage, ledger, acked[ledger])
             ]
@@ -161,7 +162,7 @@ def test_acknowledged_entries_survive_crashes_during_recovery_sessions(tmp_path:
         for ledger_id, ids in parse_acks(lines).items():
             acked[ledger_id] |= ids
 
-    with LedgerStorage(**config) as storage:
+    with open_ledger_storage(**config) as storage:
         problems = [p for ledger in LEDGERS for p in check_ledger(storage, ledger, acked[ledger])]
     assert not problems, f"seed {SEED}: {problems}"
 
@@ -189,7 +190,7 @@ def test_deleted_ledger_stays_deleted_after_kill_9(
     assert acked
 
     for _ in range(2):  # after the crash replay, and again after a clean restart
-        with LedgerStorage(**config) as storage:
+        with open_ledger_storage(**config) as storage:
             assert storage.ledger_exists(victim) is False
             assert victim not in storage.list_ledgers()
             with pytest.raises(NoSuchLedgerExistsException):
@@ -205,7 +206,7 @@ def test_fence_and_explicit_lac_survive_kill_9(tmp_path: Path) -> None:
     spec = {"config": config, "mode": "meta", "ledger": ledger_id, "lac": "lac-9"}
     run_child(spec, tmp_path / "child.stderr", "META", 0.0)
 
-    with LedgerStorage(**config) as storage:
+    with open_ledger_storage(**config) as storage:
         assert storage.read_master_key(ledger_id) == master_key(ledger_id)
         assert storage.is_fenced(ledger_id) is True
         assert storage.get_explicit_lac(ledger_id) == b"lac-9"

@@ -22,6 +22,7 @@ from storage_helpers import (
 )
 
 from pybkx._core import LedgerStorage, scan_journal
+from pybkx.bookie import open_ledger_storage
 from pybkx.errors import (
     LedgerFencedException,
     NoSuchEntryException,
@@ -82,7 +83,7 @@ def test_entries_survive_journal_and_entry_log_rollover(
     logs = [f for d in ledger_dirs(config) for f in entry_log_files(d)]
     assert len(logs) >= 3, f"entry log did not roll over at logSizeLimit=1MiB: {logs}"
 
-    with LedgerStorage(**config) as reopened:
+    with open_ledger_storage(**config) as reopened:
         assert sorted(reopened.list_ledgers()) == ledgers
         assert_ledgers_intact(reopened, ledgers, per_ledger)
 
@@ -109,7 +110,7 @@ def test_entries_spread_over_several_journal_and_ledger_directories(
     for d in ledger_dirs(config):
         assert not (d / "current" / "index.log").exists(), "index written outside indexDirectories"
 
-    with LedgerStorage(**config) as reopened:
+    with open_ledger_storage(**config) as reopened:
         assert sorted(reopened.list_ledgers()) == ledgers
         assert_ledgers_intact(reopened, ledgers, per_ledger)
 
@@ -118,7 +119,7 @@ def test_index_lives_in_first_ledger_directory_without_index_directories(
     tmp_path: Path,
 ) -> None:
     config = storage_config(tmp_path, ledgers=2)
-    with LedgerStorage(**config) as storage:
+    with open_ledger_storage(**config) as storage:
         storage.add_entry(1, 0, b"x", master_key(1))
     first, second = ledger_dirs(config)
     assert (first / "current" / "index.log").is_file()
@@ -128,14 +129,14 @@ def test_index_lives_in_first_ledger_directory_without_index_directories(
 def test_fence_master_key_and_explicit_lac_survive_restart(tmp_path: Path) -> None:
     config = storage_config(tmp_path)
     fenced, open_ledger, fence_only = 1, 2, 3
-    with LedgerStorage(**config) as storage:
+    with open_ledger_storage(**config) as storage:
         storage.add_entry(fenced, 0, b"f0", master_key(fenced))
         storage.set_explicit_lac(fenced, b"lac-of-1", master_key(fenced))
         storage.fence(fenced, master_key(fenced))
         storage.add_entry(open_ledger, 0, b"o0", master_key(open_ledger))
         storage.fence(fence_only, master_key(fence_only))
 
-    with LedgerStorage(**config) as storage:
+    with open_ledger_storage(**config) as storage:
         assert sorted(storage.list_ledgers()) == [fenced, open_ledger, fence_only]
         assert storage.is_fenced(fenced) is True
         assert storage.is_fenced(open_ledger) is False
@@ -153,27 +154,27 @@ def test_fence_master_key_and_explicit_lac_survive_restart(tmp_path: Path) -> No
         assert storage.fence(fenced, master_key(fenced)) is True
         storage.add_entry(open_ledger, 1, b"o1", master_key(open_ledger))
 
-    with LedgerStorage(**config) as storage:
+    with open_ledger_storage(**config) as storage:
         assert storage.read_range(fenced, 0, 0, 1 << 20) == [b"f0", b"recovered"]
         assert storage.read_range(open_ledger, 0, 0, 1 << 20) == [b"o0", b"o1"]
 
 
 def test_latest_explicit_lac_survives_restart(tmp_path: Path) -> None:
     config = storage_config(tmp_path)
-    with LedgerStorage(**config) as storage:
+    with open_ledger_storage(**config) as storage:
         storage.add_entry(1, 0, b"x", master_key(1))
         storage.set_explicit_lac(1, b"old", master_key(1))
         storage.checkpoint()
         storage.set_explicit_lac(1, b"new", master_key(1))
-    with LedgerStorage(**config) as storage:
+    with open_ledger_storage(**config) as storage:
         assert storage.get_explicit_lac(1) == b"new"
 
 
 def test_wrong_master_key_is_rejected_after_restart(tmp_path: Path) -> None:
     config = storage_config(tmp_path)
-    with LedgerStorage(**config) as storage:
+    with open_ledger_storage(**config) as storage:
         storage.add_entry(1, 0, b"x", master_key(1))
-    with LedgerStorage(**config) as storage:
+    with open_ledger_storage(**config) as storage:
         with pytest.raises(UnauthorizedAccessException):
             storage.add_entry(1, 1, b"y", b"not-the-key")
         with pytest.raises(UnauthorizedAccessException):
@@ -190,7 +191,7 @@ def test_deleted_ledger_stays_deleted_after_restart(
     tmp_path: Path, checkpoint_before_delete: bool
 ) -> None:
     config = storage_config(tmp_path)
-    with LedgerStorage(**config) as storage:
+    with open_ledger_storage(**config) as storage:
         write_ledgers(storage, [1, 2], 30)
         if checkpoint_before_delete:
             storage.checkpoint()  # ledger 1's index and entries are now persisted
@@ -198,7 +199,7 @@ def test_deleted_ledger_stays_deleted_after_restart(
         storage.fence(1, master_key(1))
         storage.delete_ledger(1)
     for _ in range(2):  # also after a second restart, when nothing is replayed any more
-        with LedgerStorage(**config) as storage:
+        with open_ledger_storage(**config) as storage:
             assert storage.ledger_exists(1) is False
             assert storage.list_ledgers() == [2]
             with pytest.raises(NoSuchLedgerExistsException):
@@ -226,7 +227,7 @@ def test_checkpoint_removes_journals_beyond_max_backups(
     assert_ledgers_intact(storage, ledgers, per_ledger)
     storage.close()
 
-    with LedgerStorage(**config) as reopened:
+    with open_ledger_storage(**config) as reopened:
         assert_ledgers_intact(reopened, ledgers, per_ledger)
 
 
@@ -281,7 +282,7 @@ def test_entry_log_ledgers_reports_bytes_per_ledger(
     overhead = assert_entry_log_map_matches(elm, config, written)
     storage.close()
 
-    with LedgerStorage(**config) as reopened:
+    with open_ledger_storage(**config) as reopened:
         non_empty = {log_id: m for log_id, m in reopened.entry_log_ledgers().items() if m}
         assert non_empty == elm
         assert (

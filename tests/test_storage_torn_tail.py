@@ -23,6 +23,7 @@ from storage_helpers import (
 )
 
 from pybkx._core import LedgerStorage, scan_journal
+from pybkx.bookie import open_ledger_storage
 from pybkx.errors import NoSuchEntryException
 
 LEDGER = 5
@@ -117,7 +118,7 @@ def test_damaged_last_record_is_cut_and_earlier_entries_survive(
     journal, cut, damaged = damage_last_record(config, how)
     records_before_cut = scan_journal(str(journal))[:-1]
 
-    with LedgerStorage(**config) as storage:
+    with open_ledger_storage(**config) as storage:
         assert_prefix_intact(storage, COUNT - 1)
         with pytest.raises(NoSuchEntryException):
             storage.read_entry(LEDGER, COUNT - 1)
@@ -131,7 +132,7 @@ def test_damaged_last_record_is_cut_and_earlier_entries_survive(
         for e in range(COUNT - 1, COUNT + 9):
             storage.add_entry(LEDGER, e, entry_payload(e, generation=1), master_key(LEDGER))
 
-    with LedgerStorage(**config) as storage:
+    with open_ledger_storage(**config) as storage:
         assert_prefix_intact(storage, COUNT - 1)
         got = storage.read_range(LEDGER, COUNT - 1, 0, 1 << 30)
         assert got == [entry_payload(e, generation=1) for e in range(COUNT - 1, COUNT + 9)]
@@ -149,7 +150,7 @@ def test_entries_written_after_a_cut_survive_another_kill_9(
     assert f"RESUME {LEDGER} {COUNT - 1}" in lines, "the damaged entry was not cut at replay"
     assert parse_acks(lines)[LEDGER] == set(range(COUNT - 1, COUNT + 9))
 
-    with LedgerStorage(**config) as storage:
+    with open_ledger_storage(**config) as storage:
         assert_prefix_intact(storage, COUNT - 1)
         got = storage.read_range(LEDGER, COUNT - 1, 0, 1 << 30)
         assert got == [entry_payload(e, generation=1) for e in range(COUNT - 1, COUNT + 9)]

@@ -1,23 +1,28 @@
-"""pybkx's public Python API: re-exports the Rust storage engine and the error hierarchy.
-Only names are gathered here; it must never hold logic or start threads, files or sockets."""
+"""pybkx: a replicated, durable log store that speaks Apache BookKeeper's protocol.
+
+The public API, all importable from here:
+
+- ``BookKeeper(metadata_service_uri=None, **conf)``: a client of one cluster; ``create_ledger``
+  gives a ``LedgerHandle``, ``open_ledger`` a ``ReadHandle``.
+- ``LedgerHandle.append`` / ``append_async`` / ``append_many``; ``ReadHandle.read`` /
+  ``read_async`` / ``batch_read`` / ``read_last_add_confirmed``; each returns or raises as its
+  docstring says.
+- ``Future``: what every ``*_async`` call returns: ``result(timeout)``, ``add_done_callback``,
+  and ``await future`` in asyncio code.
+- ``LedgerEntry`` (``ledger_id``, ``entry_id``, ``payload``), ``DigestType``.
+- ``errors``: one exception class per BookKeeper result code (``errors.BKException`` is the
+  base); ``ClientConfig`` / ``ServerConfig`` / ``ConfigError``: configuration by BookKeeper's key
+  names.
+
+Importing this package starts no thread and opens no file or socket.
+"""
 
 from importlib.metadata import PackageNotFoundError, version
 
 from pybkx import errors
-from pybkx._core import (
-    FLAG_DO_FENCING,
-    FLAG_HIGH_PRIORITY,
-    FLAG_NONE,
-    FLAG_RECOVERY_ADD,
-    BookieClient,
-    BookieFuture,
-    BookieServer,
-    DigestManager,
-    LedgerStorage,
-    master_key,
-    scan_journal,
-)
-from pybkx.config import ConfigError, ServerConfig
+from pybkx.client import BookKeeper, Future, LedgerEntry, LedgerHandle, ReadHandle
+from pybkx.config import ClientConfig, ConfigError, ServerConfig
+from pybkx.meta import DigestType
 
 try:
     __version__ = version("pybkx")
@@ -25,19 +30,15 @@ except PackageNotFoundError:  # running from a source tree that was never instal
     __version__ = "0+unknown"
 
 __all__ = [
-    "FLAG_DO_FENCING",
-    "FLAG_HIGH_PRIORITY",
-    "FLAG_NONE",
-    "FLAG_RECOVERY_ADD",
-    "BookieClient",
-    "BookieFuture",
-    "BookieServer",
+    "BookKeeper",
+    "ClientConfig",
     "ConfigError",
-    "DigestManager",
-    "LedgerStorage",
+    "DigestType",
+    "Future",
+    "LedgerEntry",
+    "LedgerHandle",
+    "ReadHandle",
     "ServerConfig",
     "__version__",
     "errors",
-    "master_key",
-    "scan_journal",
 ]

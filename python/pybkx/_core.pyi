@@ -1,29 +1,67 @@
 """Type stub for the Rust extension ``pybkx._core``.
 
-Blocking calls release the GIL. Errors are raised as the ``pybkx.errors`` classes named below.
+Blocking calls release the GIL and wake every 100 ms to let Ctrl-C (KeyboardInterrupt)
+through. Errors are raised as the ``pybkx.errors`` classes named below (imported once by the
+extension; ``_error_classes()`` lists them). Asynchronous operations return ``Future``.
 """
 
-from typing import Any
+from collections.abc import Callable, Generator, Sequence
+from typing import Any, Protocol
+
+class _Buffer(Protocol):
+    def __buffer__(self, flags: int, /) -> memoryview: ...
+
+Buffer = bytes | bytearray | memoryview | _Buffer
+
+class _StorageConfig(Protocol):
+    """What ``LedgerStorage`` reads: the storage attributes of ``pybkx.config.ServerConfig``."""
+
+    @property
+    def journal_directories(self) -> tuple[str, ...]: ...
+    @property
+    def ledger_directories(self) -> tuple[str, ...]: ...
+    @property
+    def index_directories(self) -> tuple[str, ...] | None: ...
+
+class Future:
+    """The pending result of an operation: ``concurrent.futures``-like, and awaitable.
+
+    Done-callbacks run on pybkx's callback thread (or at once, in the caller, if already done);
+    ``await future`` resolves an asyncio future of the running loop. Operations already sent to
+    bookies cannot be cancelled: ``cancel()`` returns False.
+    """
+
+    def result(self, timeout: float | None = None) -> Any:
+        """The result, waiting up to ``timeout`` seconds (None: for ever). Raises the
+        operation's exception, or ``pybkx.errors.TimeoutException`` (a TimeoutError) when the
+        wait ends first, KeyboardInterrupt on Ctrl-C."""
+
+    def exception(self, timeout: float | None = None) -> BaseException | None: ...
+    def done(self) -> bool: ...
+    def running(self) -> bool: ...
+    def cancel(self) -> bool: ...
+    def cancelled(self) -> bool: ...
+    def add_done_callback(self, fn: Callable[[Future], object]) -> None: ...
+    def __await__(self) -> Generator[Any, None, Any]: ...
 
 class LedgerStorage:
     """A bookie's ledger storage: journal + entry logs + index over the configured directories.
 
-    Configuration is given as keyword arguments with Apache BookKeeper's key names, e.g.
-    ``LedgerStorage(journalDirectories="/d/j", ledgerDirectories=["/d/l1", "/d/l2"],
-    journalMaxGroupWaitMSec=2, logSizeLimit=64 << 20)``. Directory keys accept a list of paths
-    or a comma-separated string. Unknown keys or bad values raise ``ValueError``.
+    ``config`` is a ``pybkx.config.ServerConfig`` (its storage attributes are read;
+    ``pybkx.bookie.open_ledger_storage(**keys)`` builds one from BookKeeper keys). Values the
+    storage cannot work with raise ``ValueError``.
 
     Opening replays the journal after the last checkpoint, so every acknowledged entry is
     readable again after a crash. A second ``LedgerStorage`` on the same directories raises
     ``pybkx.errors.BookieException`` (the directories are locked).
     """
 
-    def __init__(self, **config: Any) -> None: ...
+    def __init__(self, config: _StorageConfig) -> None: ...
     def add_entry(
         self,
         ledger_id: int,
         entry_id: int,
-        data: bytes,
+        data: Buffer,
         master_key: bytes = b"",
         recovery: bool = False,
     ) -> None:
@@ -37,7 +75,7 @@ class LedgerStorage:
     def add_entries(
         self,
         ledger_id: int,
-        entries: list[tuple[int, bytes]],
+        entries: Sequence[tuple[int, Buffer]],
         master_key: bytes = b"",
         recovery: bool = False,
     ) -> None:
@@ -121,24 +159,15 @@ def scan_journal(path: str) -> list[dict[str, Any]]:
     """
 
 class BookieServer:
-    """A bookie's V2 wire-protocol server over a ``LedgerStorage``, on the extension's tokio
-    runtime. Listens as soon as it is constructed.
+    """A bookie's wire-protocol server over a ``LedgerStorage``, on the extension's tokio
+    runtime. Listens as soon as it is constructed, on ``host:port`` (0: a free port) with the
+    limits of ``config`` (a ``pybkx.config.ServerConfig``: frame size, in-flight requests per
+    connection, response buffer water marks, batch-read size, forced read-only).
 
-    Raises OSError if the address cannot be bound, ValueError on bad limits.
+    Raises OSError if the address cannot be bound, ValueError on limits that cannot work.
     """
 
-    def __init__(
-        self,
-        storage: LedgerStorage,
-        host: str = "0.0.0.0",
-        port: int = 3181,
-        *,
-        max_frame_size: int = 5 << 20,
-        max_pending_adds: int = 10_000,
-        max_pending_reads: int = 10_000,
-        max_batch_read_size: int = 5 << 20,
-        read_only: bool = False,
-    ) -> None: ...
+    def __init__(self, storage: LedgerStorage, config: object, host: str, port: int) -> None: ...
     @property
     def port(self) -> int:
         """The bound port (useful with ``port=0``)."""
@@ -152,41 +181,28 @@ class BookieServer:
         Idempotent. The storage stays open: close it afterwards."""
 
     def stats(self) -> dict[str, int]:
-        """Counters: connections, requests per operation, errors per result code, ..."""
-
-class BookieFuture:
-    """The pending result of one request to a bookie."""
-
-    def result(self, timeout: float | None = None) -> Any:
-        """Block (GIL released) until done; return the value or raise the ``pybkx.errors`` class
-        for the bookie's result code (e.g. NoSuchEntryException for ENOENTRY), TimeoutException
-        when the request timed out or ``timeout`` passed, BookieHandleNotAvailableException when
-        the bookie cannot be reached."""
-
-    def done(self) -> bool: ...
+        """Counters: connections, requests per operation, rejections, protocol errors, response
+        bytes queued, connections paused for unread responses."""
 
 class BookieClient:
     """Pipelined V2 connections to bookies (one per bookie, reconnected on demand), on the
-    extension's tokio runtime. Bookies are addressed as ``"host:port"``.
+    extension's tokio runtime, configured by ``config`` (a ``pybkx.config.ClientConfig``:
+    timeouts, frame size, queued-bytes bound). Bookies are addressed as ``"host:port"``.
+    Requests over the frame limit fail at once (IncorrectParameterException); when a
+    connection has ``clientWriteBufferHighWaterMark`` bytes queued, senders wait (up to the
+    request's timeout, then TimeoutException).
     """
 
-    def __init__(
-        self,
-        *,
-        add_entry_timeout_sec: float = 5.0,
-        read_entry_timeout_sec: float = 5.0,
-        connect_timeout_ms: int = 10_000,
-        max_frame_size: int = 5 << 20,
-    ) -> None: ...
+    def __init__(self, config: object) -> None: ...
     def add(
         self,
         bookie: str,
         ledger_id: int,
         entry_id: int,
         master_key: bytes,
-        entry: bytes,
+        entry: Buffer,
         flags: int = 0,
-    ) -> BookieFuture:
+    ) -> Future:
         """Send ADD; ``entry`` is the packaged entry (see DigestManager). Result: None."""
 
     def read(
@@ -196,9 +212,11 @@ class BookieClient:
         entry_id: int,
         flags: int = 0,
         master_key: bytes | None = None,
-    ) -> BookieFuture:
+    ) -> Future:
         """Send READ (``entry_id=-1``: last entry; ``flags=FLAG_DO_FENCING`` with ``master_key``
-        fences). Result: the stored entry bytes."""
+        fences). Result: the stored entry bytes. Errors: the ``pybkx.errors`` class of the
+        bookie's status (NoSuchEntryException for ENOENTRY, ...), TimeoutException,
+        BookieHandleNotAvailableException (cannot connect)."""
 
     def batch_read(
         self,
@@ -209,7 +227,7 @@ class BookieClient:
         max_size: int,
         flags: int = 0,
         master_key: bytes | None = None,
-    ) -> BookieFuture:
+    ) -> Future:
         """Send BATCH_READ_ENTRY (op 7) with the limits as given (``max_count <= 0``: no count
         limit; the bookie also caps ``max_size`` at its ``maxBatchReadSize``). Result: list of
         stored entry bytes: the first entry always, then as many as fit per BookKeeper's
@@ -222,6 +240,7 @@ FLAG_NONE: int
 FLAG_DO_FENCING: int
 FLAG_RECOVERY_ADD: int
 FLAG_HIGH_PRIORITY: int
+MAX_READ_ENTRIES: int
 
 def master_key(password: bytes) -> bytes:
     """BookKeeper's ledger master key: SHA-1("ledger" + password)."""
@@ -240,6 +259,172 @@ class DigestManager:
         """Check the digest (and, if given, the entry id); return (entry_id, lac, length, payload).
 
         Raises DigestMatchException."""
+
+def check_quorums(ensemble_size: int, write_quorum_size: int, ack_quorum_size: int) -> None:
+    """Raise IncorrectParameterException unless E >= Qw >= Qa >= 1."""
+
+class LedgerEntry:
+    """One entry read from a ledger."""
+
+    ledger_id: int
+    entry_id: int
+    payload: bytes
+    last_add_confirmed: int
+    """The LAC the writer piggy-backed in this entry."""
+    ledger_length: int
+    """The ledger's length in bytes up to and including this entry."""
+
+    def __init__(
+        self,
+        ledger_id: int,
+        entry_id: int,
+        payload: bytes,
+        last_add_confirmed: int = -1,
+        ledger_length: int = 0,
+    ) -> None: ...
+    def __len__(self) -> int: ...
+
+class FailureQueue:
+    """Bookie failures of all the writers of one client, in the order they happened."""
+
+    def __init__(self) -> None: ...
+    def next(self, timeout: float | None = None) -> tuple[int, int, int, str, str] | None:
+        """``(ledger_id, writer_id, index, bookie address, error)`` of the next failure, waiting
+        up to ``timeout`` seconds; None if none came or the queue is closed."""
+
+    def close(self) -> None:
+        """Wake waiting ``next`` calls (they return None)."""
+
+class LedgerWriter:
+    """Quorum writes of one open ledger: each entry goes to its write set (round robin), appends
+    complete in entry-id order once Qa bookies acknowledged, the LAC rides in every entry.
+    Bookie failures go to ``failures`` (tagged with ``writer_id``); the control plane answers
+    with ``change_ensemble`` (after updating the metadata) or ``fail``.
+    """
+
+    def __init__(
+        self,
+        client: BookieClient,
+        ledger_id: int,
+        write_quorum_size: int,
+        ack_quorum_size: int,
+        password: bytes,
+        digest_type: str,
+        ensemble: list[str],
+        failures: FailureQueue,
+        *,
+        next_entry_id: int = 0,
+        length: int = 0,
+        recovery: bool = False,
+        throttle: int = 5000,
+    ) -> None:
+        """``ensemble``: bookie addresses. ``recovery``: send recovery adds (fenced ledgers).
+        ``throttle``: most appends outstanding (BookKeeper's ``throttle``).
+        Raises IncorrectParameterException, ValueError (digest type)."""
+
+    @property
+    def writer_id(self) -> int: ...
+    @property
+    def max_payload(self) -> int:
+        """The largest payload one append may carry (the frame limit minus headers)."""
+
+    def append(self, payload: Buffer, entry_id: int | None = None) -> Future:
+        """Start an append; the future gives its entry id. Waits (GIL released, interruptible)
+        while ``throttle`` appends are outstanding. ``entry_id``, if given, must be the next id
+        (recovery rewrites known ids). A payload over ``max_payload`` fails the future with
+        IncorrectParameterException and the ledger goes on."""
+
+    def append_many(self, payloads: Sequence[Buffer]) -> int:
+        """Append pipelined; wait until all are confirmed; return the last id."""
+
+    def change_ensemble(self, first_entry_id: int, ensemble: list[str]) -> None:
+        """Use ``ensemble`` from ``first_entry_id`` (= LAC + 1) and re-send pending entries to
+        the replaced bookies. Raises IncorrectParameterException for an ensemble that cannot be
+        used, the writer's error if it already failed."""
+
+    def fail(self, exception: BaseException) -> None:
+        """Fail pending and later appends with ``exception``'s class and message."""
+
+    def when_drained(self) -> Future:
+        """Done once nothing is pending (or the writer failed)."""
+
+    def close(self) -> None:
+        """Refuse further appends; pending ones still complete."""
+
+    def check(self) -> None:
+        """Raise the error that stopped the writer, if any."""
+
+    @property
+    def last_add_confirmed(self) -> int: ...
+    @property
+    def length(self) -> int: ...
+    @property
+    def next_entry_id(self) -> int: ...
+    @property
+    def ensemble(self) -> list[str]: ...
+
+class ReadPlan:
+    """How to read one version of a ledger's metadata, checked once: ``segments`` are
+    ``(first entry, bookie addresses)`` starting at 0; ``orders[segment][entry % E]`` the
+    ensemble indexes to try (the placement policy's read order; empty: the write set's order).
+    Raises IncorrectParameterException for a plan that cannot be read, ValueError (digest).
+    """
+
+    def __init__(
+        self,
+        client: BookieClient,
+        ledger_id: int,
+        write_quorum_size: int,
+        password: bytes,
+        digest_type: str,
+        segments: list[tuple[int, list[str]]],
+        *,
+        orders: list[list[list[int]]] = ...,
+        max_batch_bytes: int = 5 << 20,
+    ) -> None: ...
+    def verify(self, entry: bytes, entry_id: int | None = None) -> tuple[int, int, int, bytes]:
+        """(entry_id, lac, ledger length, payload) of a stored entry; DigestMatchException."""
+
+    def read(
+        self,
+        first: int,
+        last: int,
+        *,
+        batch: bool = True,
+        avoid: list[str] = ...,
+        flags: int = 0,
+        master_key: bytes | None = None,
+        window: int = 64,
+    ) -> Future:
+        """Read and verify entries ``first..last``; the future gives ``(entries, batch_ok)``.
+
+        Batched (BATCH_READ_ENTRY) where one bookie holds every entry of a segment (E == Qw)
+        and ``batch``; otherwise single reads with ``window`` in flight; each entry from the
+        first replica that returns a verified copy, ``avoid`` last. ``batch_ok`` is False once
+        every replica dropped the connection on a batch request (a pre-BP-62 bookie). Raises at
+        once IncorrectParameterException for a bad range (more than MAX_READ_ENTRIES entries
+        too); through the future NoSuchEntryException (no replica has an entry), ReadException,
+        DigestMatchException (every copy corrupt, naming the bookies).
+        """
+
+def inject_disk_fault(
+    path_prefix: str,
+    ops: list[str],
+    *,
+    errno: int | None = None,
+    delay_ms: int | None = None,
+    times: int | None = None,
+) -> int:
+    """Test hook: make the storage's file calls ``ops`` ("create", "open", "write", "read",
+    "sync", "allocate", "truncate", "remove", "rename", "lock") on paths under ``path_prefix``
+    fail with ``errno`` or take ``delay_ms`` longer, for ``times`` calls (None: until removed).
+    Process-wide. Returns the fault's id. Raises ValueError."""
+
+def remove_disk_fault(fault_id: int) -> None: ...
+def clear_disk_faults() -> None: ...
+def _error_classes() -> list[type[BaseException]]: ...
+
+# Benchmark tools: present in development builds (cargo feature "bench").
 
 def run_load(
     bookie: str,
@@ -272,105 +457,3 @@ def micro_kernel(kernel: str, payload_size: int, iterations: int) -> float:
 
 def micro_kernels() -> list[tuple[str, str]]:
     """The micro-benchmark kernels: ``(name, what one iteration does)``."""
-
-class AppendFuture:
-    """The pending entry id of one append."""
-
-    def result(self, timeout: float | None = None) -> int:
-        """Block (GIL released) until the entry and all earlier ones are confirmed by Qa bookies;
-        return its id. Raises LedgerFencedException, LedgerClosedException,
-        UnauthorizedAccessException, the exception the control plane failed the writer with,
-        TimeoutException when ``timeout`` passed."""
-
-    def done(self) -> bool: ...
-
-class LedgerWriter:
-    """Quorum writes of one open ledger: each entry goes to its write set (round robin), appends
-    complete in entry-id order once Qa bookies acknowledged, the LAC rides in every entry.
-    Bookie failures are reported by ``next_failure``; the control plane answers with
-    ``change_ensemble`` (after updating the metadata) or ``fail``.
-    """
-
-    def __init__(
-        self,
-        client: BookieClient,
-        ledger_id: int,
-        write_quorum_size: int,
-        ack_quorum_size: int,
-        password: bytes,
-        digest_type: str,
-        ensemble: list[str],
-        *,
-        next_entry_id: int = 0,
-        length: int = 0,
-        recovery: bool = False,
-        throttle: int = 5000,
-    ) -> None:
-        """``ensemble``: bookie addresses. ``recovery``: send recovery adds (fenced ledgers).
-        ``throttle``: most appends outstanding (BookKeeper's ``throttle``).
-        Raises IncorrectParameterException, ValueError (digest type)."""
-
-    def append(self, payload: bytes, entry_id: int | None = None) -> AppendFuture:
-        """Blocks (GIL released) while ``throttle`` appends are outstanding. ``entry_id``, if
-        given, must be the next id (recovery rewrites known ids)."""
-
-    def append_many(self, payloads: list[bytes]) -> int:
-        """Append pipelined; block until all are confirmed; return the last id."""
-
-    def next_failure(self, timeout: float) -> tuple[int, str, str] | None:
-        """The next failed bookie needing replacement: (ensemble index, address, error)."""
-
-    def change_ensemble(self, first_entry_id: int, ensemble: list[str]) -> None:
-        """Use ``ensemble`` from ``first_entry_id`` (= LAC + 1) and re-send pending entries to
-        the replaced bookies. Raises WriteException if it does not replace the failed ones."""
-
-    def fail(self, exception: str, message: str) -> None:
-        """Fail pending and later appends with the ``pybkx.errors`` class named ``exception``."""
-
-    def wait_drained(self, timeout: float | None = None) -> bool:
-        """Wait until nothing is pending (or the writer failed); False on timeout."""
-
-    def close(self) -> None:
-        """Refuse further appends; pending ones still complete."""
-
-    def check(self) -> None:
-        """Raise the error that stopped the writer, if any."""
-
-    @property
-    def last_add_confirmed(self) -> int: ...
-    @property
-    def length(self) -> int: ...
-    @property
-    def next_entry_id(self) -> int: ...
-    @property
-    def ensemble(self) -> list[str]: ...
-
-def read_entries(
-    client: BookieClient,
-    ledger_id: int,
-    write_quorum_size: int,
-    password: bytes,
-    digest_type: str,
-    segments: list[tuple[int, list[str]]],
-    first: int,
-    last: int,
-    *,
-    batch: bool = True,
-    max_batch_bytes: int = 5 << 20,
-    avoid: list[str] = ...,
-    orders: list[list[list[int]]] = ...,
-    flags: int = 0,
-    master_key: bytes | None = None,
-    window: int = 64,
-) -> tuple[list[tuple[int, int, int, bytes]], bool]:
-    """Read and verify entries ``first..last`` (segments: (first entry, bookie addresses)).
-
-    Batched (BATCH_READ_ENTRY) where one bookie holds every entry of a segment (E == Qw) and
-    ``batch``; otherwise single reads with ``window`` in flight; each entry from the first
-    replica that returns a verified copy, trying replicas in ``orders[segment][entry % E]``
-    (ensemble indexes; the placement policy's read order) when given, ``avoid`` last.
-    Returns ``[(entry_id, lac, length, payload)]`` and
-    whether batching still looks supported (False once every replica dropped the connection on a
-    batch request, as a pre-BP-62 bookie does). Raises NoSuchEntryException (no replica has an
-    entry), ReadException, DigestMatchException (every copy corrupt).
-    """

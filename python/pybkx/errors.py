@@ -4,9 +4,8 @@ Holds names, codes and lookups only; it must never import the extension or perfo
 # Class names and ``Code`` values follow BookKeeper's ``client.api.BKException.Code`` (identical
 # in release 4.17.4 and master), so ``NoSuchLedgerExistsException.code == -7`` as in Java. The
 # legacy Java classes carry a ``BK`` prefix (``BKNoSuchLedgerExistsException``); here the bare
-# code name is the class name. ``BookieProtocolCode`` is the bookie's V2 wire status, mapped to
-# the client exception BookKeeper's client turns it into. The Rust extension raises these
-# classes by looking them up by name, so renaming one is an API change.
+# code name is the class name. The Rust extension imports the classes it raises once, by name
+# (``pybkx._core._error_classes()`` lists them), so renaming one is an API change.
 
 from __future__ import annotations
 
@@ -16,14 +15,12 @@ from types import MappingProxyType
 from typing import Final
 
 __all__ = [
-    "BOOKIE_CODE_TO_EXCEPTION",
     "AddEntryQuorumTimeoutException",
     "BKException",
     "BKNotEnoughBookiesException",
     "BookieException",
     "BookieHandleNotAvailableException",
     "BookieIOException",
-    "BookieProtocolCode",
     "ClientClosedException",
     "Code",
     "CookieNotFoundException",
@@ -61,7 +58,6 @@ __all__ = [
     "WriteException",
     "WriteOnReadOnlyBookieException",
     "ZKException",
-    "bookie_code_to_exception",
     "code_to_exception",
     "exception_class",
 ]
@@ -265,8 +261,8 @@ class DuplicateEntryIdException(BKException):
     code = Code.DuplicateEntryIdException
 
 
-class TimeoutException(BKException):
-    """A bookie request timed out."""
+class TimeoutException(BKException, TimeoutError):
+    """A bookie request timed out (also a ``TimeoutError``, as ``Future.result`` raises)."""
 
     code = Code.TimeoutException
 
@@ -437,56 +433,3 @@ def code_to_exception(code: int, message: str | None = None) -> BKException:
     """A new exception instance for a client result code (see ``exception_class``)."""
     cls = exception_class(code)
     return cls() if message is None else cls(message)
-
-
-class BookieProtocolCode(IntEnum):
-    """Status codes of the bookie V2 wire protocol (the errorCode field of a response)."""
-
-    EOK = 0
-    ENOLEDGER = 1
-    ENOENTRY = 2
-    EBADREQ = 100
-    EIO = 101
-    EUA = 102
-    EBADVERSION = 103
-    EFENCED = 104
-    EREADONLY = 105
-    ETOOMANYREQUESTS = 106
-    EUNKNOWNLEDGERSTATE = 107
-
-
-BOOKIE_CODE_TO_EXCEPTION: Final[Mapping[BookieProtocolCode, type[BKException] | None]] = (
-    MappingProxyType(
-        {
-            BookieProtocolCode.EOK: None,
-            BookieProtocolCode.ENOLEDGER: NoSuchLedgerExistsException,
-            BookieProtocolCode.ENOENTRY: NoSuchEntryException,
-            BookieProtocolCode.EBADREQ: None,
-            BookieProtocolCode.EIO: None,
-            BookieProtocolCode.EUA: UnauthorizedAccessException,
-            BookieProtocolCode.EBADVERSION: ProtocolVersionException,
-            BookieProtocolCode.EFENCED: LedgerFencedException,
-            BookieProtocolCode.EREADONLY: WriteOnReadOnlyBookieException,
-            BookieProtocolCode.ETOOMANYREQUESTS: TooManyRequestsException,
-            BookieProtocolCode.EUNKNOWNLEDGERSTATE: DataUnknownException,
-        }
-    )
-)
-"""Client exception per bookie status, as BookKeeper's client maps them. ``None`` for EOK (no
-error) and for EBADREQ / EIO, which take the operation's default (see
-``bookie_code_to_exception``)."""
-
-
-def bookie_code_to_exception(status: int, default: type[BKException]) -> type[BKException] | None:
-    """The client exception class for a bookie response status, or None for EOK.
-
-    ``default`` is the operation's fallback, as in BookKeeper's client: ``ReadException`` for
-    reads, ``WriteException`` for adds. It is used for EBADREQ, EIO and unknown statuses.
-    """
-    if status == BookieProtocolCode.EOK:
-        return None
-    try:
-        mapped = BOOKIE_CODE_TO_EXCEPTION[BookieProtocolCode(status)]
-    except ValueError:
-        return default
-    return default if mapped is None else mapped

@@ -31,7 +31,7 @@ from interop_scenario import BATCH_OVERHEAD
 
 from pybkx import errors
 from pybkx.client import BookKeeper, ReadHandle
-from pybkx.sandbox import Sandbox
+from pybkx.tools.sandbox import Sandbox
 
 pytestmark = pytest.mark.interop
 

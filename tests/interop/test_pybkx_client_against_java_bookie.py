@@ -20,6 +20,7 @@ from interop_scenario import (
 from pybkx import _core, errors
 from pybkx._core import FLAG_DO_FENCING, BookieClient, DigestManager
 from pybkx._core import master_key as pybkx_master_key
+from pybkx.config import ClientConfig
 
 pytestmark = pytest.mark.interop
 
@@ -28,7 +29,7 @@ DIGESTS = ["CRC32", "CRC32C", "HMAC"]
 
 @pytest.fixture(scope="module")
 def client() -> Iterator[BookieClient]:
-    client = BookieClient()
+    client = BookieClient(ClientConfig())
     yield client
     client.close()
 

@@ -33,12 +33,8 @@ from pybkx.meta import (
     open_metadata_store,
     serde,
 )
-from pybkx.meta.zookeeper import (
-    SHORT_ID_LIMIT,
-    ZooKeeperMetadataStore,
-    ledger_id_from_path,
-    ledger_path,
-)
+from pybkx.meta.zookeeper import ZooKeeperMetadataStore, ledger_id_from_path, ledger_path
+from pybkx.meta.zookeeper.layout import SHORT_ID_LIMIT
 
 OpenStore = Callable[..., MetadataStore]
 WAIT_S = 10.0

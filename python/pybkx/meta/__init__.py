@@ -1,4 +1,6 @@
-"""Metadata stores: the contract, ledger metadata, and opening a store from its URI.
+"""Metadata stores: the contract (one module per concern: ``cluster``, ``ledgers``,
+``registration``, ``coordination``; ``store`` composes them), ledger metadata and its byte
+formats, and opening a store from its URI. Backends live in ``zookeeper/`` and ``embedded/``.
 It picks a backend by URI; it must never hold a backend's logic itself."""
 
 from __future__ import annotations
@@ -7,19 +9,21 @@ import os
 from pathlib import Path
 from typing import Any
 
-from pybkx.meta.base import (
+from pybkx.meta.coordination import Election
+from pybkx.meta.ledger_metadata import DigestType, LedgerMetadata, LedgerState
+from pybkx.meta.ledgers import MAX_METADATA_RETRIES
+from pybkx.meta.store import MetadataStore
+from pybkx.meta.types import (
     BookieServiceInfo,
     BookiesWatcher,
     Cookie,
-    Election,
     Endpoint,
     LedgerWatcher,
-    MetadataStore,
     Versioned,
 )
-from pybkx.meta.ledger_metadata import DigestType, LedgerMetadata, LedgerState
 
 __all__ = [
+    "MAX_METADATA_RETRIES",
     "BookieServiceInfo",
     "BookiesWatcher",
     "Cookie",

@@ -11,8 +11,8 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, te
 from google.protobuf.message import Message
 
 from pybkx import errors
-from pybkx.meta.base import BookieServiceInfo, Cookie, Endpoint
 from pybkx.meta.ledger_metadata import DigestType, LedgerMetadata, LedgerState
+from pybkx.meta.types import BookieServiceInfo, Cookie, Endpoint
 
 __all__ = [
     "CURRENT_COOKIE_VERSION",

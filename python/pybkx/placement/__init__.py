@@ -11,7 +11,6 @@ from pybkx.placement.base import (
     HasEnsembleSize,
     PlacementPolicyAdherence,
     PlacementResult,
-    PlacementStats,
     SettableFeatureProvider,
     StaticBookiesHealthInfo,
 )
@@ -29,6 +28,7 @@ from pybkx.placement.rackaware import RackawareEnsemblePlacementPolicy
 from pybkx.placement.regionaware import RegionAwareEnsemblePlacementPolicy
 from pybkx.placement.registry import DEFAULT_POLICY, POLICY_NAMES, create_policy, policy_class
 from pybkx.placement.reorder import ReadClass, SlowBookies, reorder_read_sequence
+from pybkx.placement.stats import PlacementStats
 from pybkx.placement.topology import (
     DEFAULT_RACK,
     DEFAULT_REGION,

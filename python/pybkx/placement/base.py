@@ -16,7 +16,8 @@ from enum import IntEnum
 from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
 from pybkx import errors
-from pybkx.config import ConfigError
+from pybkx.placement.conf import conf_bool, conf_int, conf_str
+from pybkx.placement.stats import PlacementStats
 
 if TYPE_CHECKING:
     from pybkx.placement.dns import DNSToSwitchMapping
@@ -163,79 +164,6 @@ class SettableFeatureProvider(FeatureProvider):
     def set(self, name: str, available: bool) -> None:
         """Turn the feature ``name`` (scopes joined by dots) on or off."""
         self.get_feature(name).set(available)
-
-
-# --- counters -------------------------------------------------------------------------------
-
-
-class PlacementStats:
-    """Thread-safe counters under BookKeeper's metric names (``bookies_joined``,
-    ``bookies_left``, ``failed_to_resolve_network_location_count``,
-    ``read_requests_reordered``, ``region_aware_anomalous_ensemble``, ...)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._counters: dict[str, int] = {}
-
-    def inc(self, name: str, delta: int = 1) -> None:
-        with self._lock:
-            self._counters[name] = self._counters.get(name, 0) + delta
-
-    def get(self, name: str) -> int:
-        with self._lock:
-            return self._counters.get(name, 0)
-
-    def snapshot(self) -> dict[str, int]:
-        with self._lock:
-            return dict(self._counters)
-
-
-# --- configuration readers ------------------------------------------------------------------
-
-_TRUE = frozenset({"true", "yes", "on", "1"})
-_FALSE = frozenset({"false", "no", "off", "0"})
-
-
-def conf_str(conf: Mapping[str, object], key: str, default: str | None = None) -> str | None:
-    """``conf[key]`` as a stripped string; blank or absent gives ``default``."""
-    value = conf.get(key)
-    if value is None:
-        return default
-    text = str(value).strip()
-    return text or default
-
-
-def conf_bool(conf: Mapping[str, object], key: str, default: bool) -> bool:
-    """``conf[key]`` as a boolean (true/false, yes/no, on/off, 1/0). Raises ConfigError."""
-    value = conf.get(key)
-    if value is None:
-        return default
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in _TRUE:
-        return True
-    if text in _FALSE:
-        return False
-    if not text:
-        return default
-    raise ConfigError(f"invalid {key}: expected true or false, got {value!r}")
-
-
-def conf_int(conf: Mapping[str, object], key: str, default: int, minimum: int | None = None) -> int:
-    """``conf[key]`` as an integer, at least ``minimum``. Raises ConfigError."""
-    value = conf.get(key)
-    if value is None or (isinstance(value, str) and not value.strip()):
-        return default
-    if isinstance(value, bool):
-        raise ConfigError(f"invalid {key}: expected an integer, got {value!r}")
-    try:
-        number = int(str(value).strip(), 10) if not isinstance(value, int) else value
-    except ValueError:
-        raise ConfigError(f"invalid {key}: expected an integer, got {value!r}") from None
-    if minimum is not None and number < minimum:
-        raise ConfigError(f"invalid {key}: must be at least {minimum}, got {number}")
-    return number
 
 
 def check_quorum_sizes(ensemble_size: int, write_quorum_size: int, ack_quorum_size: int) -> None:

@@ -15,14 +15,13 @@ from pybkx.placement.base import (
     FeatureProvider,
     PlacementPolicyAdherence,
     PlacementResult,
-    PlacementStats,
     check_quorum_sizes,
-    conf_bool,
-    conf_int,
 )
+from pybkx.placement.conf import conf_bool, conf_int
 from pybkx.placement.dns import DNSToSwitchMapping
 from pybkx.placement.reorder import SlowBookies, reorder_read_sequence
 from pybkx.placement.selection import disk_weights, pick_bookies
+from pybkx.placement.stats import PlacementStats
 
 __all__ = ["DefaultEnsemblePlacementPolicy"]
 

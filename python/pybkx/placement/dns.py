@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Final
 
 from pybkx.config import ConfigError
-from pybkx.placement.base import PlacementStats, conf_int, conf_str
+from pybkx.placement.conf import conf_int, conf_str
+from pybkx.placement.stats import PlacementStats
 from pybkx.placement.topology import InvalidTopologyError, normalize_location
 
 __all__ = [

@@ -15,11 +15,11 @@ from pybkx.placement.base import (
     FeatureProvider,
     PlacementPolicyAdherence,
     PlacementResult,
-    PlacementStats,
     check_quorum_sizes,
-    conf_str,
 )
+from pybkx.placement.conf import conf_str
 from pybkx.placement.dns import DNSToSwitchMapping
+from pybkx.placement.stats import PlacementStats
 
 __all__ = ["LocalBookieEnsemblePlacementPolicy"]
 
@@ -176,13 +176,12 @@ class LocalBookieEnsemblePlacementPolicy(EnsemblePlacementPolicy):
 
 
 def _derived_bookie_id(conf: Mapping[str, object]) -> str:
-    """The id a bookie with this configuration registers under (pybkx.bookie's rule)."""
-    from pybkx.bookie import bookie_address  # the bookie module loads the Rust extension
+    """The id a bookie with this configuration registers under (BookKeeper's rule)."""
     from pybkx.config import ServerConfig
 
     overrides = {key: conf[key] for key in _ADDRESS_KEYS if key in conf}
     config = ServerConfig.load(None, overrides, overrides_source="placement configuration")
     try:
-        return bookie_address(config, config.bookie_port)
+        return config.bookie_address(config.bookie_port)
     except ConfigError as exc:
         raise ConfigError(f"cannot derive the local bookie id: {exc}") from None

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from pybkx.placement.base import PlacementPolicyAdherence, conf_bool, conf_int
+from pybkx.placement.base import (
+    PlacementPolicyAdherence,
+)
+from pybkx.placement.conf import conf_bool, conf_int
 from pybkx.placement.selection import Cell, MinLocations, SearchState, WindowRule
 from pybkx.placement.topology import DEFAULT_RACK
 from pybkx.placement.topology_aware import PlacementHint, TopologyAwarePolicy

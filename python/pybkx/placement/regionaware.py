@@ -16,7 +16,10 @@ from collections.abc import Hashable, Mapping, Sequence
 
 from pybkx import errors
 from pybkx.config import ConfigError
-from pybkx.placement.base import PlacementPolicyAdherence, conf_bool, conf_int, conf_str
+from pybkx.placement.base import (
+    PlacementPolicyAdherence,
+)
+from pybkx.placement.conf import conf_bool, conf_int, conf_str
 from pybkx.placement.rackaware import RackawareEnsemblePlacementPolicy
 from pybkx.placement.selection import (
     Cell,

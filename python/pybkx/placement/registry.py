@@ -9,12 +9,17 @@ from types import MappingProxyType
 from typing import Final
 
 from pybkx.config import ConfigError
-from pybkx.placement.base import EnsemblePlacementPolicy, FeatureProvider, PlacementStats, conf_str
+from pybkx.placement.base import (
+    EnsemblePlacementPolicy,
+    FeatureProvider,
+)
+from pybkx.placement.conf import conf_str
 from pybkx.placement.default import DefaultEnsemblePlacementPolicy
 from pybkx.placement.dns import DNSToSwitchMapping
 from pybkx.placement.local import LocalBookieEnsemblePlacementPolicy
 from pybkx.placement.rackaware import RackawareEnsemblePlacementPolicy
 from pybkx.placement.regionaware import RegionAwareEnsemblePlacementPolicy
+from pybkx.placement.stats import PlacementStats
 from pybkx.placement.zoneaware import ZoneawareEnsemblePlacementPolicy
 
 __all__ = ["DEFAULT_POLICY", "POLICY_NAMES", "create_policy", "policy_class"]

@@ -17,7 +17,9 @@ from collections.abc import Callable, Collection, Sequence
 from enum import IntEnum
 from typing import Final
 
-from pybkx.placement.base import BookiesHealthInfo
+from pybkx.placement.base import (
+    BookiesHealthInfo,
+)
 
 __all__ = ["REMOTE_AFTER_LOCAL", "ReadClass", "SlowBookies", "reorder_read_sequence"]
 

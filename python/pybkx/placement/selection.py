@@ -20,7 +20,9 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
-from pybkx.placement.base import BookieInfo
+from pybkx.placement.base import (
+    BookieInfo,
+)
 from pybkx.placement.topology import SEPARATOR, split_location
 
 __all__ = [

@@ -30,12 +30,10 @@ from pybkx.placement.base import (
     FeatureProvider,
     PlacementPolicyAdherence,
     PlacementResult,
-    PlacementStats,
     SettableFeatureProvider,
     check_quorum_sizes,
-    conf_bool,
-    conf_int,
 )
+from pybkx.placement.conf import conf_bool, conf_int
 from pybkx.placement.dns import (
     DefaultingResolver,
     DNSToSwitchMapping,
@@ -54,6 +52,7 @@ from pybkx.placement.selection import (
     window_starts,
     windows_containing,
 )
+from pybkx.placement.stats import PlacementStats
 from pybkx.placement.topology import InvalidTopologyError, NetworkTopology
 
 __all__ = ["PlacementHint", "TopologyAwarePolicy"]

@@ -15,7 +15,10 @@ from collections.abc import Hashable, Mapping, Sequence
 
 from pybkx import errors
 from pybkx.config import ConfigError
-from pybkx.placement.base import PlacementPolicyAdherence, conf_bool, conf_int
+from pybkx.placement.base import (
+    PlacementPolicyAdherence,
+)
+from pybkx.placement.conf import conf_bool, conf_int
 from pybkx.placement.selection import Cell, SearchState, WindowRule, ZoneSpread
 from pybkx.placement.topology import DEFAULT_ZONE_AND_UPGRADE_DOMAIN
 from pybkx.placement.topology_aware import PlacementHint, TopologyAwarePolicy

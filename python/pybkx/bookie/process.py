@@ -1,0 +1,448 @@
+"""The bookie process: cookie check, ledger storage, the Rust server, registration, stop.
+It decides, logs and reports; it must never read or write entries, frames or storage files."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+import socket
+import threading
+from types import FrameType, TracebackType
+
+from pybkx import errors
+from pybkx._core import BookieServer, LedgerStorage
+from pybkx.bookie.cookies import check_and_stamp_cookie
+from pybkx.config import ConfigError, ServerConfig
+from pybkx.meta import BookieServiceInfo, MetadataStore, open_metadata_store
+
+__all__ = ["DRAIN_TIMEOUT_MS", "Bookie", "BookieError"]
+
+logger = logging.getLogger(__name__)
+
+DRAIN_TIMEOUT_MS = 10_000
+"""How long a stopping bookie lets in-flight requests finish before closing connections."""
+
+_STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+_SIGNAL_POLL_S = 0.5
+
+
+class BookieError(Exception):
+    """The bookie could not start or stop cleanly; the message is one line for the operator."""
+
+
+def _event(level: int, event: str, /, **fields: object) -> None:
+    """Log ``event key=value ...``; the fields also ride on the record as ``record.fields``."""
+
+    def text(value: object) -> str:
+        if isinstance(value, list | tuple):
+            return ",".join(str(v) for v in value)
+        s = str(value)
+        return repr(s) if not s or any(c.isspace() for c in s) else s
+
+    pairs = "".join(f" {key}={text(value)}" for key, value in fields.items())
+    logger.log(level, "%s%s", event, pairs, extra={"event": event, "fields": fields})
+
+
+def _stats(source: BookieServer | LedgerStorage) -> dict[str, int]:
+    """Counters for a log line; never fails (a closed object may refuse)."""
+    try:
+        return dict(source.stats())
+    except Exception:
+        return {}
+
+
+def _pick_port(host: str) -> int:
+    """A port free on ``host`` right now (for ``bookiePort=0``: the bookie id needs the port
+    before the server starts). Raises BookieError."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind((host, 0))
+            port: int = sock.getsockname()[1]
+            return port
+    except OSError as exc:
+        raise BookieError(f"cannot listen on {host}:0: {exc.strerror or exc}") from None
+
+
+def _close_store_quietly(store: MetadataStore) -> None:
+    try:
+        store.close()
+    except Exception as exc:
+        _event(logging.ERROR, "closing metadata store failed", error=f"{type(exc).__name__}: {exc}")
+
+
+class Bookie:
+    """A bookie process: cookie check, ledger storage, the V2 server over it and its
+    registration; stopped on SIGTERM/SIGINT.
+
+    ``run()`` is the whole life of ``pybkx bookie``; ``start()``/``stop()`` (or ``with``) drive it
+    step by step. With ``metadataServiceUri`` (or the legacy ``zkServers``) the bookie joins that
+    cluster: it initialises the cluster if it is new, checks or stamps its cookie before opening
+    the storage, and registers (writable, or read-only with ``forceReadOnlyBookie``) once it
+    listens. Without one it serves standalone: no cookie, no registration.
+    """
+
+    def __init__(self, config: ServerConfig, *, drain_timeout_ms: int = DRAIN_TIMEOUT_MS) -> None:
+        self.config = config
+        self.drain_timeout_ms = drain_timeout_ms
+        self._storage: LedgerStorage | None = None
+        self._server: BookieServer | None = None
+        self._store: MetadataStore | None = None
+        self._bookie_id: str | None = None
+        self._registered = False
+        # Serialises read-only moves with stop(): the server mode and the registration move
+        # together.
+        self._state_lock = threading.Lock()
+
+    # --- state
+
+    @property
+    def running(self) -> bool:
+        return self._server is not None
+
+    @property
+    def storage(self) -> LedgerStorage:
+        if self._storage is None:
+            raise BookieError("the bookie is not running")
+        return self._storage
+
+    @property
+    def server(self) -> BookieServer:
+        if self._server is None:
+            raise BookieError("the bookie is not running")
+        return self._server
+
+    @property
+    def metadata_store(self) -> MetadataStore | None:
+        """The cluster's metadata store while running with one; None when standalone."""
+        return self._store
+
+    @property
+    def port(self) -> int:
+        """The bound port (differs from ``bookiePort`` only for port 0)."""
+        return self.server.port
+
+    @property
+    def bookie_id(self) -> str:
+        if self._bookie_id is None:
+            raise BookieError("the bookie is not running")
+        return self._bookie_id
+
+    @property
+    def read_only(self) -> bool:
+        """True while normal adds are refused (EREADONLY). Raises BookieError if not running."""
+        return self.server.is_read_only()
+
+    # --- life cycle
+
+    def start(self) -> None:
+        """Check the cookie, open the storage (replaying its journal), start serving, register.
+
+        Raises BookieError with one line for the operator: bad identity, unreachable metadata
+        store, a cookie mismatch (the line starts with ``InvalidCookieException``), storage or
+        listening failures. Nothing stays open after a failed start.
+        """
+        if self._server is not None:
+            raise BookieError("the bookie is already running")
+        config = self.config
+        try:
+            host, port = config.listening_address(), config.bookie_port
+            config.bookie_address(config.bookie_port)  # refuse a bad identity before any I/O
+        except ConfigError as exc:
+            raise BookieError(str(exc)) from None
+        self._note_what_is_not_implemented()
+
+        uri = config.metadata_uri()
+        store: MetadataStore | None = None
+        bookie_id: str | None = None
+        if uri is not None:
+            if port == 0:  # the cookie names the port: fix it now
+                port = _pick_port(host)
+            bookie_id = self._identity(port)
+            store = self._join_cluster(uri, bookie_id)
+        try:
+            storage = self._open_storage()
+            server = self._start_server(storage, host, port)
+        except BaseException:
+            if store is not None:
+                _close_store_quietly(store)
+            raise
+
+        registration_error: BookieError | None = None
+        with self._state_lock:
+            self._storage, self._server, self._store = storage, server, store
+            if bookie_id is None:
+                try:
+                    bookie_id = config.bookie_identity(server.port)
+                except ConfigError:  # resolution changed since the check above; keep serving
+                    bookie_id = f"{host}:{server.port}"
+            self._bookie_id = bookie_id
+            if store is not None:
+                try:
+                    self._register(store, server.is_read_only())
+                except BookieError as exc:
+                    registration_error = exc
+        if registration_error is not None:
+            with contextlib.suppress(BookieError):
+                self.stop()
+            raise registration_error
+        _event(
+            logging.INFO,
+            "bookie serving",
+            bookie_id=self._bookie_id,
+            listen=f"{host}:{server.port}",
+            read_only=server.is_read_only(),
+            ledgers=_stats(storage).get("ledgers", "?"),
+            max_frame_size=config.netty_max_frame_size_bytes,
+            max_pending_adds=config.max_pending_add_requests_per_thread,
+            max_pending_reads=config.max_pending_read_requests_per_thread,
+            max_batch_read_size=config.max_batch_read_size_bytes,
+            metadata=uri or "(standalone)",
+            registered="yes" if store is not None else "no",
+            config=config.source,
+        )
+
+    def set_read_only(self, read_only: bool) -> None:
+        """Enter (True) or leave (False) read-only mode: the server refuses or accepts normal
+        adds again, and the registration moves to ``available/readonly`` or back.
+
+        Idempotent. Raises BookieError if not running, when leaving is forbidden by
+        ``forceReadOnlyBookie``, when entering is forbidden by ``readOnlyModeEnabled=false``, or
+        when the registration cannot be moved (the server mode is then restored).
+        """
+        with self._state_lock:
+            server = self.server
+            if server.is_read_only() == read_only:
+                return
+            if not read_only and self.config.force_read_only_bookie:
+                raise BookieError("forceReadOnlyBookie=true: the bookie stays read-only")
+            if read_only and not self.config.read_only_mode_enabled:
+                raise BookieError("readOnlyModeEnabled=false: the bookie cannot go read-only")
+            server.set_read_only(read_only)
+            if self._store is not None and self._registered:
+                try:
+                    self._register(self._store, read_only)
+                except BookieError:
+                    server.set_read_only(not read_only)
+                    raise
+            _event(
+                logging.INFO,
+                "bookie is read-only" if read_only else "bookie is writable",
+                bookie_id=self._bookie_id,
+            )
+
+    def stop(self) -> None:
+        """Unregister, stop serving (draining in-flight requests), close the storage (which
+        checkpoints), then close the metadata store.
+
+        Idempotent. Raises BookieError if the storage could not be closed cleanly (the metadata
+        store is closed anyway); a failed unregistration is only logged, since the registration
+        ends with the store's session.
+        """
+        with self._state_lock:
+            server, storage, store = self._server, self._storage, self._store
+            self._server = self._storage = self._store = None
+            registered, self._registered = self._registered, False
+        try:
+            if store is not None and registered:
+                try:
+                    store.unregister_bookie(self.bookie_id)
+                except Exception as exc:
+                    _event(
+                        logging.ERROR,
+                        "unregistering failed; the registration ends with the session",
+                        error=f"{type(exc).__name__}: {exc}",
+                    )
+                else:
+                    _event(logging.INFO, "bookie unregistered", bookie_id=self._bookie_id)
+            if server is not None:
+                _event(logging.INFO, "stopping server", drain_timeout_ms=self.drain_timeout_ms)
+                try:
+                    server.stop(self.drain_timeout_ms)
+                except Exception as exc:  # the storage must still be closed
+                    _event(
+                        logging.ERROR, "server stop failed", error=f"{type(exc).__name__}: {exc}"
+                    )
+                else:
+                    _event(logging.INFO, "server stopped", **_stats(server))
+            if storage is not None:
+                counters = _stats(storage)
+                try:
+                    storage.close()
+                except Exception as exc:
+                    raise BookieError(
+                        f"cannot close ledger storage cleanly: {type(exc).__name__}: {exc}"
+                    ) from None
+                _event(logging.INFO, "ledger storage closed (checkpointed)", **counters)
+        finally:
+            if store is not None:
+                _close_store_quietly(store)
+                _event(logging.INFO, "metadata store closed")
+
+    def run(self) -> int:
+        """Start, serve until SIGTERM or SIGINT, stop; return the exit code (0).
+
+        Must run in the main thread (signal handlers). Raises BookieError on a failed start or
+        stop; a signal that arrives during the start stops the bookie right after it.
+        """
+        stop_requested = threading.Event()
+        received: list[str] = []
+
+        def on_signal(signum: int, frame: FrameType | None) -> None:
+            name = signal.Signals(signum).name
+            if stop_requested.is_set():
+                _event(logging.WARNING, "already stopping", signal=name)
+                return
+            received.append(name)
+            stop_requested.set()
+
+        previous = {sig: signal.signal(sig, on_signal) for sig in _STOP_SIGNALS}
+        try:
+            self.start()
+            while not stop_requested.wait(_SIGNAL_POLL_S):
+                pass
+            _event(logging.INFO, "stop requested", signal=received[0])
+        finally:
+            try:
+                self.stop()
+            finally:
+                for sig, handler in previous.items():
+                    signal.signal(sig, handler)
+        _event(logging.INFO, "bookie stopped", bookie_id=self._bookie_id)
+        return 0
+
+    def __enter__(self) -> Bookie:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    # --- helpers
+
+    def _note_what_is_not_implemented(self) -> None:
+        if self.config.http_server_enabled:
+            _event(
+                logging.WARNING,
+                "httpServerEnabled=true accepted, but the HTTP admin server is not implemented yet",
+            )
+
+    def _identity(self, port: int) -> str:
+        """``bookieId`` if configured, else ``host:port`` (BookKeeper's address rule)."""
+        try:
+            return self.config.bookie_identity(port)
+        except ConfigError as exc:
+            raise BookieError(str(exc)) from None
+
+    def _join_cluster(self, uri: str, bookie_id: str) -> MetadataStore:
+        """Open the store, initialise the cluster if it is new, check or stamp the cookie.
+        Raises BookieError (the store is closed again)."""
+        config = self.config
+        _event(
+            logging.INFO, "opening metadata store", metadata=uri, zk_timeout_ms=config.zk_timeout_ms
+        )
+        try:
+            store = open_metadata_store(uri, zkTimeout=config.zk_timeout_ms)
+        except ValueError as exc:
+            raise BookieError(f"invalid metadataServiceUri in {config.source}: {exc}") from None
+        except errors.BKException as exc:
+            raise BookieError(
+                f"cannot open the metadata store {uri}: {type(exc).__name__}: {exc}"
+            ) from None
+        try:
+            if store.init_new_cluster():
+                _event(
+                    logging.INFO,
+                    "initialised a new cluster",
+                    metadata=uri,
+                    instance_id=store.instance_id(),
+                )
+            check = check_and_stamp_cookie(store, config, bookie_id)
+        except errors.InvalidCookieException as exc:
+            _close_store_quietly(store)
+            raise BookieError(f"InvalidCookieException: {exc}") from None
+        except errors.BKException as exc:
+            _close_store_quietly(store)
+            raise BookieError(f"metadata store {uri} failed: {type(exc).__name__}: {exc}") from None
+        except OSError as exc:
+            _close_store_quietly(store)
+            raise BookieError(f"cannot write the cookie: {exc}") from None
+        except BaseException:
+            _close_store_quietly(store)
+            raise
+        _event(
+            logging.INFO,
+            "cookie stamped (new bookie)" if check.new_bookie else "cookie verified",
+            bookie_id=bookie_id,
+            instance_id=check.cookie.instance_id or "(none)",
+        )
+        return store
+
+    def _register(self, store: MetadataStore, read_only: bool) -> None:
+        """Register (or move the registration of) this bookie. Raises BookieError."""
+        bookie_id = self.bookie_id
+        try:
+            host, _, port = self.config.bookie_address(self.port).rpartition(":")
+            store.register_bookie(
+                bookie_id, read_only, BookieServiceInfo.for_address(host, int(port))
+            )
+        except (ConfigError, errors.BKException) as exc:
+            _event(
+                logging.ERROR,
+                "registration failed",
+                bookie_id=bookie_id,
+                read_only=read_only,
+                error=f"{type(exc).__name__}: {exc}",
+            )
+            raise BookieError(
+                f"cannot register bookie {bookie_id} in {store.uri}: {type(exc).__name__}: {exc}"
+            ) from None
+        self._registered = True
+        _event(
+            logging.INFO,
+            "bookie registered",
+            bookie_id=bookie_id,
+            read_only=read_only,
+            metadata=store.uri,
+        )
+
+    def _open_storage(self) -> LedgerStorage:
+        config = self.config
+        _event(
+            logging.INFO,
+            "opening ledger storage",
+            journal_dirs=config.journal_directories,
+            ledger_dirs=config.ledger_directories,
+            index_dirs=config.index_directories or "(ledger dirs)",
+        )
+        try:
+            return LedgerStorage(config)
+        except errors.BookieException as exc:  # directories locked, storage closed, corrupt
+            raise BookieError(f"cannot open ledger storage: {exc}") from None
+        except (OSError, ValueError, errors.BKException) as exc:
+            raise BookieError(f"cannot open ledger storage: {type(exc).__name__}: {exc}") from None
+
+    def _start_server(self, storage: LedgerStorage, host: str, port: int) -> BookieServer:
+        """Listen; closes ``storage`` and raises BookieError on failure."""
+        try:
+            return BookieServer(storage, self.config, host, port)
+        except Exception as exc:
+            self._close_storage_after_failure(storage)
+            if isinstance(exc, OSError):
+                reason = exc.strerror or str(exc)
+                raise BookieError(f"cannot listen on {host}:{port}: {reason}") from None
+            raise BookieError(
+                f"cannot start the bookie server on {host}:{port}: {type(exc).__name__}: {exc}"
+            ) from None
+
+    @staticmethod
+    def _close_storage_after_failure(storage: LedgerStorage) -> None:
+        try:
+            storage.close()
+        except Exception as exc:
+            _event(logging.ERROR, "closing storage failed", error=f"{type(exc).__name__}: {exc}")

@@ -1,0 +1,94 @@
+"""``pybkx shell``: cluster administration and file inspection, as BookKeeper's shell.
+It parses and prints; the commands' work is in ``pybkx.tools.shell`` and the core."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import click
+
+from pybkx import errors
+from pybkx._core import scan_journal
+
+
+@click.group()
+def shell() -> None:
+    """Administer a cluster and inspect bookie files (like BookKeeper's shell)."""
+
+
+_URI_HELP = "metadataServiceUri: zk+hierarchical://host:port/ledgers or embedded:///abs/dir"
+
+
+@shell.command()
+@click.option("--uri", required=True, help=_URI_HELP)
+def initnewcluster(uri: str) -> None:
+    """Initialise a new cluster's metadata (fails if one exists)."""
+    from pybkx.tools.shell import ShellError, init_new_cluster
+
+    try:
+        instance_id = init_new_cluster(uri)
+    except ShellError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"initialised a new cluster at {uri} (instance id {instance_id})")
+
+
+@shell.command()
+@click.option("--uri", required=True, help=_URI_HELP)
+@click.option("--force", is_flag=True, help="Do not ask for confirmation.")
+def metaformat(uri: str, force: bool) -> None:
+    """Delete all ledgers, registrations and cookies, then initialise afresh.
+
+    Asks for confirmation unless --force. Bookies that had joined refuse to start until their
+    directories are formatted (their cookies name the old cluster instance).
+    """
+    from pybkx.tools.shell import ShellError, meta_format
+
+    if not force:
+        try:
+            confirmed = click.confirm(
+                f"Format the metadata at {uri}? Every ledger and cookie is deleted", err=True
+            )
+        except click.Abort:  # no answer (stdin closed): end the prompt's line
+            click.echo(err=True)
+            confirmed = False
+        if not confirmed:
+            raise click.ClickException("metaformat not confirmed: nothing changed (use --force)")
+    try:
+        instance_id = meta_format(uri)
+    except ShellError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"formatted the metadata at {uri} (new instance id {instance_id})")
+
+
+def _format_record(record: dict[str, Any]) -> str:
+    kind = record.get("kind", "?")
+    head = f"{record.get('offset', '?'):>12} {record.get('size', ''):>8} {kind:<6}"
+    if kind == "end":
+        return f"{head} {record.get('reason', '')}".rstrip()
+    fields = [f"ledger={record.get('ledger_id')}"]
+    if record.get("entry_id") is not None:
+        fields.append(f"entry={record['entry_id']}")
+    return f"{head} {' '.join(fields)}"
+
+
+@shell.command()
+@click.argument("path", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+def readjournal(path: Path) -> None:
+    """Print the records of a journal file (.txn).
+
+    One line per valid record: offset, size on disk, kind, ledger and entry id; then where and
+    why the valid data ends.
+    """
+    try:
+        records = scan_journal(str(path))
+    except (OSError, errors.BKException) as exc:
+        raise click.ClickException(f"cannot read {path}: {type(exc).__name__}: {exc}") from exc
+    click.echo(f"Journal {path}")
+    click.echo(f"{'offset':>12} {'size':>8} {'kind':<6} details")
+    for record in records:
+        click.echo(_format_record(record))
+    kinds = Counter(str(record.get("kind")) for record in records if record.get("kind") != "end")
+    summary = ", ".join(f"{n} {kind}" for kind, n in sorted(kinds.items())) or "none"
+    click.echo(f"{kinds.total()} records: {summary}")

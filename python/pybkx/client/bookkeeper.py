@@ -1,0 +1,202 @@
+"""``BookKeeper``: a client of one cluster. It owns the metadata store session, the placement
+policy, the Rust connections to bookies and the failure dispatcher, and creates and opens
+ledgers. Per-entry work is the Rust core's; it must never move entries itself."""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from pybkx import errors
+from pybkx._core import BookieClient, FailureQueue, check_quorums
+from pybkx.client.failures import FailureDispatcher
+from pybkx.client.handles import LedgerHandle, ReadHandle
+from pybkx.client.recovery import recover
+from pybkx.config import ClientConfig
+from pybkx.meta import (
+    MAX_METADATA_RETRIES,
+    BookieServiceInfo,
+    DigestType,
+    LedgerMetadata,
+    MetadataStore,
+    open_metadata_store,
+)
+from pybkx.placement import EnsemblePlacementPolicy, PlacementPolicyAdherence, create_policy
+
+__all__ = ["BookKeeper"]
+
+import logging
+
+logger = logging.getLogger(__name__)
+
+
+class BookKeeper:
+    """A client of one cluster.
+
+    ``metadata_service_uri`` is BookKeeper's ``metadataServiceUri`` (``zk+hierarchical://...``)
+    or ``embedded:///dir``; None opens the embedded default store. ``conf`` takes BookKeeper's
+    client keys (see :class:`pybkx.config.ClientConfig`: ``addEntryTimeoutSec``,
+    ``readEntryTimeoutSec``, ``clientConnectTimeoutMillis``, ``nettyMaxFrameSizeBytes``,
+    ``batchReadEnabled``, ``throttle``, ``zkTimeout``, ``bookieReplacementTimeoutMs``, ...) and
+    the placement policy's keys (``ensemblePlacementPolicy`` and its options).
+
+    Raises ConfigError for a bad value, ValueError for an unsupported URI, MetaStoreException
+    if the store cannot be reached.
+    """
+
+    def __init__(self, metadata_service_uri: str | None = None, **conf: Any) -> None:
+        self.config = ClientConfig.of(**conf)
+        self.store: MetadataStore = open_metadata_store(
+            metadata_service_uri, **self.config.store_settings()
+        )
+        try:
+            # BookKeeper's `ensemblePlacementPolicy` (rack-aware by default) follows the
+            # registered bookies from here on.
+            self.placement: EnsemblePlacementPolicy = create_policy(
+                self.config.placement_settings()
+            )
+            self._registered: frozenset[str] = frozenset()
+            self._unwatch = self.store.watch_bookies(self._on_bookies_changed)
+            self.bookies = BookieClient(self.config)
+        except BaseException:
+            self.store.close()
+            raise
+        self.failures = FailureDispatcher(FailureQueue(), self.config.num_worker_threads)
+        self._addresses: dict[str, str] = {}
+        self._addresses_lock = threading.Lock()
+        self._closed = False
+
+    # --- bookies ----------------------------------------------------------------------------
+
+    def address_of(self, bookie_id: str) -> str:
+        """``host:port`` to connect to for a bookie id (its registered ``bookie-rpc``
+        endpoint; a bare ``host:port`` id when it publishes none)."""
+        with self._addresses_lock:
+            address = self._addresses.get(bookie_id)
+        if address is None:
+            address = bookie_id
+            try:
+                info: BookieServiceInfo = self.store.bookie_service_info(bookie_id)
+                for endpoint in info.endpoints:
+                    if endpoint.protocol == "bookie-rpc":
+                        address = f"{endpoint.host}:{endpoint.port}"
+                        break
+            except errors.BKException:
+                pass
+            with self._addresses_lock:
+                self._addresses[bookie_id] = address
+        return address
+
+    def _on_bookies_changed(self, writable: frozenset[str], readonly: frozenset[str]) -> None:
+        self._registered = writable | readonly
+        self.placement.on_cluster_changed(writable, readonly)
+
+    @property
+    def registered_bookies(self) -> frozenset[str]:
+        """The bookie ids registered now (writable or read-only), as the watch last saw them."""
+        return self._registered
+
+    def unregistered(self, bookies: Iterable[str]) -> list[str]:
+        """The bookie ids of ``bookies`` that are not registered (writable or read-only)."""
+        registered = self._registered
+        return [b for b in bookies if b not in registered]
+
+    # --- ledgers ----------------------------------------------------------------------------
+
+    def create_ledger(
+        self,
+        ensemble_size: int = 3,
+        write_quorum_size: int = 2,
+        ack_quorum_size: int = 2,
+        digest_type: str = "CRC32C",
+        password: bytes = b"",
+        custom_metadata: Mapping[str, bytes] | None = None,
+    ) -> LedgerHandle:
+        """Create a ledger on ``ensemble_size`` writable bookies and open it for writing.
+
+        Raises IncorrectParameterException (quorums), NotEnoughBookiesException, ValueError
+        (digest type), MetaStoreException, ClientClosedException.
+        """
+        self._check_open()
+        digest = DigestType.parse(digest_type)
+        check_quorums(ensemble_size, write_quorum_size, ack_quorum_size)
+        placed = self.placement.new_ensemble(
+            ensemble_size, write_quorum_size, ack_quorum_size, dict(custom_metadata or {}), ()
+        )
+        if placed.adherence == PlacementPolicyAdherence.FAIL:
+            logger.warning(
+                "new ensemble %s does not adhere to the placement policy %s",
+                placed.result,
+                type(self.placement).__name__,
+            )
+        metadata = LedgerMetadata(
+            ensemble_size=ensemble_size,
+            write_quorum_size=write_quorum_size,
+            ack_quorum_size=ack_quorum_size,
+            ensembles={0: tuple(placed.result)},
+            digest_type=digest,
+            password=password,
+            custom_metadata=dict(custom_metadata or {}),
+            c_token=random.getrandbits(62),
+        )
+        for _ in range(MAX_METADATA_RETRIES):
+            ledger_id = self.store.generate_ledger_id()
+            try:
+                versioned = self.store.create_ledger_metadata(ledger_id, metadata)
+            except errors.LedgerExistException:
+                continue  # the id was taken (e.g. by another client's retried create)
+            return LedgerHandle(self, ledger_id, versioned)
+        raise errors.MetaStoreException("could not allocate a free ledger id")
+
+    def open_ledger(
+        self, ledger_id: int, password: bytes = b"", recovery: bool = True
+    ) -> ReadHandle:
+        """Open a ledger for reading. With ``recovery`` (the default) an OPEN ledger is fenced,
+        recovered and closed first, so its writer can add nothing more.
+
+        Raises NoSuchLedgerExistsOnMetadataServerException, UnauthorizedAccessException (wrong
+        password), LedgerRecoveryException, MetaStoreException, ClientClosedException.
+        """
+        self._check_open()
+        versioned = self.store.read_ledger_metadata(ledger_id)
+        if versioned.value.password != password:
+            raise errors.UnauthorizedAccessException(f"wrong password for ledger {ledger_id}")
+        handle = ReadHandle(self, ledger_id, versioned)
+        if recovery and not versioned.value.is_closed:
+            recover(handle)
+        return handle
+
+    def delete_ledger(self, ledger_id: int) -> None:
+        """Delete the ledger's metadata (bookies drop its data). Raises
+        NoSuchLedgerExistsOnMetadataServerException, ClientClosedException."""
+        self._check_open()
+        self.store.remove_ledger_metadata(ledger_id)
+
+    def list_ledgers(self) -> list[int]:
+        """Every ledger id of the cluster, ascending. Raises MetaStoreException."""
+        self._check_open()
+        return list(self.store.list_ledgers())
+
+    def close(self) -> None:
+        """Close bookie connections, the failure dispatcher and the metadata session.
+        Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._unwatch()
+        self.failures.close()
+        self.placement.uninitialize()
+        self.bookies.close()
+        self.store.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise errors.ClientClosedException("the BookKeeper client is closed")
+
+    def __enter__(self) -> BookKeeper:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,499 @@
+"""Ledger handles: ``ReadHandle`` (reads, LAC) and ``LedgerHandle`` (appends, ensemble
+changes, close). They decide per ledger; every entry moves through the Rust ``LedgerWriter``
+and ``ReadPlan``, and a read plan is built once per metadata version, not per read.
+
+Semantics follow Apache BookKeeper's client: E >= Qw >= Qa, round-robin write sets, in-order
+completion once Qa bookies acknowledged, the LAC piggy-backed in every entry, ensemble changes
+written to the metadata by compare-and-set.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from pybkx import errors
+from pybkx._core import (
+    FLAG_DO_FENCING,
+    MAX_READ_ENTRIES,
+    Future,
+    LedgerEntry,
+    LedgerWriter,
+    ReadPlan,
+    master_key,
+)
+from pybkx.client.ensemble import replacement_ensemble
+from pybkx.client.failures import BookieFailure
+from pybkx.meta import LedgerMetadata, LedgerState, Versioned
+
+if TYPE_CHECKING:
+    from pybkx.client.bookkeeper import BookKeeper
+
+__all__ = ["LedgerHandle", "ReadHandle", "new_writer"]
+
+logger = logging.getLogger(__name__)
+
+#: A slot failing again this soon after its replacement waits before the next change, so a
+#: bookie still going down (its registration not yet expired) is not replaced in a tight loop.
+_REFAIL_WINDOW_S = 1.0
+_REFAIL_PAUSE_S = 0.5
+
+
+def _covered(ensemble_size: int, write_quorum: int, ack_quorum: int, known: Sequence[bool]) -> bool:
+    """BookKeeper's coverage rule: in every write set fewer than Qa bookies are unknown."""
+    for start in range(ensemble_size):
+        unknown = sum(1 for i in range(write_quorum) if not known[(start + i) % ensemble_size])
+        if unknown >= ack_quorum:
+            return False
+    return True
+
+
+def new_writer(
+    bk: BookKeeper,
+    ledger_id: int,
+    metadata: LedgerMetadata,
+    *,
+    next_entry_id: int,
+    length: int,
+    recovery: bool,
+) -> LedgerWriter:
+    """A Rust writer for the last ensemble of ``metadata`` (a recovery writer sends recovery
+    adds). Its failures go to ``bk.failures``."""
+    return LedgerWriter(
+        bk.bookies,
+        ledger_id,
+        metadata.write_quorum_size,
+        metadata.ack_quorum_size,
+        metadata.password,
+        metadata.digest_type.name,
+        [bk.address_of(b) for b in metadata.last_ensemble],
+        bk.failures.queue,
+        next_entry_id=next_entry_id,
+        length=length,
+        recovery=recovery,
+        throttle=bk.config.throttle,
+    )
+
+
+class ReadHandle:
+    """A ledger opened for reading (see ``BookKeeper.open_ledger``)."""
+
+    def __init__(self, bk: BookKeeper, ledger_id: int, versioned: Versioned[LedgerMetadata]):
+        self.bk = bk
+        self.ledger_id = ledger_id
+        self._versioned = versioned
+        self._batch_supported = bk.config.batch_read_enabled
+        md = versioned.value
+        self._lac = md.last_entry_id if md.is_closed else -1
+        self._length = md.length if md.is_closed else 0
+        self._plan: tuple[Versioned[LedgerMetadata], ReadPlan] | None = None
+        self._avoid: tuple[frozenset[str], list[str]] = (frozenset(), [])
+
+    # --- state ------------------------------------------------------------------------------
+
+    @property
+    def metadata(self) -> LedgerMetadata:
+        return self._versioned.value
+
+    @property
+    def versioned_metadata(self) -> Versioned[LedgerMetadata]:
+        """The metadata with its version (the compare-and-set token of the next change)."""
+        return self._versioned
+
+    @property
+    def last_add_confirmed(self) -> int:
+        """The highest entry id known to be confirmed (-1: none)."""
+        return self._lac
+
+    @property
+    def length(self) -> int:
+        return self._length
+
+    @property
+    def is_closed(self) -> bool:
+        return self.metadata.is_closed
+
+    def update_metadata(
+        self, change: Callable[[LedgerMetadata], LedgerMetadata | None]
+    ) -> LedgerMetadata:
+        """Compare-and-set ``change`` on the ledger's metadata (re-read and re-applied after a
+        lost race; see ``MetadataStore.update_ledger_metadata``) and adopt the result. A closed
+        result also fixes the handle's LAC and length."""
+        self._versioned = self.bk.store.update_ledger_metadata(
+            self.ledger_id, self._versioned, change
+        )
+        md = self._versioned.value
+        if md.is_closed:
+            self._lac, self._length = md.last_entry_id, md.length
+        return md
+
+    def refresh_metadata(self) -> LedgerMetadata:
+        """Read the metadata again from the store."""
+        self._versioned = self.bk.store.read_ledger_metadata(self.ledger_id)
+        return self._versioned.value
+
+    # --- reads ------------------------------------------------------------------------------
+
+    def _read_plan(self) -> ReadPlan:
+        """The plan of the current metadata version, built once."""
+        cached = self._plan
+        if cached is not None and cached[0] is self._versioned:
+            return cached[1]
+        md = self.metadata
+        plan = ReadPlan(
+            self.bk.bookies,
+            self.ledger_id,
+            md.write_quorum_size,
+            md.password,
+            md.digest_type.name,
+            [
+                (first, [self.bk.address_of(b) for b in bookies])
+                for first, bookies in md.ensembles.items()
+            ],
+            orders=self._read_orders(md),
+            max_batch_bytes=self.bk.config.netty_max_frame_size_bytes,
+        )
+        self._plan = (self._versioned, plan)
+        return plan
+
+    def _read_orders(self, md: LedgerMetadata) -> list[list[list[int]]]:
+        """Per segment, per write-set start: the replica order of the placement policy
+        (``reorderReadSequenceEnabled``, default on); empty for the write-set order."""
+        if not self.bk.config.reorder_read_sequence_enabled:
+            return []
+        return [
+            [
+                self.bk.placement.reorder_read_sequence(bookies, None, md.write_set(start))
+                for start in range(md.ensemble_size)
+            ]
+            for bookies in md.ensembles.values()
+        ]
+
+    def _avoided(self) -> list[str]:
+        """Addresses of this ledger's bookies that are not registered: tried last."""
+        registered = self.bk.registered_bookies
+        seen, avoid = self._avoid
+        if seen is not registered:
+            bookies = {b for bookies in self.metadata.ensembles.values() for b in bookies}
+            avoid = [self.bk.address_of(b) for b in bookies if b not in registered]
+            self._avoid = (registered, avoid)
+        return avoid
+
+    def read_entries(
+        self,
+        first: int,
+        last: int,
+        *,
+        batch: bool = False,
+        flags: int = 0,
+        key: bytes | None = None,
+    ) -> Future:
+        """Start reading entries ``first..last`` whatever the LAC; the future gives
+        ``(entries, batch_ok)``. Raises IncorrectParameterException for a bad range."""
+        return self._read_plan().read(
+            first,
+            last,
+            batch=batch and self._batch_supported,
+            avoid=self._avoided(),
+            flags=flags,
+            master_key=key,
+        )
+
+    def _read(self, first: int, last: int, batch: bool) -> list[LedgerEntry]:
+        entries, batch_ok = self.read_entries(first, last, batch=batch).result()
+        if not batch_ok and self._batch_supported and batch:
+            logger.info(
+                "ledger %d: bookies do not support batch reads; using single reads", self.ledger_id
+            )
+            self._batch_supported = False
+        return list(entries)
+
+    def _check_confirmed(self, first: int, last: int) -> None:
+        if first < 0 or last < first:
+            raise errors.IncorrectParameterException(f"bad range {first}..{last}")
+        if last > self._lac:
+            raise errors.ReadException(
+                f"entries up to {last} requested, but the last confirmed is {self._lac}"
+            )
+
+    def read(self, first: int, last: int) -> list[LedgerEntry]:
+        """Entries ``first..last`` (inclusive), at most up to the LAC, at most
+        ``MAX_READ_ENTRIES`` (1,048,576) per call.
+
+        Raises IncorrectParameterException (bad range), ReadException (range beyond the LAC or
+        unreadable), NoSuchEntryException, DigestMatchException (every copy corrupt).
+        """
+        self._check_confirmed(first, last)
+        return self._read(first, last, batch=False)
+
+    def read_async(self, first: int, last: int) -> Future:
+        """``read`` without waiting: the future (awaitable) gives ``(entries, batch_ok)``.
+        Raises at once what ``read`` raises for the range; the rest through the future."""
+        self._check_confirmed(first, last)
+        return self.read_entries(first, last)
+
+    def read_unconfirmed(self, first: int, last: int) -> list[LedgerEntry]:
+        """Entries ``first..last`` regardless of the LAC (they may not survive recovery).
+        Raises as ``read`` does, but never for the LAC."""
+        return self._read(first, last, batch=False)
+
+    def batch_read(self, start: int, max_count: int, max_size: int) -> list[LedgerEntry]:
+        """Up to ``max_count`` entries from ``start`` in few requests (BP-62): batched where one
+        bookie holds every entry (E == Qw) and bookies support it, else single reads; the size
+        limit is loose as in BookKeeper. Never beyond the LAC.
+
+        Raises IncorrectParameterException, ReadException (``start`` beyond the LAC),
+        NoSuchEntryException.
+        """
+        if start < 0 or max_count <= 0:
+            raise errors.IncorrectParameterException(
+                f"bad batch read start {start} count {max_count}"
+            )
+        if start > self._lac:
+            raise errors.ReadException(f"entry {start} is beyond the LAC {self._lac}")
+        last = min(start + min(max_count, MAX_READ_ENTRIES) - 1, self._lac)
+        md = self.metadata
+        if md.ensemble_size != md.write_quorum_size or not self._batch_supported:
+            return self._read(start, last, batch=False)
+        out: list[LedgerEntry] = []
+        budget = max_size if max_size > 0 else self.bk.config.netty_max_frame_size_bytes
+        next_id = start
+        while next_id <= last:
+            chunk = self._read(next_id, last, batch=True)
+            for entry in chunk:
+                if out and budget - len(entry.payload) < 0:
+                    return out
+                budget -= len(entry.payload)
+                out.append(entry)
+            next_id += len(chunk)
+        return out
+
+    def verify_entry(
+        self, entry: bytes, entry_id: int | None = None
+    ) -> tuple[int, int, int, bytes]:
+        """(entry id, LAC, ledger length, payload) of an entry as a bookie stored it, its digest
+        checked (and its id, if given). Raises DigestMatchException."""
+        return self._read_plan().verify(entry, entry_id)
+
+    def read_last_add_confirmed(self) -> int:
+        """Ask the bookies of the last ensemble for the LAC (READ of entry -1, coverage rule)
+        and update ``last_add_confirmed``. Raises ReadException, UnauthorizedAccessException."""
+        if self.is_closed:
+            return self._lac
+        lac, length = self.lac_from_bookies(fence=False)
+        if lac > self._lac:
+            self._lac, self._length = lac, length
+        return self._lac
+
+    def lac_from_bookies(self, fence: bool) -> tuple[int, int]:
+        """(LAC, length at the LAC) as the last ensemble's bookies report it (READ of entry -1,
+        fencing if asked), once enough answered by the coverage rule. Raises ReadException
+        (too few answers), UnauthorizedAccessException."""
+        md = self.metadata
+        bookies = [self.bk.address_of(b) for b in md.last_ensemble]
+        key = master_key(md.password)
+        flags = FLAG_DO_FENCING if fence else 0
+        futures = [
+            self.bk.bookies.read(b, self.ledger_id, -1, flags, key if fence else None)
+            for b in bookies
+        ]
+        known = [False] * len(bookies)
+        best = (-1, 0)
+        last_error: Exception | None = None
+        for i, future in enumerate(futures):
+            try:
+                _, lac, length, _ = self.verify_entry(future.result())
+                known[i] = True
+                best = max(best, (lac, length))
+            except (errors.NoSuchEntryException, errors.NoSuchLedgerExistsException):
+                known[i] = True
+            except errors.UnauthorizedAccessException:
+                raise
+            except errors.BKException as exc:
+                last_error = exc
+        if not _covered(md.ensemble_size, md.write_quorum_size, md.ack_quorum_size, known):
+            raise errors.ReadException(
+                f"ledger {self.ledger_id}: too few bookies answered the LAC read"
+                + (f" (last error: {last_error})" if last_error else "")
+            )
+        return best
+
+    # --- closing ----------------------------------------------------------------------------
+
+    def close_metadata(
+        self,
+        last_entry_id: int,
+        length: int,
+        ensembles: Mapping[int, tuple[str, ...]],
+        expect: LedgerState,
+    ) -> None:
+        """Close the ledger in the metadata at ``last_entry_id`` (compare-and-set), folding in
+        ``ensembles`` that start at or after the last segment. ``expect`` is the state this
+        client holds it in: a writer (OPEN) raises LedgerClosedException if another client
+        closed it elsewhere, LedgerFencedException if it is being recovered."""
+
+        def close(md: LedgerMetadata) -> LedgerMetadata | None:
+            if md.is_closed:
+                if md.last_entry_id != last_entry_id and expect == LedgerState.OPEN:
+                    raise errors.LedgerClosedException(
+                        f"ledger {self.ledger_id} was closed by another client at "
+                        f"{md.last_entry_id}"
+                    )
+                return None
+            if expect == LedgerState.OPEN and md.state == LedgerState.IN_RECOVERY:
+                raise errors.LedgerFencedException(
+                    f"ledger {self.ledger_id} is being recovered by another client"
+                )
+            for first, bookies in ensembles.items():
+                if first >= md.last_segment_start:
+                    md = md.with_ensemble(first, bookies)
+            return md.closed(last_entry_id, length)
+
+        md = self.update_metadata(close)
+        self._lac, self._length = md.last_entry_id, md.length
+
+    def close(self) -> None:
+        """Nothing to release for a read handle; kept for symmetry with LedgerHandle."""
+
+    def __enter__(self) -> ReadHandle:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class LedgerHandle(ReadHandle):
+    """A ledger open for writing (see ``BookKeeper.create_ledger``). Thread-safe."""
+
+    def __init__(self, bk: BookKeeper, ledger_id: int, versioned: Versioned[LedgerMetadata]):
+        super().__init__(bk, ledger_id, versioned)
+        self._writer = new_writer(
+            bk, ledger_id, self.metadata, next_entry_id=0, length=0, recovery=False
+        )
+        self._lock = threading.Lock()
+        self._change_lock = threading.Lock()
+        self._last_change: dict[int, float] = {}
+        self._closing = False
+        bk.failures.register(self._writer.writer_id, self._on_bookie_failures)
+
+    @property
+    def last_add_confirmed(self) -> int:
+        return self._writer.last_add_confirmed
+
+    @property
+    def length(self) -> int:
+        return self._writer.length
+
+    def append(self, data: bytes | bytearray | memoryview) -> int:
+        """Append one entry; returns its id once Qa bookies hold it and all earlier entries are
+        confirmed. Raises LedgerClosedException, LedgerFencedException (recovered by another
+        client), NotEnoughBookiesException (no replacement for a failed bookie),
+        IncorrectParameterException (an entry larger than the bookies accept),
+        UnauthorizedAccessException, TypeError (not bytes-like)."""
+        result: int = self.append_async(data).result()
+        return result
+
+    def append_async(self, data: bytes | bytearray | memoryview) -> Future:
+        """Start an append; the future (``result()``, ``add_done_callback``, ``await``) gives the
+        entry id, or raises as ``append`` does. Waits while ``throttle`` appends are pending."""
+        if self._closing:
+            raise errors.LedgerClosedException(f"ledger {self.ledger_id} is closed")
+        return self._writer.append(data)
+
+    def append_many(self, payloads: Sequence[bytes | bytearray | memoryview]) -> int:
+        """Append entries pipelined; returns the last entry id (errors as ``append``)."""
+        if self._closing:
+            raise errors.LedgerClosedException(f"ledger {self.ledger_id} is closed")
+        return self._writer.append_many(list(payloads))
+
+    def read(self, first: int, last: int) -> list[LedgerEntry]:
+        self._lac = self._writer.last_add_confirmed
+        return super().read(first, last)
+
+    def read_async(self, first: int, last: int) -> Future:
+        self._lac = self._writer.last_add_confirmed
+        return super().read_async(first, last)
+
+    def batch_read(self, start: int, max_count: int, max_size: int) -> list[LedgerEntry]:
+        self._lac = self._writer.last_add_confirmed
+        return super().batch_read(start, max_count, max_size)
+
+    # --- ensemble changes -------------------------------------------------------------------
+
+    def _on_bookie_failures(self, failures: Mapping[int, BookieFailure]) -> None:
+        """The failure dispatcher's call: replace the failed bookies, or stop the writer."""
+        with self._change_lock:
+            now = time.monotonic()
+            if any(now - self._last_change.get(i, 0.0) < _REFAIL_WINDOW_S for i in failures):
+                time.sleep(_REFAIL_PAUSE_S)
+            try:
+                self._change_ensemble(failures)
+            except errors.BKException as exc:
+                logger.error("ledger %d: ensemble change failed: %s", self.ledger_id, exc)
+                self._writer.fail(exc)
+            for i in failures:
+                self._last_change[i] = time.monotonic()
+
+    def _change_ensemble(self, failures: Mapping[int, BookieFailure]) -> None:
+        """Replace the failed bookies, record the new ensemble by compare-and-set, then let the
+        writer re-send to it. Failures of bookies already replaced are ignored."""
+        current = self.metadata.last_ensemble
+        failed = sorted(
+            i for i, f in failures.items() if self.bk.address_of(current[i]) == f.bookie
+        )
+        if not failed:
+            return
+        first = self._writer.last_add_confirmed + 1
+        chosen: list[str] = []
+
+        def change(md: LedgerMetadata) -> LedgerMetadata:
+            if md.state == LedgerState.IN_RECOVERY:
+                raise errors.LedgerFencedException(
+                    f"ledger {self.ledger_id} is being recovered by another client"
+                )
+            if md.is_closed:
+                raise errors.LedgerClosedException(f"ledger {self.ledger_id} is closed")
+            ids = replacement_ensemble(
+                self.bk, self.ledger_id, md, failed, [failures[i].error for i in failed]
+            )
+            chosen[:] = ids
+            return md.with_ensemble(first, ids)
+
+        self.update_metadata(change)
+        self._writer.change_ensemble(first, [self.bk.address_of(b) for b in chosen])
+
+    # --- closing ----------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Wait for pending appends, then close the ledger in the metadata (last entry = LAC).
+        Idempotent. Raises LedgerFencedException if another client recovered the ledger."""
+        with self._lock:
+            if self._closing and self.is_closed:
+                return
+            self._closing = True
+            self._writer.close()
+        # Pending appends finish, or fail once no replacement bookie can be found.
+        self._writer.when_drained().result()
+        self.bk.failures.unregister(self._writer.writer_id)
+        fatal: errors.BKException | None = None
+        try:
+            self._writer.check()
+        except errors.BKException as exc:
+            fatal = exc
+        if isinstance(fatal, errors.LedgerFencedException):
+            raise fatal
+        if fatal is not None:
+            # As BookKeeper: the ledger still closes, at the last confirmed entry.
+            logger.warning("ledger %d: closing after the writer failed: %s", self.ledger_id, fatal)
+        self.close_metadata(
+            self._writer.last_add_confirmed, self._writer.length, {}, expect=LedgerState.OPEN
+        )
+
+    def __enter__(self) -> LedgerHandle:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

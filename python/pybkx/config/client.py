@@ -1,0 +1,88 @@
+"""A client's configuration under Apache BookKeeper's client key names, typed and checked once.
+It only validates values; it must never connect anywhere."""
+
+# Keys and defaults follow BookKeeper 4.17's ``ClientConfiguration`` where it has them; the
+# Rust core reads this object's typed attributes (``BookieClient(config)``). Keys the client
+# does not own (placement policy keys, embedded store knobs) stay in ``extra`` for the parts
+# that type them.
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from pybkx.config.values import MIB, KeyedConfig, boolean, integer, number, optional, setting
+
+__all__ = ["ClientConfig"]
+
+_DEFAULT_WORKERS = max(1, os.cpu_count() or 1)
+
+
+@dataclass(frozen=True)
+class ClientConfig(KeyedConfig):
+    """A client's configuration; build it with ``ClientConfig.of(**keys)``.
+
+    Every value is checked on construction (ConfigError).
+    """
+
+    read_timeout_sec: float = setting("readTimeout", 5.0, number(0.001))
+    """BookKeeper's older timeout: the default of both timeouts below."""
+    add_entry_timeout_sec: float | None = setting(
+        "addEntryTimeoutSec", None, optional(number(0.001))
+    )
+    """A bookie that does not acknowledge an add within this is replaced (default:
+    ``readTimeout``)."""
+    read_entry_timeout_sec: float | None = setting(
+        "readEntryTimeoutSec", None, optional(number(0.001))
+    )
+    """A read not answered within this tries the next replica (default: ``readTimeout``)."""
+    client_connect_timeout_ms: int = setting("clientConnectTimeoutMillis", 10_000, integer(1))
+    netty_max_frame_size_bytes: int = setting("nettyMaxFrameSizeBytes", 5 * MIB, integer(64))
+    """The largest frame sent or accepted; an entry must fit in one."""
+    client_write_buffer_high_water_mark_bytes: int = setting(
+        "clientWriteBufferHighWaterMark", 4 * MIB, integer(1)
+    )
+    """Request bytes queued per bookie connection before appends wait for room."""
+    batch_read_enabled: bool = setting("batchReadEnabled", True, boolean)
+    throttle: int = setting("throttle", 5000, integer(1))
+    """Appends pending per ledger before ``append`` waits (BookKeeper's ``throttle``)."""
+    reorder_read_sequence_enabled: bool = setting("reorderReadSequenceEnabled", True, boolean)
+    bookie_replacement_timeout_ms: int = setting("bookieReplacementTimeoutMs", 10_000, integer(0))
+    """How long an ensemble change waits for a bookie to replace a failed one (pybkx key)."""
+    num_worker_threads: int = setting("numWorkerThreads", _DEFAULT_WORKERS, integer(1, 1024))
+    """Threads that run ensemble changes (several ledgers at once; one ledger at a time)."""
+    zk_timeout_ms: int = setting("zkTimeout", 10_000, integer(1))
+
+    extra: Mapping[str, object] = field(
+        default_factory=lambda: MappingProxyType({}), hash=False, repr=False
+    )
+    """Keys this class does not own (placement policy, metadata store), as given."""
+    source: str = field(default="ClientConfig()", compare=False)
+
+    def __post_init__(self) -> None:
+        self._parse_fields()
+        # BookKeeper: readTimeout is the fallback of both per-operation timeouts.
+        for name in ("add_entry_timeout_sec", "read_entry_timeout_sec"):
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, self.read_timeout_sec)
+
+    @classmethod
+    def of(cls, **values: Any) -> ClientConfig:
+        """From BookKeeper client keys as keyword arguments; keys it does not own go to
+        ``extra``. Raises ConfigError for a bad value."""
+        return cls().with_overrides(values, source="client configuration")
+
+    def store_settings(self) -> dict[str, object]:
+        """What the metadata store takes: ``zkTimeout`` and the embedded store's keys."""
+        out: dict[str, object] = {"zkTimeout": self.zk_timeout_ms}
+        for key in ("embeddedPollIntervalMs", "embeddedBusyTimeoutMs"):
+            if key in self.extra:
+                out[key] = self.extra[key]
+        return out
+
+    def placement_settings(self) -> dict[str, object]:
+        """What the placement policy takes: every key as BookKeeper spells it."""
+        return {**self.settings(), **self.extra}

@@ -1,0 +1,281 @@
+"""A bookie's configuration under Apache BookKeeper's key names, typed and checked once.
+It only validates values; it must never open storage, listen or start threads."""
+
+# Key names and defaults are those of BookKeeper 4.17's ``ServerConfiguration`` (and
+# ``AbstractConfiguration`` for ``nettyMaxFrameSizeBytes``, ``metadataServiceUri``, ``zkServers``).
+# Attributes are snake_case with units; each field's metadata carries its BookKeeper key. Keys
+# pybkx does not use yet are kept in ``extra`` (real bk_server.conf files carry hundreds). The
+# Rust core receives this object itself (``LedgerStorage(config)``, ``BookieServer(..., config,
+# ...)``) and reads the typed attributes: these are the only defaults of the data plane.
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import ClassVar, Final
+
+from pybkx.config.identity import bookie_address
+from pybkx.config.network import interface_ipv4, interface_names, is_ip
+from pybkx.config.properties import read_file
+from pybkx.config.values import (
+    JAVA_LONG_MAX,
+    MIB,
+    ConfigError,
+    KeyedConfig,
+    boolean,
+    dirs,
+    integer,
+    optional_dirs,
+    optional_str,
+    servers,
+    setting,
+)
+
+__all__ = ["MAX_LOG_SIZE_LIMIT", "ServerConfig"]
+
+logger = logging.getLogger(__name__)
+
+MAX_LOG_SIZE_LIMIT: Final = (1 << 32) - 1 - 64 * MIB
+"""Largest ``logSizeLimit`` the Rust entry log accepts (its offsets are 32-bit)."""
+
+
+def _root_path(value: object) -> str:
+    """A ZooKeeper root path; blank means BookKeeper's default ``/ledgers``."""
+    return optional_str(value) or "/ledgers"
+
+
+@dataclass(frozen=True)
+class ServerConfig(KeyedConfig):
+    """A bookie's configuration; construct it with ``from_file``/``load`` or keyword arguments.
+
+    Every value is checked on construction (``ConfigError``). Directory lists are tuples.
+    """
+
+    LEGACY_KEYS: ClassVar[Mapping[str, str]] = MappingProxyType(
+        {"journalDirectory": "journalDirectories"}
+    )
+
+    # --- network and identity
+    bookie_port: int = setting("bookiePort", 3181, integer(0, 65535))
+    listening_interface: str | None = setting("listeningInterface", None, optional_str)
+    """A network interface name (as in BookKeeper) or, a pybkx extension, an address to bind."""
+    advertised_address: str | None = setting("advertisedAddress", None, optional_str)
+    bookie_id: str | None = setting("bookieId", None, optional_str)
+    allow_loopback: bool = setting("allowLoopback", False, boolean)
+    allow_ephemeral_ports: bool = setting("allowEphemeralPorts", False, boolean)
+
+    # --- directories (``journalDirectory`` is the legacy single-directory key)
+    journal_directories: tuple[str, ...] = setting(
+        "journalDirectories", ("/tmp/bk-txn",), dirs, storage=True
+    )
+    ledger_directories: tuple[str, ...] = setting(
+        "ledgerDirectories", ("/tmp/bk-data",), dirs, storage=True
+    )
+    index_directories: tuple[str, ...] | None = setting(
+        "indexDirectories", None, optional_dirs, storage=True
+    )
+
+    # --- metadata (None: a standalone bookie)
+    metadata_service_uri: str | None = setting("metadataServiceUri", None, optional_str)
+    zk_servers: str | None = setting("zkServers", None, servers)
+    zk_ledgers_root_path: str = setting("zkLedgersRootPath", "/ledgers", _root_path)
+    zk_timeout_ms: int = setting("zkTimeout", 10_000, integer(1))
+    """ZooKeeper session timeout; a killed bookie's registration outlives it by at most this."""
+
+    # --- journal (group commit and files)
+    journal_max_group_wait_ms: int = setting("journalMaxGroupWaitMSec", 2, integer(0), storage=True)
+    journal_buffered_writes_threshold_bytes: int = setting(
+        "journalBufferedWritesThreshold", 512 * 1024, integer(0), storage=True
+    )
+    journal_buffered_entries_threshold: int = setting(
+        "journalBufferedEntriesThreshold", 0, integer(0), storage=True
+    )
+    journal_flush_when_queue_empty: bool = setting(
+        "journalFlushWhenQueueEmpty", False, boolean, storage=True
+    )
+    journal_sync_data: bool = setting("journalSyncData", True, boolean, storage=True)
+    journal_write_buffer_size_kb: int = setting(
+        "journalWriteBufferSizeKB", 64, integer(1), storage=True
+    )
+    journal_pre_alloc_size_mb: int = setting("journalPreAllocSizeMB", 16, integer(0), storage=True)
+    journal_max_size_mb: int = setting("journalMaxSizeMB", 2048, integer(1), storage=True)
+    journal_max_backups: int = setting("journalMaxBackups", 5, integer(0), storage=True)
+    journal_queue_size: int = setting("journalQueueSize", 10_000, integer(1), storage=True)
+    """Requests waiting for the journal thread; past it, adds wait (TCP backpressure)."""
+    journal_page_cache_flush_interval_ms: int = setting(
+        "journalPageCacheFlushIntervalMSec", 1000, integer(1), storage=True
+    )
+    skip_replay_journal_invalid_record: bool = setting(
+        "skipReplayJournalInvalidRecord", False, boolean, storage=True
+    )
+
+    # --- entry logs and checkpoints
+    log_size_limit_bytes: int = setting(
+        "logSizeLimit", 1 << 30, integer(4096, MAX_LOG_SIZE_LIMIT), storage=True
+    )
+    write_buffer_size_bytes: int = setting("writeBufferSizeBytes", 65536, integer(1), storage=True)
+    flush_interval_ms: int = setting("flushInterval", 10_000, integer(0), storage=True)
+
+    # --- server limits
+    netty_max_frame_size_bytes: int = setting("nettyMaxFrameSizeBytes", 5 * MIB, integer(64))
+    max_pending_add_requests_per_thread: int = setting(
+        "maxPendingAddRequestsPerThread", 10_000, integer(1)
+    )
+    """In-flight adds per connection; past it an add is answered ETOOMANYREQUESTS."""
+    max_pending_read_requests_per_thread: int = setting(
+        "maxPendingReadRequestsPerThread", 10_000, integer(1)
+    )
+    """In-flight reads per connection; past it a read is answered ETOOMANYREQUESTS."""
+    max_batch_read_size_bytes: int = setting("maxBatchReadSize", 5 * MIB, integer(1, JAVA_LONG_MAX))
+    server_write_buffer_low_water_mark_bytes: int = setting(
+        "serverWriteBufferLowWaterMark", 384 * 1024, integer(0)
+    )
+    """A connection paused for unread responses reads again once they fall below this."""
+    server_write_buffer_high_water_mark_bytes: int = setting(
+        "serverWriteBufferHighWaterMark", 512 * 1024, integer(1)
+    )
+    """Response bytes a connection may have waiting to be written before it stops reading."""
+    server_response_buffer_total_bytes: int = setting(
+        "serverResponseBufferTotalBytes", 64 * MIB, integer(1, JAVA_LONG_MAX)
+    )
+    """Response bytes waiting in all connections together before they all stop reading (a
+    pybkx key: BookKeeper bounds only per connection)."""
+
+    # --- state
+    read_only_mode_enabled: bool = setting("readOnlyModeEnabled", True, boolean)
+    force_read_only_bookie: bool = setting("forceReadOnlyBookie", False, boolean)
+    http_server_enabled: bool = setting("httpServerEnabled", False, boolean)
+    """Accepted for bk_server.conf compatibility; the HTTP admin server is not implemented yet."""
+
+    # --- not settings
+    extra: Mapping[str, object] = field(
+        default_factory=lambda: MappingProxyType({}), hash=False, repr=False
+    )
+    """Keys pybkx does not use (yet), as given."""
+    source: str = field(default="ServerConfig()", compare=False)
+    """Where the values came from, for messages: a file path, ``command line``, or both."""
+
+    def __post_init__(self) -> None:
+        self._parse_fields()
+        if self.bookie_port == 0 and not self.allow_ephemeral_ports:
+            raise ConfigError(
+                f"invalid bookiePort in {self.source}: 0 (an ephemeral port) needs "
+                "allowEphemeralPorts=true"
+            )
+        if self.force_read_only_bookie and not self.read_only_mode_enabled:
+            raise ConfigError(
+                f"invalid forceReadOnlyBookie in {self.source}: a forced read-only bookie "
+                "needs readOnlyModeEnabled=true"
+            )
+        if self.server_write_buffer_low_water_mark_bytes > (
+            self.server_write_buffer_high_water_mark_bytes
+        ):
+            raise ConfigError(
+                f"invalid serverWriteBufferLowWaterMark in {self.source}: "
+                f"{self.server_write_buffer_low_water_mark_bytes} exceeds "
+                f"serverWriteBufferHighWaterMark {self.server_write_buffer_high_water_mark_bytes}"
+            )
+        if self.server_response_buffer_total_bytes < self.server_write_buffer_high_water_mark_bytes:
+            raise ConfigError(
+                f"invalid serverResponseBufferTotalBytes in {self.source}: it must be at least "
+                "serverWriteBufferHighWaterMark"
+            )
+
+    # --- construction
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike[str]) -> ServerConfig:
+        """Read a BookKeeper properties file (``bk_server.conf`` syntax) or, for ``*.toml``, a
+        TOML file with the same flat key names. Unknown keys are kept in ``extra`` and logged
+        once, with the closest known key for a likely misspelling."""
+        p = Path(path)
+        values, lines = read_file(p)
+        config = cls().with_overrides(values, source=str(p), lines=lines)
+        config._warn_unknown_keys()
+        return config
+
+    @classmethod
+    def load(
+        cls,
+        path: str | os.PathLike[str] | None = None,
+        overrides: Mapping[str, object] | None = None,
+        *,
+        overrides_source: str = "command line",
+    ) -> ServerConfig:
+        """The file's configuration (BookKeeper's defaults without one), then ``overrides``."""
+        config = cls() if path is None else cls.from_file(path)
+        if overrides:
+            config = config.with_overrides(overrides, source=overrides_source)
+        return config
+
+    @classmethod
+    def of(cls, **values: object) -> ServerConfig:
+        """From BookKeeper keys given as keyword arguments (programmatic use: an unknown key is
+        an error naming the closest known one). Raises ConfigError."""
+        return cls().with_overrides(values, source="keyword arguments", strict=True)
+
+    def _warn_unknown_keys(self) -> None:
+        for key, hint in self.unknown_keys():
+            if hint is not None:
+                logger.warning(
+                    "%s: unknown key %s (did you mean %s?); ignored", self.source, key, hint
+                )
+        plain = [key for key, hint in self.unknown_keys() if hint is None]
+        if plain:
+            logger.info(
+                "%s: keeping %d key(s) pybkx does not use yet: %s",
+                self.source,
+                len(plain),
+                ", ".join(plain),
+            )
+
+    # --- views
+
+    def storage_settings(self) -> dict[str, object]:
+        """The storage keys and their values (as ``settings`` gives them)."""
+        storage_keys = {
+            f.metadata["key"] for f in dataclasses.fields(self) if f.metadata.get("storage")
+        }
+        return {k: v for k, v in self.settings().items() if k in storage_keys}
+
+    def listening_address(self) -> str:
+        """The address to bind: all IPv4 interfaces unless ``listeningInterface`` is set.
+
+        ``listeningInterface`` names a network interface (its IPv4 address is used, as in
+        BookKeeper); pybkx also accepts an IP address or a host name there.
+        """
+        iface = self.listening_interface
+        if iface is None:
+            return "0.0.0.0"
+        if is_ip(iface) or iface not in interface_names():
+            return iface
+        address = interface_ipv4(iface)
+        if address is None:
+            raise ConfigError(
+                f"invalid listeningInterface in {self.source}: interface {iface} has no IPv4 "
+                "address"
+            )
+        return address
+
+    def bookie_address(self, port: int) -> str:
+        """The ``host:port`` a bookie with this configuration is known by (see
+        :func:`pybkx.config.identity.bookie_address`). Raises ConfigError."""
+        return bookie_address(self, port)
+
+    def bookie_identity(self, port: int) -> str:
+        """The id the bookie registers under: ``bookieId`` if set, else its address."""
+        return self.bookie_id or self.bookie_address(port)
+
+    def metadata_uri(self) -> str | None:
+        """``metadataServiceUri``, else the URI BookKeeper derives from the legacy ``zkServers``
+        (and ``zkLedgersRootPath``); None for a standalone bookie."""
+        if self.metadata_service_uri is not None:
+            return self.metadata_service_uri
+        if self.zk_servers is None:
+            return None
+        return f"zk+hierarchical://{self.zk_servers.replace(',', ';')}{self.zk_ledgers_root_path}"

@@ -1,0 +1,321 @@
+//! A load generator for benchmarks: drives one bookie over V2 with a fixed window of requests
+//! in flight (optionally paced to a fixed rate) and records latencies. It only measures; it
+//! never checks data beyond result codes.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use tokio::sync::oneshot;
+
+use crate::client::{BookieClient, ClientError, Reply, ReplyResult};
+use crate::config::ClientConfig;
+use crate::digest::{master_key, DigestManager, DigestType};
+use crate::done;
+use crate::runtime::runtime;
+
+/// What a run did and how long its requests took.
+#[derive(Debug, Clone, Default)]
+pub struct LoadReport {
+    pub requests: u64,
+    pub entries: u64,
+    pub bytes: u64,
+    pub errors: u64,
+    pub elapsed: Duration,
+    /// Request latencies in microseconds, sorted.
+    pub latencies_us: Vec<u32>,
+}
+
+impl LoadReport {
+    pub fn percentile_us(&self, q: f64) -> u32 {
+        if self.latencies_us.is_empty() {
+            return 0;
+        }
+        let i = ((self.latencies_us.len() - 1) as f64 * q).round() as usize;
+        self.latencies_us[i]
+    }
+}
+
+/// What to send.
+#[derive(Debug, Clone, Copy)]
+pub enum Workload {
+    /// `count` adds of `payload` bytes over `ledgers` ledgers (ids from `first_ledger`),
+    /// entry ids from 0 in each.
+    Adds {
+        first_ledger: i64,
+        ledgers: u32,
+        count: u64,
+        payload: usize,
+    },
+    /// Reads of entries `0..count` of `ledger`: single READs, or batches of `batch` entries.
+    Reads {
+        ledger: i64,
+        count: u64,
+        batch: Option<u32>,
+    },
+}
+
+/// How to send it.
+#[derive(Debug, Clone, Copy)]
+pub struct LoadOptions {
+    /// Requests outstanding at most (at least 1).
+    pub in_flight: usize,
+    /// TCP connections to the bookie (at least 1). Adds of one ledger always share one
+    /// connection (so they arrive in entry order); reads go round robin.
+    pub connections: usize,
+    /// Requests per second to send at (open loop), or `None` to send as fast as the window
+    /// allows (closed loop). When paced, a request's latency counts from the time it was due,
+    /// so a bookie that falls behind is charged for the wait (no coordinated omission).
+    pub rate_per_s: Option<f64>,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        LoadOptions {
+            in_flight: 64,
+            connections: 1,
+            rate_per_s: None,
+        }
+    }
+}
+
+/// One request in flight: when it counts from, and its reply.
+type Pending = (Instant, oneshot::Receiver<ReplyResult>);
+
+/// Accounts one settled request.
+fn settle(
+    report: &mut LoadReport,
+    latencies: &mut Vec<u32>,
+    since: Instant,
+    r: Option<ReplyResult>,
+) {
+    latencies.push(since.elapsed().as_micros().min(u32::MAX as u128) as u32);
+    match r {
+        Some(Ok(Reply::Added)) => report.entries += 1,
+        Some(Ok(Reply::Entry(b))) => {
+            report.entries += 1;
+            report.bytes += b.len() as u64;
+        }
+        Some(Ok(Reply::Entries(v))) => {
+            report.entries += v.len() as u64;
+            report.bytes += v.iter().map(|b| b.len() as u64).sum::<u64>();
+        }
+        _ => report.errors += 1,
+    }
+}
+
+/// Waits until request number `i` may be sent: a free slot in the window and, when paced, its
+/// due time. Replies are settled in the order sent (the window is FIFO), each as soon as it and
+/// all earlier ones are in. Returns the instant the request's latency counts from.
+async fn wait_turn(
+    window: &mut VecDeque<Pending>,
+    report: &mut LoadReport,
+    latencies: &mut Vec<u32>,
+    opts: &LoadOptions,
+    started: Instant,
+    i: u64,
+) -> Instant {
+    let due = opts
+        .rate_per_s
+        .map(|rate| started + Duration::from_secs_f64(i as f64 / rate));
+    loop {
+        // Settle whatever has already arrived at the front.
+        while let Some((since, rx)) = window.front_mut() {
+            match rx.try_recv() {
+                Ok(r) => {
+                    let since = *since;
+                    window.pop_front();
+                    settle(report, latencies, since, Some(r));
+                }
+                Err(oneshot::error::TryRecvError::Closed) => {
+                    let since = *since;
+                    window.pop_front();
+                    settle(report, latencies, since, None);
+                }
+                Err(oneshot::error::TryRecvError::Empty) => break,
+            }
+        }
+        let full = window.len() >= opts.in_flight;
+        let wait_until = match due {
+            Some(t) if Instant::now() < t => Some(t),
+            _ => None,
+        };
+        if !full && wait_until.is_none() {
+            return due.unwrap_or_else(Instant::now);
+        }
+        let front = window.front_mut().map(|(_, rx)| rx);
+        match (front, wait_until) {
+            (Some(rx), Some(t)) => {
+                let got = tokio::select! {
+                    r = rx => Some(r.ok()),
+                    _ = tokio::time::sleep_until(t.into()) => None,
+                };
+                if let Some(r) = got {
+                    if let Some((since, _)) = window.pop_front() {
+                        settle(report, latencies, since, r);
+                    }
+                }
+            }
+            (Some(rx), None) => {
+                let r = rx.await;
+                if let Some((since, _)) = window.pop_front() {
+                    settle(report, latencies, since, r.ok());
+                }
+            }
+            (None, Some(t)) => tokio::time::sleep_until(t.into()).await,
+            (None, None) => return due.unwrap_or_else(Instant::now),
+        }
+    }
+}
+
+/// Parses a workload as the Python API names it: `"add"` (adds of `payload` bytes over
+/// `ledgers` ledgers from `ledger`) or `"read"` (reads of `ledger`, batched by `batch`).
+pub fn parse_workload(
+    name: &str,
+    ledger: i64,
+    ledgers: u32,
+    count: u64,
+    payload: usize,
+    batch: Option<u32>,
+) -> Result<Workload, String> {
+    match name {
+        "add" => Ok(Workload::Adds {
+            first_ledger: ledger,
+            ledgers,
+            count,
+            payload,
+        }),
+        "read" => Ok(Workload::Reads {
+            ledger,
+            count,
+            batch,
+        }),
+        other => Err(format!("workload must be 'add' or 'read', not {other:?}")),
+    }
+}
+
+/// Runs `workload` against `bookie` as `opts` says. Blocking.
+pub fn run_with(
+    bookie: &str,
+    workload: Workload,
+    opts: LoadOptions,
+) -> Result<LoadReport, ClientError> {
+    let rt = runtime().map_err(|e| ClientError::Unavailable {
+        bookie: bookie.to_string(),
+        why: e.to_string(),
+    })?;
+    let opts = LoadOptions {
+        in_flight: opts.in_flight.max(1),
+        connections: opts.connections.max(1),
+        rate_per_s: opts.rate_per_s.filter(|r| r.is_finite() && *r > 0.0),
+    };
+    // One BookieClient holds one connection per bookie: one client per connection.
+    let clients: Vec<BookieClient> = (0..opts.connections)
+        .map(|_| {
+            BookieClient::new(ClientConfig {
+                add_timeout: Duration::from_secs(30),
+                read_timeout: Duration::from_secs(30),
+                connect_timeout: Duration::from_secs(10),
+                max_frame_size: 5 << 20,
+                // Enough for the window of any run: the generator is bounded by `in_flight`.
+                write_buffer_high_water_mark: 64 << 20,
+            })
+        })
+        .collect();
+    let key = Bytes::copy_from_slice(&master_key(b""));
+    let mut report = LoadReport::default();
+    let mut window: VecDeque<Pending> = VecDeque::new();
+    let mut latencies = Vec::new();
+    let started = Instant::now();
+    rt.block_on(async {
+        match workload {
+            Workload::Adds {
+                first_ledger,
+                ledgers,
+                count,
+                payload,
+            } => {
+                let ledgers = ledgers.max(1) as u64;
+                let data = vec![b'x'; payload];
+                let managers: Vec<DigestManager> = (0..ledgers)
+                    .map(|l| DigestManager::new(first_ledger + l as i64, b"", DigestType::Crc32c))
+                    .collect();
+                for i in 0..count {
+                    let since =
+                        wait_turn(&mut window, &mut report, &mut latencies, &opts, started, i)
+                            .await;
+                    let l = i % ledgers;
+                    let entry = (i / ledgers) as i64;
+                    let body = managers[l as usize].package(
+                        entry,
+                        entry - 1,
+                        (entry + 1) * payload as i64,
+                        &data,
+                    );
+                    report.bytes += payload as u64;
+                    let client = &clients[l as usize % clients.len()];
+                    let (d, rx) = done::channel();
+                    client.add(
+                        bookie,
+                        first_ledger + l as i64,
+                        entry,
+                        key.clone(),
+                        body,
+                        0,
+                        d,
+                    );
+                    window.push_back((since, rx));
+                    report.requests += 1;
+                }
+            }
+            Workload::Reads {
+                ledger,
+                count,
+                batch,
+            } => {
+                let step = batch.map_or(1, |b| b.max(1) as u64);
+                let mut next = 0u64;
+                let mut i = 0u64;
+                while next < count {
+                    let since =
+                        wait_turn(&mut window, &mut report, &mut latencies, &opts, started, i)
+                            .await;
+                    let client = &clients[i as usize % clients.len()];
+                    let (d, rx) = done::channel();
+                    match batch {
+                        None => client.read(bookie, ledger, next as i64, 0, None, d),
+                        Some(b) => client.batch_read(
+                            bookie,
+                            ledger,
+                            next as i64,
+                            b.min((count - next) as u32) as i32,
+                            5 << 20,
+                            0,
+                            None,
+                            d,
+                        ),
+                    }
+                    window.push_back((since, rx));
+                    report.requests += 1;
+                    next += step;
+                    i += 1;
+                }
+            }
+        }
+        while let Some((since, rx)) = window.pop_front() {
+            let r = rx.await.ok();
+            settle(&mut report, &mut latencies, since, r);
+        }
+    });
+    report.elapsed = started.elapsed();
+    if let Workload::Adds { .. } = workload {
+        // Adds count payload bytes as sent; keep only the acknowledged entries' share.
+        report.bytes = report.bytes * report.entries / report.requests.max(1);
+    }
+    latencies.sort_unstable();
+    report.latencies_us = latencies;
+    for client in &clients {
+        client.close();
+    }
+    Ok(report)
+}

@@ -1,0 +1,397 @@
+//! One connection to one bookie: its pending requests, its bounded send queue, and the task
+//! that connects, writes queued frames in batches, reads responses and expires timed-out
+//! requests. It never decides what a request means.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use parking_lot::{Condvar, Mutex};
+use tokio::io::AsyncReadExt;
+use tokio::net::TcpStream;
+use tokio::runtime::Runtime;
+use tokio::sync::{mpsc, Notify};
+
+use super::{ClientError, Reply, ReplyResult};
+use crate::config::ClientConfig;
+use crate::done::Done;
+use crate::net::write_all_chunks;
+use crate::protocol::v2::{decode_response, Response};
+use crate::protocol::{self, Status};
+
+/// How responses are matched to requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(super) enum Key {
+    Add(i64, i64),
+    Read(i64, i64),
+    Batch(i64),
+}
+
+impl Key {
+    pub(super) fn op(self) -> &'static str {
+        match self {
+            Key::Add(..) => "add",
+            Key::Read(..) => "read",
+            Key::Batch(_) => "batch read",
+        }
+    }
+}
+
+/// A request waiting for its response.
+pub(super) struct Waiter {
+    done: Done<ReplyResult>,
+    deadline: Instant,
+}
+
+impl Waiter {
+    pub(super) fn new(done: Done<ReplyResult>, deadline: Instant) -> Self {
+        Waiter { done, deadline }
+    }
+}
+
+/// Most frames coalesced into one write.
+const MAX_FRAMES_PER_WRITE: usize = 256;
+/// How often pending requests are checked against their deadlines.
+const EXPIRY_TICK: Duration = Duration::from_millis(100);
+
+/// A frame on its way to the socket, with the bytes it reserved.
+struct Frame {
+    chunks: Vec<Bytes>,
+    size: usize,
+}
+
+/// One connection to one bookie (possibly still connecting).
+pub(super) struct Conn {
+    bookie: String,
+    out: mpsc::UnboundedSender<Frame>,
+    pending: Mutex<HashMap<Key, VecDeque<Waiter>>>,
+    alive: AtomicBool,
+    /// Bytes of frames queued and not yet written; bounded by `high_water_mark`.
+    pub(super) queued: Mutex<usize>,
+    high_water_mark: usize,
+    room: Condvar,
+    room_async: Notify,
+}
+
+impl Conn {
+    /// Creates the connection and starts its task on `rt`.
+    pub(super) fn start(rt: &Runtime, bookie: &str, cfg: &ClientConfig) -> Arc<Conn> {
+        let (out, out_rx) = mpsc::unbounded_channel();
+        let conn = Arc::new(Conn {
+            bookie: bookie.to_string(),
+            out,
+            pending: Mutex::new(HashMap::new()),
+            alive: AtomicBool::new(true),
+            queued: Mutex::new(0),
+            high_water_mark: cfg.write_buffer_high_water_mark,
+            room: Condvar::new(),
+            room_async: Notify::new(),
+        });
+        rt.spawn(run_connection(conn.clone(), out_rx, cfg.clone()));
+        conn
+    }
+
+    pub(super) fn is_alive(&self) -> bool {
+        self.alive.load(Ordering::SeqCst)
+    }
+
+    fn has_room(&self, queued: usize, size: usize) -> bool {
+        // A frame larger than the mark still goes, alone.
+        queued == 0 || queued + size <= self.high_water_mark || !self.is_alive()
+    }
+
+    /// Reserves `size` queued bytes, waiting on this thread until `deadline`. False on timeout.
+    pub(super) fn reserve_blocking(&self, size: usize, deadline: Instant) -> bool {
+        let mut queued = self.queued.lock();
+        while !self.has_room(*queued, size) {
+            if self.room.wait_until(&mut queued, deadline).timed_out()
+                && !self.has_room(*queued, size)
+            {
+                return false;
+            }
+        }
+        *queued += size;
+        true
+    }
+
+    /// Reserves `size` queued bytes, awaiting room until `deadline`. False on timeout.
+    pub(super) async fn reserve(&self, size: usize, deadline: Instant) -> bool {
+        loop {
+            let notified = self.room_async.notified();
+            {
+                let mut queued = self.queued.lock();
+                if self.has_room(*queued, size) {
+                    *queued += size;
+                    return true;
+                }
+            }
+            let deadline = tokio::time::Instant::from_std(deadline);
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return false;
+            }
+        }
+    }
+
+    fn release(&self, size: usize) {
+        let mut queued = self.queued.lock();
+        *queued = queued.saturating_sub(size);
+        drop(queued);
+        self.room.notify_all();
+        self.room_async.notify_waiters();
+    }
+
+    /// The error of a request that found no room in time.
+    pub(super) fn no_room_error(&self, key: Key) -> ClientError {
+        ClientError::Timeout {
+            bookie: self.bookie.clone(),
+            op: key.op(),
+        }
+    }
+
+    /// Registers the waiter, then queues the frame (its bytes already reserved), so the
+    /// response always finds its waiter.
+    pub(super) fn enqueue(&self, key: Key, chunks: Vec<Bytes>, size: usize, waiter: Waiter) {
+        self.pending
+            .lock()
+            .entry(key)
+            .or_default()
+            .push_back(waiter);
+        if self.out.send(Frame { chunks, size }).is_err() || !self.is_alive() {
+            self.release(size);
+            self.fail_all(&ClientError::Unavailable {
+                bookie: self.bookie.clone(),
+                why: "connection closed".into(),
+            });
+        }
+    }
+
+    /// Fails every waiting request and marks the connection dead.
+    pub(super) fn fail_all(&self, err: &ClientError) {
+        self.alive.store(false, Ordering::SeqCst);
+        let pending = std::mem::take(&mut *self.pending.lock());
+        self.room.notify_all();
+        self.room_async.notify_waiters();
+        for (_, waiters) in pending {
+            for w in waiters {
+                (w.done)(Err(err.clone()));
+            }
+        }
+    }
+
+    fn complete(&self, key: Key, result: ReplyResult) {
+        let waiter = {
+            let mut pending = self.pending.lock();
+            let Some(queue) = pending.get_mut(&key) else {
+                return; // timed out earlier
+            };
+            let w = queue.pop_front();
+            if queue.is_empty() {
+                pending.remove(&key);
+            }
+            w
+        };
+        if let Some(w) = waiter {
+            (w.done)(result);
+        }
+    }
+
+    fn expire(&self, now: Instant) {
+        let mut expired = Vec::new();
+        {
+            let mut pending = self.pending.lock();
+            pending.retain(|key, queue| {
+                // Later requests with the same key may have later deadlines: keep order.
+                let mut kept = VecDeque::with_capacity(queue.len());
+                for w in queue.drain(..) {
+                    if w.deadline <= now {
+                        expired.push((*key, w));
+                    } else {
+                        kept.push_back(w);
+                    }
+                }
+                *queue = kept;
+                !queue.is_empty()
+            });
+        }
+        for (key, w) in expired {
+            (w.done)(Err(ClientError::Timeout {
+                bookie: self.bookie.clone(),
+                op: key.op(),
+            }));
+        }
+    }
+
+    fn deliver(&self, resp: Response) {
+        let failed = |op, rc| ClientError::Bookie {
+            bookie: self.bookie.clone(),
+            op,
+            status: Status::from_v2_code(rc),
+        };
+        match resp {
+            Response::Add {
+                rc, ledger, entry, ..
+            } => self.complete(
+                Key::Add(ledger, entry),
+                if rc == protocol::rc::EOK {
+                    Ok(Reply::Added)
+                } else {
+                    Err(failed("add", rc))
+                },
+            ),
+            Response::Read {
+                rc,
+                ledger,
+                entry,
+                body,
+                ..
+            } => self.complete(
+                Key::Read(ledger, entry),
+                if rc == protocol::rc::EOK {
+                    Ok(Reply::Entry(body))
+                } else {
+                    Err(failed("read", rc))
+                },
+            ),
+            Response::BatchRead {
+                rc,
+                request_id,
+                entries,
+                ..
+            } => self.complete(
+                Key::Batch(request_id),
+                if rc == protocol::rc::EOK {
+                    Ok(Reply::Entries(entries))
+                } else {
+                    Err(failed("batch read", rc))
+                },
+            ),
+            Response::Auth { .. } => {}
+        }
+    }
+}
+
+async fn run_connection(
+    conn: Arc<Conn>,
+    mut out_rx: mpsc::UnboundedReceiver<Frame>,
+    cfg: ClientConfig,
+) {
+    let unavailable = |why: String| ClientError::Unavailable {
+        bookie: conn.bookie.clone(),
+        why,
+    };
+    let connected =
+        tokio::time::timeout(cfg.connect_timeout, TcpStream::connect(&conn.bookie)).await;
+    let stream = match connected {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => {
+            return shut(
+                &conn,
+                &mut out_rx,
+                unavailable(format!("connect failed: {e}")),
+            )
+        }
+        Err(_) => return shut(&conn, &mut out_rx, unavailable("connect timed out".into())),
+    };
+    let _ = stream.set_nodelay(true);
+    let (mut reader, mut writer) = stream.into_split();
+
+    let reader_conn = conn.clone();
+    let max_frame = cfg.max_frame_size;
+    let mut reader_task = tokio::spawn(async move {
+        let mut buf = BytesMut::with_capacity(64 * 1024);
+        loop {
+            loop {
+                match protocol::take_frame(&mut buf, max_frame) {
+                    Ok(Some(body)) => match decode_response(body) {
+                        Ok(resp) => reader_conn.deliver(resp),
+                        Err(e) => return format!("bad response: {e}"),
+                    },
+                    Ok(None) => break,
+                    Err(e) => return format!("bad response: {e}"),
+                }
+            }
+            match reader.read_buf(&mut buf).await {
+                Ok(0) => return "connection closed by the bookie".to_string(),
+                Ok(_) => {}
+                Err(e) => return format!("read failed: {e}"),
+            }
+        }
+    });
+
+    // Writes run in their own task, so a peer that stops reading (a full socket) never stops
+    // the expiry of pending requests.
+    let writer_conn = conn.clone();
+    let mut writer_task = tokio::spawn(async move {
+        let mut chunks: Vec<Bytes> = Vec::new();
+        loop {
+            let Some(first) = out_rx.recv().await else {
+                return ("client closed".to_string(), out_rx);
+            };
+            chunks.clear();
+            let mut size = first.size;
+            chunks.extend(first.chunks);
+            let mut frames = 1;
+            while frames < MAX_FRAMES_PER_WRITE {
+                match out_rx.try_recv() {
+                    Ok(f) => {
+                        size += f.size;
+                        chunks.extend(f.chunks);
+                        frames += 1;
+                    }
+                    Err(_) => break,
+                }
+            }
+            let written = write_all_chunks(&mut writer, &chunks).await;
+            writer_conn.release(size);
+            if let Err(e) = written {
+                return (format!("write failed: {e}"), out_rx);
+            }
+        }
+    });
+
+    let mut ticker = tokio::time::interval(EXPIRY_TICK);
+    let why = loop {
+        tokio::select! {
+            done = &mut reader_task => {
+                break done.unwrap_or_else(|e| format!("reader failed: {e}"));
+            }
+            done = &mut writer_task => {
+                match done {
+                    Ok((why, rx)) => {
+                        out_rx_back(&conn, rx);
+                        break why;
+                    }
+                    Err(e) => break format!("writer failed: {e}"),
+                }
+            }
+            _ = ticker.tick() => {
+                if !conn.is_alive() {
+                    break "client closed".to_string();
+                }
+                conn.expire(Instant::now());
+            }
+        }
+    };
+    reader_task.abort();
+    writer_task.abort();
+    conn.fail_all(&unavailable(why));
+}
+
+/// Gives back the bytes of frames the writer never wrote.
+fn out_rx_back(conn: &Conn, mut rx: mpsc::UnboundedReceiver<Frame>) {
+    rx.close();
+    while let Ok(f) = rx.try_recv() {
+        conn.release(f.size);
+    }
+}
+
+/// Ends the connection: fails its waiters and gives back the bytes of frames never written.
+fn shut(conn: &Conn, out_rx: &mut mpsc::UnboundedReceiver<Frame>, err: ClientError) {
+    conn.fail_all(&err);
+    out_rx.close();
+    while let Ok(f) = out_rx.try_recv() {
+        conn.release(f.size);
+    }
+}

@@ -1,0 +1,529 @@
+//! The client's per-bookie data plane: one pipelined V2 connection per bookie on tokio,
+//! responses matched to requests, per-request timeouts, reconnection on demand.
+//! It never decides quorums or ensembles: the ledger engine above it does.
+//!
+//! As in the Java V2 client, ADD and READ responses are matched by (ledger, entry) and batch
+//! reads by request id; several requests with the same key complete in the order sent.
+//!
+//! Every request completes through a [`Done`] callback, exactly once: with the reply, a
+//! bookie's status, a timeout, or the connection's failure. Requests queued for one
+//! connection are bounded in bytes (`clientWriteBufferHighWaterMark`): a sender on a plain
+//! thread waits for room (up to the request timeout), an async sender awaits it.
+
+mod connection;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+
+use crate::config::ClientConfig;
+use crate::done::{self, Done};
+use crate::protocol::v2::{encode_request_chunks, PacketHeader, Request};
+use crate::protocol::{self, Status};
+use crate::runtime::runtime;
+use connection::{Conn, Key, Waiter};
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ClientError {
+    /// The bookie answered with a status other than OK.
+    #[error("bookie {bookie} answered {op} with {status}")]
+    Bookie {
+        bookie: String,
+        op: &'static str,
+        status: Status,
+    },
+    #[error("{op} to bookie {bookie} timed out")]
+    Timeout { bookie: String, op: &'static str },
+    #[error("bookie {bookie} is not available: {why}")]
+    Unavailable { bookie: String, why: String },
+    /// The request would exceed `nettyMaxFrameSizeBytes`: it was never sent.
+    #[error("{op} of {size} bytes to bookie {bookie} exceeds nettyMaxFrameSizeBytes {max}")]
+    TooLarge {
+        bookie: String,
+        op: &'static str,
+        size: usize,
+        max: usize,
+    },
+    #[error("bookie client is closed")]
+    Closed,
+}
+
+impl ClientError {
+    /// The bookie's status, for a bookie answer.
+    pub fn status(&self) -> Option<Status> {
+        match self {
+            ClientError::Bookie { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
+}
+
+/// A successful reply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reply {
+    Added,
+    Entry(Bytes),
+    Entries(Vec<Bytes>),
+}
+
+pub type ReplyResult = Result<Reply, ClientError>;
+
+/// Connections to bookies, shared by all ledgers of a client.
+pub struct BookieClient {
+    cfg: ClientConfig,
+    conns: Mutex<HashMap<String, Arc<Conn>>>,
+    closed: AtomicBool,
+    next_request_id: AtomicI64,
+}
+
+/// One request ready to go: where, how it is matched, its frame and when it expires.
+struct Outgoing {
+    bookie: String,
+    key: Key,
+    chunks: Vec<Bytes>,
+    timeout: Duration,
+}
+
+impl BookieClient {
+    pub fn new(cfg: ClientConfig) -> Self {
+        BookieClient {
+            cfg,
+            conns: Mutex::new(HashMap::new()),
+            closed: AtomicBool::new(false),
+            next_request_id: AtomicI64::new(1),
+        }
+    }
+
+    pub fn config(&self) -> &ClientConfig {
+        &self.cfg
+    }
+
+    /// Sends ADD of a packaged entry; `done` gets the outcome.
+    #[allow(clippy::too_many_arguments)]
+    pub fn add(
+        &self,
+        bookie: &str,
+        ledger: i64,
+        entry: i64,
+        master_key: Bytes,
+        body: Bytes,
+        flags: u16,
+        done: Done<ReplyResult>,
+    ) {
+        let out = self.add_request(bookie, ledger, entry, master_key, body, flags);
+        self.send_blocking(out, done);
+    }
+
+    /// Sends READ (entry -1: the bookie's last entry; fencing needs the master key).
+    pub fn read(
+        &self,
+        bookie: &str,
+        ledger: i64,
+        entry: i64,
+        flags: u16,
+        master_key: Option<Bytes>,
+        done: Done<ReplyResult>,
+    ) {
+        let out = self.read_request(bookie, ledger, entry, flags, master_key);
+        self.send_blocking(out, done);
+    }
+
+    /// Sends BATCH_READ_ENTRY with the limits as given, as Java's per-bookie client does (its
+    /// ledger handle, not this layer, caps `max_size` at the frame size it can receive).
+    #[allow(clippy::too_many_arguments)]
+    pub fn batch_read(
+        &self,
+        bookie: &str,
+        ledger: i64,
+        start_entry: i64,
+        max_count: i32,
+        max_size: i64,
+        flags: u16,
+        master_key: Option<Bytes>,
+        done: Done<ReplyResult>,
+    ) {
+        let out = self.batch_request(
+            bookie,
+            ledger,
+            start_entry,
+            max_count,
+            max_size,
+            flags,
+            master_key,
+        );
+        self.send_blocking(out, done);
+    }
+
+    /// [`add`](Self::add) for async callers: awaits room instead of blocking a thread.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn add_async(
+        &self,
+        bookie: &str,
+        ledger: i64,
+        entry: i64,
+        master_key: Bytes,
+        body: Bytes,
+        flags: u16,
+    ) -> ReplyResult {
+        let out = self.add_request(bookie, ledger, entry, master_key, body, flags);
+        self.send_async(out).await
+    }
+
+    /// [`read`](Self::read) for async callers.
+    pub async fn read_async(
+        &self,
+        bookie: &str,
+        ledger: i64,
+        entry: i64,
+        flags: u16,
+        master_key: Option<Bytes>,
+    ) -> ReplyResult {
+        let out = self.read_request(bookie, ledger, entry, flags, master_key);
+        self.send_async(out).await
+    }
+
+    /// [`batch_read`](Self::batch_read) for async callers.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn batch_read_async(
+        &self,
+        bookie: &str,
+        ledger: i64,
+        start_entry: i64,
+        max_count: i32,
+        max_size: i64,
+        flags: u16,
+        master_key: Option<Bytes>,
+    ) -> ReplyResult {
+        let out = self.batch_request(
+            bookie,
+            ledger,
+            start_entry,
+            max_count,
+            max_size,
+            flags,
+            master_key,
+        );
+        self.send_async(out).await
+    }
+
+    /// Closes every connection; waiting requests fail with `Closed`. Idempotent.
+    pub fn close(&self) {
+        self.closed.store(true, Ordering::SeqCst);
+        let conns: Vec<Arc<Conn>> = self.conns.lock().drain().map(|(_, c)| c).collect();
+        for c in conns {
+            c.fail_all(&ClientError::Closed);
+        }
+    }
+
+    fn add_request(
+        &self,
+        bookie: &str,
+        ledger: i64,
+        entry: i64,
+        master_key: Bytes,
+        body: Bytes,
+        flags: u16,
+    ) -> Outgoing {
+        let req = Request::Add {
+            header: PacketHeader::new(protocol::OP_ADD_ENTRY, flags),
+            master_key,
+            ledger,
+            entry,
+            body,
+        };
+        Outgoing {
+            bookie: bookie.to_string(),
+            key: Key::Add(ledger, entry),
+            chunks: encode_request_chunks(&req),
+            timeout: self.cfg.add_timeout,
+        }
+    }
+
+    fn read_request(
+        &self,
+        bookie: &str,
+        ledger: i64,
+        entry: i64,
+        flags: u16,
+        master_key: Option<Bytes>,
+    ) -> Outgoing {
+        let req = Request::Read {
+            header: PacketHeader::new(protocol::OP_READ_ENTRY, flags),
+            ledger,
+            entry,
+            master_key: fencing_key(flags, master_key),
+        };
+        Outgoing {
+            bookie: bookie.to_string(),
+            key: Key::Read(ledger, entry),
+            chunks: encode_request_chunks(&req),
+            timeout: self.cfg.read_timeout,
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn batch_request(
+        &self,
+        bookie: &str,
+        ledger: i64,
+        start_entry: i64,
+        max_count: i32,
+        max_size: i64,
+        flags: u16,
+        master_key: Option<Bytes>,
+    ) -> Outgoing {
+        let request_id = self.next_request_id.fetch_add(1, Ordering::Relaxed);
+        let req = Request::BatchRead {
+            header: PacketHeader::new(protocol::OP_BATCH_READ_ENTRY, flags),
+            ledger,
+            start_entry,
+            request_id,
+            max_count,
+            max_size,
+            master_key: fencing_key(flags, master_key),
+        };
+        Outgoing {
+            bookie: bookie.to_string(),
+            key: Key::Batch(request_id),
+            chunks: encode_request_chunks(&req),
+            timeout: self.cfg.read_timeout,
+        }
+    }
+
+    /// Checks the request and finds its connection; `Err` carries the outcome to report.
+    fn admit(&self, out: &Outgoing) -> Result<(Arc<Conn>, usize), ClientError> {
+        if self.closed.load(Ordering::SeqCst) {
+            return Err(ClientError::Closed);
+        }
+        let size: usize = out.chunks.iter().map(|c| c.len()).sum();
+        if size > self.cfg.max_frame_size {
+            return Err(ClientError::TooLarge {
+                bookie: out.bookie.clone(),
+                op: out.key.op(),
+                size,
+                max: self.cfg.max_frame_size,
+            });
+        }
+        Ok((self.connection(&out.bookie)?, size))
+    }
+
+    /// Queues the request once its connection has room, waiting on this thread (inside the
+    /// runtime, through `block_in_place`) for at most the request's timeout.
+    fn send_blocking(&self, out: Outgoing, done: Done<ReplyResult>) {
+        let (conn, size) = match self.admit(&out) {
+            Ok(c) => c,
+            Err(e) => return done(Err(e)),
+        };
+        let deadline = Instant::now() + out.timeout;
+        let reserved = if tokio::runtime::Handle::try_current().is_ok() {
+            tokio::task::block_in_place(|| conn.reserve_blocking(size, deadline))
+        } else {
+            conn.reserve_blocking(size, deadline)
+        };
+        if !reserved {
+            return done(Err(conn.no_room_error(out.key)));
+        }
+        conn.enqueue(out.key, out.chunks, size, Waiter::new(done, deadline));
+    }
+
+    async fn send_async(&self, out: Outgoing) -> ReplyResult {
+        let (conn, size) = self.admit(&out)?;
+        let deadline = Instant::now() + out.timeout;
+        if !conn.reserve(size, deadline).await {
+            return Err(conn.no_room_error(out.key));
+        }
+        let (done, rx) = done::channel();
+        conn.enqueue(out.key, out.chunks, size, Waiter::new(done, deadline));
+        rx.await.unwrap_or(Err(ClientError::Closed))
+    }
+
+    fn connection(&self, bookie: &str) -> Result<Arc<Conn>, ClientError> {
+        let mut conns = self.conns.lock();
+        if let Some(c) = conns.get(bookie) {
+            if c.is_alive() {
+                return Ok(c.clone());
+            }
+        }
+        let rt = runtime().map_err(|e| ClientError::Unavailable {
+            bookie: bookie.to_string(),
+            why: format!("no runtime: {e}"),
+        })?;
+        let conn = Conn::start(&rt, bookie, &self.cfg);
+        conns.insert(bookie.to_string(), conn.clone());
+        Ok(conn)
+    }
+}
+
+impl Drop for BookieClient {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+fn fencing_key(flags: u16, key: Option<Bytes>) -> Option<Bytes> {
+    if flags & protocol::FLAG_DO_FENCING != 0 {
+        Some(key.unwrap_or_else(|| Bytes::from_static(&[0u8; protocol::MASTER_KEY_LEN])))
+    } else {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::digest::{master_key, DigestManager, DigestType};
+    use crate::testing::{client_config, test_bookie};
+
+    fn wait(send: impl FnOnce(Done<ReplyResult>)) -> ReplyResult {
+        let (done, waiter) = done::blocking();
+        send(done);
+        waiter.wait().unwrap_or(Err(ClientError::Closed))
+    }
+
+    #[test]
+    fn add_read_batch_and_fence_through_a_real_server() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_storage, server) = test_bookie(dir.path());
+        let addr = server.local_addr().to_string();
+        let client = BookieClient::new(client_config());
+        let key = Bytes::copy_from_slice(&master_key(b"pw"));
+        let dm = DigestManager::new(3, b"pw", DigestType::Crc32c);
+        let (tx, rx) = std::sync::mpsc::channel();
+        for e in 0..50 {
+            let body = dm.package(e, e - 1, (e + 1) * 5, b"hello");
+            let tx = tx.clone();
+            client.add(
+                &addr,
+                3,
+                e,
+                key.clone(),
+                body,
+                0,
+                Box::new(move |r| {
+                    let _ = tx.send(r);
+                }),
+            );
+        }
+        for _ in 0..50 {
+            assert_eq!(rx.recv().unwrap(), Ok(Reply::Added));
+        }
+        let Ok(Reply::Entry(e)) = wait(|d| client.read(&addr, 3, 7, 0, None, d)) else {
+            panic!("read failed");
+        };
+        assert_eq!(
+            dm.verify(&e, Some(7)).unwrap().payload,
+            Bytes::from_static(b"hello")
+        );
+        let Ok(Reply::Entry(last)) = wait(|d| client.read(&addr, 3, -1, 0, None, d)) else {
+            panic!("read -1 failed");
+        };
+        assert_eq!(dm.verify(&last, None).unwrap().entry_id, 49);
+        let Ok(Reply::Entries(batch)) =
+            wait(|d| client.batch_read(&addr, 3, 10, 5, 1 << 20, 0, None, d))
+        else {
+            panic!("batch read failed");
+        };
+        assert_eq!(batch.len(), 5);
+        let missing = wait(|d| client.read(&addr, 3, 99, 0, None, d)).unwrap_err();
+        assert_eq!(missing.status(), Some(Status::NoEntry));
+        let no_ledger = wait(|d| client.read(&addr, 4, 0, 0, None, d)).unwrap_err();
+        assert_eq!(no_ledger.status(), Some(Status::NoLedger));
+        // Fencing read, then a normal add is refused and a recovery add accepted.
+        let fence = protocol::FLAG_DO_FENCING;
+        assert!(wait(|d| client.read(&addr, 3, -1, fence, Some(key.clone()), d)).is_ok());
+        let body = dm.package(50, 49, 255, b"hello");
+        let refused = wait(|d| client.add(&addr, 3, 50, key.clone(), body.clone(), 0, d));
+        assert_eq!(refused.unwrap_err().status(), Some(Status::Fenced));
+        let recovery = protocol::FLAG_RECOVERY_ADD;
+        assert_eq!(
+            wait(|d| client.add(&addr, 3, 50, key.clone(), body, recovery, d)),
+            Ok(Reply::Added)
+        );
+        let wrong = Bytes::copy_from_slice(&master_key(b"nope"));
+        let unauthorized =
+            wait(|d| client.add(&addr, 3, 51, wrong, dm.package(51, 50, 260, b"x"), 0, d));
+        assert_eq!(
+            unauthorized.unwrap_err().status(),
+            Some(Status::Unauthorized)
+        );
+        server.stop(Duration::from_secs(1));
+    }
+
+    #[test]
+    fn unreachable_bookie_fails_fast_and_requests_time_out() {
+        let client = BookieClient::new(ClientConfig {
+            connect_timeout: Duration::from_millis(500),
+            ..client_config()
+        });
+        // A port nothing listens on.
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        drop(listener);
+        assert!(matches!(
+            wait(|d| client.read(&addr, 1, 0, 0, None, d)),
+            Err(ClientError::Unavailable { .. })
+        ));
+
+        // A listener that never answers: the request times out.
+        let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = silent.local_addr().unwrap().to_string();
+        let client = BookieClient::new(ClientConfig {
+            read_timeout: Duration::from_millis(300),
+            ..client_config()
+        });
+        assert!(matches!(
+            wait(|d| client.read(&addr, 1, 0, 0, None, d)),
+            Err(ClientError::Timeout { .. })
+        ));
+    }
+
+    #[test]
+    fn oversized_requests_fail_at_once_and_a_full_queue_makes_senders_wait() {
+        // A peer that accepts but never reads: the socket buffers fill, then the queue.
+        let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = silent.local_addr().unwrap().to_string();
+        let client = BookieClient::new(ClientConfig {
+            add_timeout: Duration::from_millis(100),
+            max_frame_size: 64 << 10,
+            write_buffer_high_water_mark: 128 << 10,
+            ..client_config()
+        });
+        let key = Bytes::from_static(&[0u8; 20]);
+        let too_big = Bytes::from(vec![0u8; 64 << 10]);
+        assert!(matches!(
+            wait(|d| client.add(&addr, 1, 0, key.clone(), too_big, 0, d)),
+            Err(ClientError::TooLarge { .. })
+        ));
+        // Far more than socket buffers plus the high-water mark: later sends find no room and
+        // time out instead of queueing without bound.
+        let body = Bytes::from(vec![7u8; 60 << 10]);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let started = Instant::now();
+        for e in 0..150 {
+            let tx = tx.clone();
+            client.add(
+                &addr,
+                1,
+                e,
+                key.clone(),
+                body.clone(),
+                0,
+                Box::new(move |r| {
+                    let _ = tx.send(r);
+                }),
+            );
+        }
+        drop(tx);
+        let outcomes: Vec<ReplyResult> = rx.iter().collect();
+        assert_eq!(outcomes.len(), 150);
+        assert!(outcomes
+            .iter()
+            .all(|r| matches!(r, Err(ClientError::Timeout { .. }))));
+        assert!(*client.connection(&addr).unwrap().queued.lock() <= (128 << 10) + (64 << 10));
+        assert!(started.elapsed() < Duration::from_secs(60));
+    }
+}

@@ -1,0 +1,182 @@
+//! The typed configuration of every part of the data plane. It holds no key names and no
+//! defaults: the Python control plane reads BookKeeper's keys from files and flags, applies the
+//! defaults (one table, `pybkx.config`) and hands these structs over already typed. Each part
+//! checks here only the invariants it relies on; it never touches the file system.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::error::{Result, StorageError};
+
+/// Entry log offsets are 32-bit inside a location, so a log may not grow past this.
+pub const MAX_LOG_SIZE_LIMIT: u64 = (u32::MAX as u64) - (64 << 20);
+/// Smallest frame limit that still fits every fixed-size request and response.
+pub const MIN_FRAME_SIZE: usize = 64;
+
+/// Group commit and file policy of the journal (BookKeeper's `journal*` keys).
+#[derive(Debug, Clone)]
+pub struct JournalConfig {
+    /// `journalMaxGroupWaitMSec`; zero means "flush when the queue is empty", as BookKeeper.
+    pub max_group_wait: Duration,
+    pub buffered_writes_threshold: usize,
+    /// Zero: no entry-count trigger.
+    pub buffered_entries_threshold: usize,
+    pub flush_when_queue_empty: bool,
+    pub sync_data: bool,
+    pub write_buffer_size: usize,
+    pub prealloc_size: u64,
+    pub max_file_size: u64,
+    pub max_backups: usize,
+    /// Requests waiting for the journal thread; a full queue blocks or refuses producers.
+    pub queue_size: usize,
+    pub page_cache_flush_interval: Duration,
+    pub skip_replay_invalid_record: bool,
+}
+
+/// Everything `LedgerStorage::open` needs.
+#[derive(Debug, Clone)]
+pub struct StorageConfig {
+    pub journal_dirs: Vec<PathBuf>,
+    pub ledger_dirs: Vec<PathBuf>,
+    /// Empty: the index lives in the first ledger directory.
+    pub index_dirs: Vec<PathBuf>,
+    pub journal: JournalConfig,
+    /// Entry log rollover size (`logSizeLimit`).
+    pub log_size_limit: u64,
+    /// Entry log write buffer (`writeBufferSizeBytes`).
+    pub entry_log_write_buffer: usize,
+    /// Checkpoint period (`flushInterval`); zero disables the timer.
+    pub flush_interval: Duration,
+}
+
+fn invalid(what: String) -> StorageError {
+    StorageError::InvalidArgument(what)
+}
+
+impl StorageConfig {
+    /// Checks what the storage relies on. Raises InvalidArgument naming the BookKeeper key.
+    pub fn validate(&self) -> Result<()> {
+        if self.journal_dirs.is_empty() || self.ledger_dirs.is_empty() {
+            return Err(invalid(
+                "journalDirectories and ledgerDirectories must not be empty".into(),
+            ));
+        }
+        if !(4096..=MAX_LOG_SIZE_LIMIT).contains(&self.log_size_limit) {
+            return Err(invalid(format!(
+                "logSizeLimit must be between 4096 and {MAX_LOG_SIZE_LIMIT}, got {}",
+                self.log_size_limit
+            )));
+        }
+        let j = &self.journal;
+        if j.queue_size == 0 || j.write_buffer_size == 0 || j.max_file_size == 0 {
+            return Err(invalid(
+                "journalQueueSize, journalWriteBufferSizeKB and journalMaxSizeMB must be > 0"
+                    .into(),
+            ));
+        }
+        if self.entry_log_write_buffer == 0 {
+            return Err(invalid("writeBufferSizeBytes must be > 0".into()));
+        }
+        Ok(())
+    }
+
+    /// Where the index lives: the first index directory, else the first ledger directory.
+    pub fn index_dir(&self) -> &Path {
+        self.index_dirs
+            .first()
+            .or(self.ledger_dirs.first())
+            .map_or(Path::new("."), |p| p.as_path())
+    }
+}
+
+/// The bookie server's limits (BookKeeper's server keys).
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub host: String,
+    pub port: u16,
+    /// `nettyMaxFrameSizeBytes`: larger frames close the connection.
+    pub max_frame_size: usize,
+    /// `maxPendingAddRequestsPerThread`, applied per connection.
+    pub max_pending_adds: usize,
+    /// `maxPendingReadRequestsPerThread`, applied per connection.
+    pub max_pending_reads: usize,
+    /// `maxBatchReadSize`: the most bytes one batch-read response may carry.
+    pub max_batch_read_size: usize,
+    /// `serverWriteBufferLowWaterMark`: a paused connection reads again below this.
+    pub write_buffer_low_water_mark: usize,
+    /// `serverWriteBufferHighWaterMark`: a connection with this many response bytes waiting to
+    /// be written stops reading requests.
+    pub write_buffer_high_water_mark: usize,
+    /// Response bytes waiting in all connections together; above it every connection that has
+    /// responses waiting stops reading until the total falls under the low share.
+    pub response_buffer_total_bytes: usize,
+    pub read_only: bool,
+}
+
+impl ServerConfig {
+    pub fn validate(&self) -> Result<()> {
+        if self.max_frame_size < MIN_FRAME_SIZE {
+            return Err(invalid(format!(
+                "nettyMaxFrameSizeBytes must be >= {MIN_FRAME_SIZE}, got {}",
+                self.max_frame_size
+            )));
+        }
+        if self.max_pending_adds == 0 || self.max_pending_reads == 0 {
+            return Err(invalid(
+                "maxPendingAddRequestsPerThread and maxPendingReadRequestsPerThread must be > 0"
+                    .into(),
+            ));
+        }
+        if self.write_buffer_low_water_mark > self.write_buffer_high_water_mark
+            || self.write_buffer_high_water_mark == 0
+        {
+            return Err(invalid(format!(
+                "serverWriteBufferLowWaterMark ({}) must not exceed \
+                 serverWriteBufferHighWaterMark ({}), which must be > 0",
+                self.write_buffer_low_water_mark, self.write_buffer_high_water_mark
+            )));
+        }
+        if self.response_buffer_total_bytes < self.write_buffer_high_water_mark {
+            return Err(invalid(format!(
+                "serverResponseBufferTotalBytes ({}) must be at least \
+                 serverWriteBufferHighWaterMark ({})",
+                self.response_buffer_total_bytes, self.write_buffer_high_water_mark
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// The client's per-bookie connections (BookKeeper's client keys).
+#[derive(Debug, Clone)]
+pub struct ClientConfig {
+    /// `addEntryTimeoutSec`.
+    pub add_timeout: Duration,
+    /// `readEntryTimeoutSec`.
+    pub read_timeout: Duration,
+    /// `clientConnectTimeoutMillis`.
+    pub connect_timeout: Duration,
+    /// `nettyMaxFrameSizeBytes`: the largest response accepted, and the largest request sent.
+    pub max_frame_size: usize,
+    /// `clientWriteBufferHighWaterMark`: request bytes queued per connection before senders
+    /// wait (a single larger request still goes, alone).
+    pub write_buffer_high_water_mark: usize,
+}
+
+impl ClientConfig {
+    pub fn validate(&self) -> std::result::Result<(), String> {
+        if self.add_timeout.is_zero() || self.read_timeout.is_zero() {
+            return Err("addEntryTimeoutSec and readEntryTimeoutSec must be > 0".into());
+        }
+        if self.max_frame_size < MIN_FRAME_SIZE {
+            return Err(format!(
+                "nettyMaxFrameSizeBytes must be >= {MIN_FRAME_SIZE}, got {}",
+                self.max_frame_size
+            ));
+        }
+        if self.write_buffer_high_water_mark == 0 {
+            return Err("clientWriteBufferHighWaterMark must be > 0".into());
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,367 @@
+//! Reading a ledger: a [`ReadPlan`] (segments, read order, digest) built once per metadata
+//! version and used for every read, replica failover past missing or corrupt copies, and BP-62
+//! batch reads where one bookie holds every entry. It never decides which bookies exist.
+
+use std::collections::{HashSet, VecDeque};
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use super::{write_set, LedgerError};
+use crate::client::{BookieClient, ClientError, Reply};
+use crate::digest::DigestManager;
+use crate::protocol::Status;
+
+/// The most entries one read may ask for; larger ranges are read in several calls.
+pub const MAX_READ_ENTRIES: i64 = 1 << 20;
+/// Capacity reserved up front for a read's result, whatever its range (it grows as entries
+/// arrive, so a huge range costs nothing before its entries exist).
+const INITIAL_CAPACITY: usize = 4096;
+
+/// A segment of a ledger: its first entry and its ensemble (bookie addresses).
+#[derive(Debug, Clone)]
+pub struct Segment {
+    pub first_entry: i64,
+    pub ensemble: Vec<String>,
+}
+
+/// How to read one version of a ledger's metadata: built once, used by every read.
+pub struct ReadPlan {
+    ledger: i64,
+    qw: usize,
+    digest: DigestManager,
+    segments: Vec<Segment>,
+    /// Per segment, per write-set start (`entry % E`): the ensemble indexes to try, in order
+    /// (the placement policy's read order). Empty: the write set's own order.
+    orders: Vec<Vec<Vec<usize>>>,
+    /// Largest response a batch may ask for (`nettyMaxFrameSizeBytes`).
+    max_batch_bytes: i64,
+}
+
+/// What one read call wants beyond the plan.
+#[derive(Debug, Clone, Default)]
+pub struct ReadOptions {
+    /// Use BATCH_READ_ENTRY where a single bookie holds every entry (E == Qw).
+    pub batch: bool,
+    /// Bookies to try last (known to be failing).
+    pub avoid: HashSet<String>,
+    /// Read flags and key (fencing recovery reads).
+    pub flags: u16,
+    pub master_key: Option<Bytes>,
+    /// Single reads in flight at once.
+    pub window: usize,
+}
+
+/// A verified entry.
+#[derive(Debug, Clone)]
+pub struct ReadEntry {
+    pub entry_id: i64,
+    pub lac: i64,
+    pub length: i64,
+    pub payload: Bytes,
+}
+
+impl ReadPlan {
+    /// Checks the plan: segments start at entry 0 and grow, every ensemble holds at least Qw
+    /// bookies, read orders name indexes of their ensembles.
+    pub fn new(
+        ledger: i64,
+        qw: usize,
+        digest: DigestManager,
+        segments: Vec<Segment>,
+        orders: Vec<Vec<Vec<usize>>>,
+        max_batch_bytes: i64,
+    ) -> Result<ReadPlan, LedgerError> {
+        let bad = |why: &str| Err(LedgerError::InvalidArgument(format!("read plan: {why}")));
+        if segments.first().map(|s| s.first_entry) != Some(0) {
+            return bad("segments must start with one at entry 0");
+        }
+        if segments
+            .windows(2)
+            .any(|w| w[1].first_entry <= w[0].first_entry)
+        {
+            return bad("segment starts must increase");
+        }
+        if qw == 0 || segments.iter().any(|s| s.ensemble.len() < qw) {
+            return bad("every ensemble needs at least the write quorum of bookies");
+        }
+        if orders.len() > segments.len() {
+            return bad("more read orders than segments");
+        }
+        for (seg, per_start) in segments.iter().zip(&orders) {
+            if per_start.iter().flatten().any(|i| *i >= seg.ensemble.len()) {
+                return bad("a read order names an index outside its ensemble");
+            }
+        }
+        Ok(ReadPlan {
+            ledger,
+            qw,
+            digest,
+            segments,
+            orders,
+            max_batch_bytes,
+        })
+    }
+
+    pub fn ledger_id(&self) -> i64 {
+        self.ledger
+    }
+
+    pub fn digest(&self) -> &DigestManager {
+        &self.digest
+    }
+
+    fn segment_of(&self, entry: i64) -> (usize, &Segment) {
+        let i = self
+            .segments
+            .iter()
+            .rposition(|s| s.first_entry <= entry)
+            .unwrap_or(0);
+        (i, &self.segments[i])
+    }
+
+    /// Replicas of `entry` in the order to try them.
+    pub(super) fn replicas(&self, entry: i64, avoid: &HashSet<String>) -> Vec<String> {
+        let (n, seg) = self.segment_of(entry);
+        let e = seg.ensemble.len();
+        let chosen = self
+            .orders
+            .get(n)
+            .and_then(|per_start| per_start.get(entry.rem_euclid(e as i64) as usize));
+        let mut order: Vec<String> = match chosen {
+            Some(indexes) => indexes
+                .iter()
+                .filter_map(|i| seg.ensemble.get(*i).cloned())
+                .collect(),
+            None => write_set(entry, e, self.qw.min(e))
+                .map(|i| seg.ensemble[i].clone())
+                .collect(),
+        };
+        order.sort_by_key(|b| avoid.contains(b));
+        order
+    }
+
+    /// Where the segment of `entry` ends (exclusive), if another follows.
+    fn segment_end(&self, entry: i64) -> Option<i64> {
+        let (i, _) = self.segment_of(entry);
+        self.segments.get(i + 1).map(|s| s.first_entry)
+    }
+
+    fn striped(&self, entry: i64) -> bool {
+        self.segment_of(entry).1.ensemble.len() != self.qw
+    }
+}
+
+/// Checks a read range: `0 <= first <= last` and at most [`MAX_READ_ENTRIES`] entries.
+pub fn check_range(first: i64, last: i64) -> Result<(), LedgerError> {
+    if first < 0 || last < first {
+        return Err(LedgerError::InvalidArgument(format!(
+            "bad range {first}..{last}"
+        )));
+    }
+    if last - first >= MAX_READ_ENTRIES {
+        return Err(LedgerError::InvalidArgument(format!(
+            "range {first}..{last} holds more than {MAX_READ_ENTRIES} entries; read it in parts"
+        )));
+    }
+    Ok(())
+}
+
+/// Reads entries `first..=last`: batched where possible, otherwise one READ per entry with up
+/// to `opts.window` in flight. Returns the entries and whether batch reads still look
+/// supported: false once every replica dropped the connection on BATCH_READ_ENTRY, as a bookie
+/// without BP-62 does (the caller should then stop batching for good).
+pub async fn read_range(
+    client: &Arc<BookieClient>,
+    plan: &ReadPlan,
+    opts: &ReadOptions,
+    first: i64,
+    last: i64,
+) -> Result<(Vec<ReadEntry>, bool), LedgerError> {
+    check_range(first, last)?;
+    let mut out = Vec::with_capacity(((last - first + 1) as usize).min(INITIAL_CAPACITY));
+    let mut next = first;
+    let mut batch_ok = opts.batch;
+    while next <= last {
+        let segment_last = plan.segment_end(next).map_or(last, |e| (e - 1).min(last));
+        if batch_ok && !plan.striped(next) {
+            match read_batch(client, plan, opts, next, segment_last).await {
+                BatchOutcome::Entries(entries) => {
+                    next += entries.len() as i64;
+                    out.extend(entries);
+                }
+                BatchOutcome::Unsupported => batch_ok = false,
+                BatchOutcome::Retry => {
+                    // Let the single-read path find a good copy or report the precise error.
+                    out.extend(read_singles(client, plan, opts, next, next).await?);
+                    next += 1;
+                }
+            }
+            continue;
+        }
+        let end = if batch_ok { segment_last } else { last };
+        out.extend(read_singles(client, plan, opts, next, end).await?);
+        next = end + 1;
+    }
+    Ok((out, batch_ok))
+}
+
+enum BatchOutcome {
+    Entries(Vec<ReadEntry>),
+    Unsupported,
+    Retry,
+}
+
+async fn read_batch(
+    client: &BookieClient,
+    plan: &ReadPlan,
+    opts: &ReadOptions,
+    start: i64,
+    end: i64,
+) -> BatchOutcome {
+    let want = (end - start + 1).min(i32::MAX as i64) as i32;
+    let mut dropped = 0;
+    let replicas = plan.replicas(start, &opts.avoid);
+    for bookie in &replicas {
+        let reply = client
+            .batch_read_async(
+                bookie,
+                plan.ledger,
+                start,
+                want,
+                plan.max_batch_bytes,
+                opts.flags,
+                opts.master_key.clone(),
+            )
+            .await;
+        match reply {
+            Ok(Reply::Entries(entries)) if !entries.is_empty() => {
+                let verified: Result<Vec<ReadEntry>, _> = entries
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, body)| verify(&plan.digest, &body, start + i as i64))
+                    .collect();
+                match verified {
+                    Ok(v) => return BatchOutcome::Entries(v),
+                    // As the 4.17 client: one bad entry rejects the response; try another.
+                    Err(e) => log::warn!(
+                        "ledger {}: batch read from {bookie} at entry {start}: {e}",
+                        plan.ledger
+                    ),
+                }
+            }
+            Err(ClientError::Unavailable { .. }) => dropped += 1,
+            _ => {}
+        }
+    }
+    if !replicas.is_empty() && dropped == replicas.len() {
+        BatchOutcome::Unsupported
+    } else {
+        BatchOutcome::Retry
+    }
+}
+
+fn verify(
+    digest: &DigestManager,
+    body: &Bytes,
+    entry: i64,
+) -> Result<ReadEntry, crate::digest::DigestError> {
+    digest.verify(body, Some(entry)).map(|v| ReadEntry {
+        entry_id: v.entry_id,
+        lac: v.last_add_confirmed,
+        length: v.length,
+        payload: v.payload,
+    })
+}
+
+async fn read_singles(
+    client: &Arc<BookieClient>,
+    plan: &ReadPlan,
+    opts: &ReadOptions,
+    first: i64,
+    last: i64,
+) -> Result<Vec<ReadEntry>, LedgerError> {
+    let window = opts.window.max(1);
+    let mut out = Vec::with_capacity(((last - first + 1).max(0) as usize).min(INITIAL_CAPACITY));
+    let mut inflight: VecDeque<tokio::task::JoinHandle<Result<ReadEntry, LedgerError>>> =
+        VecDeque::new();
+    let mut next = first;
+    while next <= last || !inflight.is_empty() {
+        while next <= last && inflight.len() < window {
+            let one = ReadOne {
+                client: client.clone(),
+                ledger: plan.ledger,
+                entry: next,
+                replicas: plan.replicas(next, &opts.avoid),
+                digest: plan.digest.clone(),
+                flags: opts.flags,
+                master_key: opts.master_key.clone(),
+            };
+            inflight.push_back(tokio::spawn(one.run()));
+            next += 1;
+        }
+        if let Some(h) = inflight.pop_front() {
+            let r = h.await.unwrap_or_else(|e| {
+                Err(LedgerError::WriterFailed(format!("read task failed: {e}")))
+            })?;
+            out.push(r);
+        }
+    }
+    Ok(out)
+}
+
+/// One entry to read from its replicas, in order, until one returns a verified copy.
+struct ReadOne {
+    client: Arc<BookieClient>,
+    ledger: i64,
+    entry: i64,
+    replicas: Vec<String>,
+    digest: DigestManager,
+    flags: u16,
+    master_key: Option<Bytes>,
+}
+
+impl ReadOne {
+    async fn run(self) -> Result<ReadEntry, LedgerError> {
+        let (ledger, entry) = (self.ledger, self.entry);
+        let mut last = String::from("no replica");
+        let mut corrupt: Vec<&str> = Vec::new();
+        let mut missing = 0;
+        for bookie in &self.replicas {
+            let reply = self
+                .client
+                .read_async(bookie, ledger, entry, self.flags, self.master_key.clone())
+                .await;
+            match reply {
+                Ok(Reply::Entry(body)) => match verify(&self.digest, &body, entry) {
+                    Ok(v) => return Ok(v),
+                    Err(e) => {
+                        log::warn!("ledger {ledger}: entry {entry} from {bookie}: {e}");
+                        corrupt.push(bookie);
+                        last = format!("{bookie}: {e}");
+                    }
+                },
+                Ok(_) => last = format!("{bookie}: unexpected reply"),
+                Err(e) => {
+                    if matches!(e.status(), Some(Status::NoEntry | Status::NoLedger)) {
+                        missing += 1;
+                    }
+                    last = e.to_string();
+                }
+            }
+        }
+        if !self.replicas.is_empty() && corrupt.len() == self.replicas.len() {
+            return Err(LedgerError::Digest {
+                ledger,
+                entry,
+                bookies: corrupt.join(", "),
+            });
+        }
+        Err(LedgerError::ReadFailed {
+            ledger,
+            entry,
+            last,
+            missing: !self.replicas.is_empty() && missing == self.replicas.len(),
+        })
+    }
+}

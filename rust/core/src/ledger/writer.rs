@@ -1,0 +1,530 @@
+//! The writer of one open ledger: sends each entry to its write set, counts acknowledgements
+//! per ensemble slot and completes appends in entry-id order once Qa bookies hold them (the LAC
+//! piggy-backed in every entry). It never chooses bookies: a failed slot is reported through the
+//! [`FailureSink`], and releases stop until the control plane calls [`LedgerWriter::change_ensemble`].
+//!
+//! Bounds: at most `throttle` appends pending per ledger (BookKeeper's `throttle`; the blocking
+//! entry points wait for room), and no entry larger than the client's frame limit.
+
+use std::collections::{HashSet, VecDeque};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use bytes::Bytes;
+use parking_lot::{Condvar, Mutex};
+
+use super::{check_quorums, write_set, LedgerError};
+use crate::client::{BookieClient, ClientError, ReplyResult};
+use crate::digest::{DigestManager, ENTRY_HEADER_LEN};
+use crate::done::Done;
+use crate::protocol::{Status, MASTER_KEY_LEN};
+
+/// A bookie of the ensemble failed an add: the control plane should replace it.
+#[derive(Debug, Clone)]
+pub struct BookieFailure {
+    pub ledger: i64,
+    /// Which writer (several may write one ledger over time: a recovery, say).
+    pub writer_id: u64,
+    pub index: usize,
+    pub bookie: String,
+    pub error: String,
+}
+
+/// Receives failure events; called without the writer's lock held, at most once per failed
+/// slot until the next ensemble change (so a queue behind it holds at most E events per writer).
+pub type FailureSink = Arc<dyn Fn(BookieFailure) + Send + Sync>;
+
+/// The outcome of one append: its entry id.
+pub type AppendDone = Done<Result<i64, LedgerError>>;
+
+struct PendingAdd {
+    entry: i64,
+    body: Bytes,
+    length: i64,
+    /// Which ensemble indexes acknowledged (write-set members only).
+    acked: Vec<bool>,
+    done: Option<AppendDone>,
+}
+
+struct WriterState {
+    ensemble: Vec<String>,
+    /// Bumped when a slot is (re)filled: answers to sends of an older generation are stale.
+    generations: Vec<u64>,
+    next_entry: i64,
+    length: i64,
+    lac: i64,
+    lac_length: i64,
+    pending: VecDeque<PendingAdd>,
+    /// Ensemble indexes that failed and await replacement; releases stop meanwhile.
+    failed: HashSet<usize>,
+    fatal: Option<LedgerError>,
+    closed: bool,
+    /// Called once nothing is pending (or the writer failed).
+    drained: Vec<Done<()>>,
+}
+
+/// Completions to run once the state lock is released.
+#[derive(Default)]
+struct Completions {
+    appends: Vec<(AppendDone, Result<i64, LedgerError>)>,
+    drained: Vec<Done<()>>,
+}
+
+impl Completions {
+    fn run(self) {
+        for (done, r) in self.appends {
+            done(r);
+        }
+        for d in self.drained {
+            d(());
+        }
+    }
+}
+
+/// How one writer is set up.
+pub struct WriterSpec {
+    pub ledger: i64,
+    pub writer_id: u64,
+    pub qw: usize,
+    pub qa: usize,
+    pub master_key: Bytes,
+    pub digest: DigestManager,
+    pub ensemble: Vec<String>,
+    pub next_entry: i64,
+    pub length: i64,
+    pub flags: u16,
+}
+
+/// Writes the entries of one open ledger. Thread-safe.
+pub struct LedgerWriter {
+    ledger: i64,
+    writer_id: u64,
+    e: usize,
+    qw: usize,
+    qa: usize,
+    master_key: Bytes,
+    digest: DigestManager,
+    client: Arc<BookieClient>,
+    state: Mutex<WriterState>,
+    /// Signalled when pending adds complete (or the writer fails), for `wait_for_room`.
+    room: Condvar,
+    on_failure: FailureSink,
+    flags: u16,
+    /// Largest payload an entry may carry: the frame limit minus add and entry headers.
+    max_payload: usize,
+    me: Weak<LedgerWriter>,
+}
+
+/// How long blocking waits sleep between checks of their interrupt.
+const INTERRUPT_CHECK: Duration = Duration::from_millis(100);
+
+impl LedgerWriter {
+    /// A writer appending from `spec.next_entry` (with the ledger's `length` so far).
+    pub fn new(
+        client: Arc<BookieClient>,
+        spec: WriterSpec,
+        on_failure: FailureSink,
+    ) -> Result<Arc<LedgerWriter>, LedgerError> {
+        let e = spec.ensemble.len();
+        check_quorums(e, spec.qw, spec.qa)?;
+        let overhead = 8 + MASTER_KEY_LEN + ENTRY_HEADER_LEN + spec.digest.kind().digest_len();
+        let max_payload = client.config().max_frame_size.saturating_sub(overhead);
+        Ok(Arc::new_cyclic(|me| LedgerWriter {
+            ledger: spec.ledger,
+            writer_id: spec.writer_id,
+            e,
+            qw: spec.qw,
+            qa: spec.qa,
+            master_key: spec.master_key,
+            digest: spec.digest,
+            client,
+            state: Mutex::new(WriterState {
+                generations: vec![0; e],
+                ensemble: spec.ensemble,
+                next_entry: spec.next_entry,
+                length: spec.length,
+                lac: spec.next_entry - 1,
+                lac_length: spec.length,
+                pending: VecDeque::new(),
+                failed: HashSet::new(),
+                fatal: None,
+                closed: false,
+                drained: Vec::new(),
+            }),
+            room: Condvar::new(),
+            on_failure,
+            flags: spec.flags,
+            max_payload,
+            me: me.clone(),
+        }))
+    }
+
+    pub fn ledger_id(&self) -> i64 {
+        self.ledger
+    }
+
+    pub fn writer_id(&self) -> u64 {
+        self.writer_id
+    }
+
+    /// The largest payload one append may carry.
+    pub fn max_payload(&self) -> usize {
+        self.max_payload
+    }
+
+    /// (LAC, ledger length at the LAC, next entry id).
+    pub fn positions(&self) -> (i64, i64, i64) {
+        let st = self.state.lock();
+        (st.lac, st.lac_length, st.next_entry)
+    }
+
+    pub fn ensemble(&self) -> Vec<String> {
+        self.state.lock().ensemble.clone()
+    }
+
+    /// Appends one payload; `done` gets its entry id once it and every earlier entry are
+    /// acknowledged by Qa bookies. Never blocks (see [`wait_for_room`](Self::wait_for_room)).
+    pub fn append(&self, payload: Bytes, done: AppendDone) {
+        self.append_with_id(None, payload, done)
+    }
+
+    /// Appends with a given entry id (recovery rewrites entries at known ids, in order).
+    pub fn append_with_id(&self, entry_id: Option<i64>, payload: Bytes, done: AppendDone) {
+        if payload.len() > self.max_payload {
+            return done(Err(LedgerError::InvalidArgument(format!(
+                "an entry of {} bytes exceeds the largest entry the bookies accept ({} bytes: \
+                 nettyMaxFrameSizeBytes minus headers)",
+                payload.len(),
+                self.max_payload
+            ))));
+        }
+        let sends = {
+            let mut st = self.state.lock();
+            if let Some(err) = &st.fatal {
+                let err = err.clone();
+                drop(st);
+                return done(Err(err));
+            }
+            if st.closed {
+                drop(st);
+                return done(Err(LedgerError::Closed));
+            }
+            let entry = entry_id.unwrap_or(st.next_entry);
+            if entry != st.next_entry {
+                let next = st.next_entry;
+                drop(st);
+                return done(Err(LedgerError::WriterFailed(format!(
+                    "entry {entry} is not the next entry {next}"
+                ))));
+            }
+            st.next_entry += 1;
+            st.length += payload.len() as i64;
+            let body = self.digest.package(entry, st.lac, st.length, &payload);
+            let length = st.length;
+            st.pending.push_back(PendingAdd {
+                entry,
+                body: body.clone(),
+                length,
+                acked: vec![false; self.e],
+                done: Some(done),
+            });
+            write_set(entry, self.e, self.qw)
+                .filter(|i| !st.failed.contains(i))
+                .map(|i| {
+                    (
+                        i,
+                        st.generations[i],
+                        st.ensemble[i].clone(),
+                        entry,
+                        body.clone(),
+                    )
+                })
+                .collect::<Vec<_>>()
+        };
+        for (index, generation, bookie, entry, body) in sends {
+            self.send(index, generation, bookie, entry, body);
+        }
+    }
+
+    /// Appends every payload, keeping at most `throttle` pending, and waits for all of them.
+    /// Returns the last entry id (the LAC before the call if `payloads` is empty). `interrupt`
+    /// is polled while waiting; when it returns true the call returns `Interrupted` (appends
+    /// already started still complete).
+    pub fn append_all_blocking(
+        &self,
+        payloads: impl IntoIterator<Item = Bytes>,
+        throttle: usize,
+        interrupt: &dyn Fn() -> bool,
+    ) -> Result<i64, LedgerError> {
+        struct Batch {
+            outstanding: usize,
+            last: i64,
+            error: Option<LedgerError>,
+        }
+        let batch = Arc::new((
+            Mutex::new(Batch {
+                outstanding: 0,
+                last: self.positions().0,
+                error: None,
+            }),
+            Condvar::new(),
+        ));
+        for payload in payloads {
+            self.wait_for_room(throttle, interrupt)?;
+            if let Some(e) = batch.0.lock().error.clone() {
+                return Err(e);
+            }
+            batch.0.lock().outstanding += 1;
+            let b = batch.clone();
+            self.append(
+                payload,
+                Box::new(move |r| {
+                    let mut st = b.0.lock();
+                    st.outstanding -= 1;
+                    match r {
+                        Ok(id) => st.last = st.last.max(id),
+                        Err(e) => {
+                            st.error.get_or_insert(e);
+                        }
+                    }
+                    b.1.notify_all();
+                }),
+            );
+        }
+        let mut st = batch.0.lock();
+        while st.outstanding > 0 {
+            batch.1.wait_for(&mut st, INTERRUPT_CHECK);
+            if st.outstanding > 0 && interrupt() {
+                return Err(LedgerError::Interrupted);
+            }
+        }
+        match st.error.take() {
+            Some(e) => Err(e),
+            None => Ok(st.last),
+        }
+    }
+
+    fn send(&self, index: usize, generation: u64, bookie: String, entry: i64, body: Bytes) {
+        let Some(me) = self.me.upgrade() else {
+            return;
+        };
+        let done: Done<ReplyResult> = Box::new(move |result| {
+            me.on_response(index, generation, bookie, entry, result);
+        });
+        let target = self.state.lock().ensemble[index].clone();
+        self.client.add(
+            &target,
+            self.ledger,
+            entry,
+            self.master_key.clone(),
+            body,
+            self.flags,
+            done,
+        );
+    }
+
+    fn on_response(
+        &self,
+        index: usize,
+        generation: u64,
+        bookie: String,
+        entry: i64,
+        result: ReplyResult,
+    ) {
+        let mut done = Completions::default();
+        let mut failure = None;
+        {
+            let mut st = self.state.lock();
+            if st.generations.get(index) != Some(&generation) {
+                return; // an answer for a slot refilled meanwhile: it no longer counts
+            }
+            match result {
+                Ok(_) => {
+                    // Pending adds hold consecutive entry ids, so the position is an offset.
+                    let position = st
+                        .pending
+                        .front()
+                        .and_then(|front| usize::try_from(entry - front.entry).ok());
+                    if let Some(p) = position.and_then(|i| st.pending.get_mut(i)) {
+                        debug_assert_eq!(p.entry, entry);
+                        p.acked[index] = true;
+                    }
+                    self.release(&mut st, &mut done);
+                }
+                Err(err) => {
+                    let fatal = match &err {
+                        ClientError::Bookie {
+                            status: Status::Fenced,
+                            ..
+                        } => Some(LedgerError::Fenced(self.ledger)),
+                        ClientError::Bookie {
+                            status: Status::Unauthorized,
+                            ..
+                        }
+                        | ClientError::TooLarge { .. } => Some(LedgerError::Bookie(err.clone())),
+                        ClientError::Closed => Some(LedgerError::Closed),
+                        _ => None,
+                    };
+                    if let Some(f) = fatal {
+                        fail_all(&mut st, f, &mut done);
+                        self.room.notify_all();
+                    } else if st.failed.insert(index) {
+                        failure = Some(BookieFailure {
+                            ledger: self.ledger,
+                            writer_id: self.writer_id,
+                            index,
+                            bookie,
+                            error: err.to_string(),
+                        });
+                    }
+                }
+            }
+        }
+        done.run();
+        if let Some(f) = failure {
+            (self.on_failure)(f);
+        }
+    }
+
+    /// Releases completed entries at the head of the queue, in order.
+    fn release(&self, st: &mut WriterState, done: &mut Completions) {
+        if !st.failed.is_empty() {
+            return; // an ensemble change is due: nothing completes until it is done
+        }
+        while let Some(front) = st.pending.front() {
+            if front.acked.iter().filter(|a| **a).count() < self.qa {
+                break;
+            }
+            let Some(mut p) = st.pending.pop_front() else {
+                break;
+            };
+            st.lac = p.entry;
+            st.lac_length = p.length;
+            if let Some(d) = p.done.take() {
+                done.appends.push((d, Ok(p.entry)));
+            }
+        }
+        if st.pending.is_empty() {
+            done.drained.append(&mut st.drained);
+        }
+        self.room.notify_all();
+    }
+
+    /// Blocks while `max_pending` appends are outstanding (BookKeeper's `throttle`), so one
+    /// client cannot push a bookie past its own in-flight limit (which would answer
+    /// ETOOMANYREQUESTS and cost an ensemble change). Returns at once if the writer failed;
+    /// `Interrupted` when `interrupt` says so.
+    pub fn wait_for_room(
+        &self,
+        max_pending: usize,
+        interrupt: &dyn Fn() -> bool,
+    ) -> Result<(), LedgerError> {
+        let mut st = self.state.lock();
+        while st.pending.len() >= max_pending.max(1) && st.fatal.is_none() {
+            self.room.wait_for(&mut st, INTERRUPT_CHECK);
+            if st.pending.len() >= max_pending.max(1) && interrupt() {
+                return Err(LedgerError::Interrupted);
+            }
+        }
+        Ok(())
+    }
+
+    /// Installs a new ensemble from `first_entry` (which must be LAC + 1): every pending entry
+    /// whose write set includes a replaced index is re-sent to the new bookie.
+    pub fn change_ensemble(
+        &self,
+        first_entry: i64,
+        ensemble: Vec<String>,
+    ) -> Result<(), LedgerError> {
+        let mut done = Completions::default();
+        let sends = {
+            let mut st = self.state.lock();
+            if let Some(err) = &st.fatal {
+                return Err(err.clone());
+            }
+            if ensemble.len() != self.e {
+                return Err(LedgerError::InvalidArgument(format!(
+                    "new ensemble has {} bookies, the ledger needs {}",
+                    ensemble.len(),
+                    self.e
+                )));
+            }
+            if first_entry != st.lac + 1 {
+                return Err(LedgerError::InvalidArgument(format!(
+                    "new ensemble must start at LAC + 1 = {}, not {first_entry}",
+                    st.lac + 1
+                )));
+            }
+            // A failed slot counts as replaced even by the same address: a bookie that
+            // restarted (with its data) may take its own slot back; pending entries are re-sent.
+            let changed: Vec<usize> = (0..self.e)
+                .filter(|i| st.ensemble[*i] != ensemble[*i] || st.failed.contains(i))
+                .collect();
+            st.ensemble = ensemble;
+            for i in &changed {
+                st.generations[*i] += 1;
+            }
+            st.failed.clear();
+            let mut sends = Vec::new();
+            for p in st.pending.iter_mut() {
+                for i in write_set(p.entry, self.e, self.qw) {
+                    if changed.contains(&i) {
+                        p.acked[i] = false;
+                        sends.push((i, p.entry, p.body.clone()));
+                    }
+                }
+            }
+            let sends: Vec<_> = sends
+                .into_iter()
+                .map(|(i, entry, body)| (i, st.generations[i], st.ensemble[i].clone(), entry, body))
+                .collect();
+            self.release(&mut st, &mut done);
+            sends
+        };
+        done.run();
+        for (index, generation, bookie, entry, body) in sends {
+            self.send(index, generation, bookie, entry, body);
+        }
+        Ok(())
+    }
+
+    /// Fails every pending and future add (the control plane could not change the ensemble).
+    pub fn fail(&self, error: LedgerError) {
+        let mut done = Completions::default();
+        fail_all(&mut self.state.lock(), error, &mut done);
+        self.room.notify_all();
+        done.run();
+    }
+
+    /// Calls `done` once nothing is pending (or the writer failed); at once if that is now.
+    pub fn when_drained(&self, done: Done<()>) {
+        let mut st = self.state.lock();
+        if st.pending.is_empty() || st.fatal.is_some() {
+            drop(st);
+            done(());
+        } else {
+            st.drained.push(done);
+        }
+    }
+
+    /// Refuses further appends; pending ones still complete.
+    pub fn close(&self) {
+        self.state.lock().closed = true;
+    }
+
+    pub fn fatal(&self) -> Option<LedgerError> {
+        self.state.lock().fatal.clone()
+    }
+}
+
+fn fail_all(st: &mut WriterState, error: LedgerError, done: &mut Completions) {
+    if st.fatal.is_none() {
+        st.fatal = Some(error.clone());
+    }
+    for mut p in st.pending.drain(..) {
+        if let Some(d) = p.done.take() {
+            done.appends.push((d, Err(error.clone())));
+        }
+    }
+    done.drained.append(&mut st.drained);
+}

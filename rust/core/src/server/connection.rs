@@ -1,0 +1,295 @@
+//! One client connection: a reader task that cuts frames and hands them to the protocol
+//! handler, and a writer task that encodes responses and writes them in vectored batches.
+//! It owns what a connection may hold; it never interprets a request.
+//!
+//! Bounds (BookKeeper's keys):
+//! - requests in flight (`maxPendingAddRequestsPerThread`, `maxPendingReadRequestsPerThread`,
+//!   per connection here): past them a request is answered ETOOMANYREQUESTS; a request counts
+//!   until its response is written;
+//! - response bytes waiting to be written: past `serverWriteBufferHighWaterMark` the connection
+//!   stops reading requests until its queue drains below `serverWriteBufferLowWaterMark`; past
+//!   `serverResponseBufferTotalBytes` for all connections together, every connection with
+//!   responses waiting stops reading. A client that never reads its replies therefore costs the
+//!   bookie at most about one high-water mark (plus one frame), whatever it sends.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use tokio::net::tcp::OwnedWriteHalf;
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, watch, Notify};
+
+use super::{v2, Shared};
+use crate::net::write_all_chunks;
+use crate::protocol::{self, OutFrames, ProtocolError};
+
+/// Stop coalescing responses into one write beyond this many bytes.
+const MAX_WRITE_BATCH: usize = 1 << 20;
+/// A paused reader also re-checks the budgets this often (the total budget has no per-connection
+/// wake-up).
+const PAUSE_RECHECK: Duration = Duration::from_millis(10);
+/// How long a stopping connection waits for its client to close after the server sent FIN.
+const LINGER_AFTER_STOP: Duration = Duration::from_secs(30);
+
+/// A response on its way to the writer, in the protocol version of its request.
+pub(super) enum Reply {
+    V2(crate::protocol::v2::Response),
+}
+
+/// Which in-flight limit a reply releases.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Slot {
+    Add,
+    Read,
+    None,
+}
+
+impl Reply {
+    fn wire_len(&self) -> usize {
+        match self {
+            Reply::V2(r) => v2::response_wire_len(r),
+        }
+    }
+
+    fn slot(&self) -> Slot {
+        match self {
+            Reply::V2(r) => v2::response_slot(r),
+        }
+    }
+
+    fn encode(&self, out: &mut OutFrames) {
+        match self {
+            Reply::V2(r) => protocol::v2::encode_response(r, out),
+        }
+    }
+}
+
+/// What a connection holds now.
+#[derive(Default)]
+struct Usage {
+    adds: AtomicUsize,
+    reads: AtomicUsize,
+    queued_bytes: AtomicUsize,
+    /// Signalled when the writer has written (queued bytes fell).
+    drained: Notify,
+}
+
+/// The sending side of a connection, cloned into every pending completion.
+#[derive(Clone)]
+pub(super) struct Outbox {
+    tx: mpsc::UnboundedSender<Reply>,
+    usage: Arc<Usage>,
+    shared: Arc<Shared>,
+}
+
+impl Outbox {
+    pub(super) fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
+    /// Counts one more add in flight; false if the connection is past its limit (the request
+    /// still counts until its rejection is written).
+    pub(super) fn admit(&self, slot: Slot) -> bool {
+        let (count, max) = match slot {
+            Slot::Add => (&self.usage.adds, self.shared.cfg.max_pending_adds),
+            Slot::Read => (&self.usage.reads, self.shared.cfg.max_pending_reads),
+            Slot::None => return true,
+        };
+        let admitted = count.fetch_add(1, Ordering::AcqRel) < max;
+        if !admitted {
+            self.shared.stats.rejected_requests.inc();
+        }
+        admitted
+    }
+
+    /// Queues a response. Fails silently only when the connection is gone: nothing to answer.
+    pub(super) fn send(&self, reply: Reply) {
+        let n = reply.wire_len();
+        self.usage.queued_bytes.fetch_add(n, Ordering::AcqRel);
+        self.shared.stats.response_bytes_queued.add(n as u64);
+        if self.tx.send(reply).is_err() {
+            self.usage.queued_bytes.fetch_sub(n, Ordering::AcqRel);
+            self.shared.stats.response_bytes_queued.sub(n as u64);
+        }
+    }
+
+    /// Whether this connection must stop reading: its queue at `mark`, or the server's total
+    /// budget spent while it has responses waiting.
+    fn over(&self, mark: usize) -> bool {
+        let mine = self.usage.queued_bytes.load(Ordering::Acquire);
+        let total = self.shared.stats.response_bytes_queued.get() as usize;
+        mine >= mark.max(1) || (mine > 0 && total >= self.shared.cfg.response_buffer_total_bytes)
+    }
+}
+
+pub(super) async fn serve_connection(
+    stream: TcpStream,
+    peer: SocketAddr,
+    shared: Arc<Shared>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let _ = stream.set_nodelay(true);
+    let (mut reader, writer) = stream.into_split();
+    let (tx, rx) = mpsc::unbounded_channel::<Reply>();
+    let usage = Arc::new(Usage::default());
+    let outbox = Outbox {
+        tx,
+        usage: usage.clone(),
+        shared: shared.clone(),
+    };
+    let writer_task = tokio::spawn(write_responses(
+        writer,
+        rx,
+        usage.clone(),
+        shared.clone(),
+        peer,
+    ));
+    let mut buf = BytesMut::with_capacity(64 * 1024);
+    let mut first_frame = true;
+    let mut stopping = false;
+    'conn: loop {
+        loop {
+            // Checked before every request, so one read of many requests cannot queue more
+            // than one response past the mark.
+            if outbox.over(shared.cfg.write_buffer_high_water_mark) {
+                shared.stats.connections_paused.inc();
+                log::debug!("connection from {peer}: responses not read; pausing reads");
+                while outbox.over(shared.cfg.write_buffer_low_water_mark) {
+                    let drained = usage.drained.notified();
+                    tokio::select! {
+                        _ = drained => {}
+                        _ = tokio::time::sleep(PAUSE_RECHECK) => {}
+                        _ = stop.changed() => {
+                            stopping = true;
+                            break 'conn;
+                        }
+                    }
+                }
+            }
+            match protocol::take_frame(&mut buf, shared.cfg.max_frame_size) {
+                Ok(Some(body)) => {
+                    if first_frame && protocol::looks_like_v3(&body) {
+                        close_for(&shared, peer, &ProtocolError::V3NotSupported);
+                        break 'conn;
+                    }
+                    first_frame = false;
+                    if let Err(e) = v2::handle_frame(body, &outbox) {
+                        close_for(&shared, peer, &e);
+                        break 'conn;
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    close_for(&shared, peer, &e);
+                    break 'conn;
+                }
+            }
+        }
+        tokio::select! {
+            read = reader.read_buf(&mut buf) => match read {
+                Ok(0) => break,
+                Ok(_) => {}
+                Err(e) => {
+                    log::debug!("connection from {peer}: {e}");
+                    break;
+                }
+            },
+            _ = stop.changed() => {
+                stopping = true;
+                break;
+            }
+        }
+    }
+    // No more requests; responses still owed are written once their completions report. The
+    // writer ends when the last sender (ours, or a pending completion's) is gone.
+    drop(outbox);
+    let _ = writer_task.await;
+    if stopping {
+        // Closing a socket with unread input makes the kernel send RST, which destroys the
+        // responses still in flight to the client. The writer has sent FIN; clients close on
+        // seeing it, so read (and drop) until they do. stop()'s drain deadline bounds this.
+        let linger = async {
+            loop {
+                buf.clear();
+                match reader.read_buf(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => {}
+                }
+            }
+        };
+        let _ = tokio::time::timeout(LINGER_AFTER_STOP, linger).await;
+    }
+}
+
+fn close_for(shared: &Shared, peer: SocketAddr, why: &ProtocolError) {
+    shared.stats.protocol_errors.inc();
+    log::warn!("closing connection from {peer}: {why}");
+}
+
+async fn write_responses(
+    mut writer: OwnedWriteHalf,
+    mut rx: mpsc::UnboundedReceiver<Reply>,
+    usage: Arc<Usage>,
+    shared: Arc<Shared>,
+    peer: SocketAddr,
+) {
+    let mut frames = OutFrames::default();
+    let mut broken = false;
+    while let Some(first) = rx.recv().await {
+        let mut released = Released::default();
+        released.note(&first);
+        first.encode(&mut frames);
+        while frames.len() < MAX_WRITE_BATCH {
+            match rx.try_recv() {
+                Ok(r) => {
+                    released.note(&r);
+                    r.encode(&mut frames);
+                }
+                Err(_) => break,
+            }
+        }
+        let chunks = frames.take();
+        if !broken {
+            if let Err(e) = write_all_chunks(&mut writer, &chunks).await {
+                log::debug!("writing to {peer}: {e}");
+                // Keep draining so that completions never block, but stop writing.
+                broken = true;
+            }
+        }
+        usage.adds.fetch_sub(released.adds, Ordering::AcqRel);
+        usage.reads.fetch_sub(released.reads, Ordering::AcqRel);
+        usage
+            .queued_bytes
+            .fetch_sub(released.bytes, Ordering::AcqRel);
+        shared
+            .stats
+            .response_bytes_queued
+            .sub(released.bytes as u64);
+        usage.drained.notify_one();
+    }
+    let _ = writer.shutdown().await;
+}
+
+/// What a written batch gives back to the connection's limits.
+#[derive(Default)]
+struct Released {
+    adds: usize,
+    reads: usize,
+    bytes: usize,
+}
+
+impl Released {
+    fn note(&mut self, r: &Reply) {
+        self.bytes += r.wire_len();
+        match r.slot() {
+            Slot::Add => self.adds += 1,
+            Slot::Read => self.reads += 1,
+            Slot::None => {}
+        }
+    }
+}

@@ -1,0 +1,152 @@
+//! The version-neutral operations of a bookie: add, read, batch read and fencing reads run
+//! against the ledger storage, their outcomes as [`Status`]es. It never decodes or encodes a
+//! frame; the protocol modules turn requests into these calls and outcomes into responses.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use tokio::sync::oneshot;
+
+use super::Shared;
+use crate::done::Done;
+use crate::error::StorageError;
+use crate::protocol::Status;
+use crate::storage::{LedgerStorage, RangeLimits, LAST_ENTRY};
+
+/// The status a storage error is answered with, as the Java bookie answers it.
+pub(super) fn status_of(e: &StorageError) -> Status {
+    match e {
+        StorageError::NoLedger(_) => Status::NoLedger,
+        StorageError::NoEntry { .. } => Status::NoEntry,
+        StorageError::Fenced(_) => Status::Fenced,
+        StorageError::Unauthorized(_) => Status::Unauthorized,
+        StorageError::QueueFull => Status::TooManyRequests,
+        StorageError::InvalidArgument(_) => Status::BadRequest,
+        StorageError::Io { .. }
+        | StorageError::Corruption(_)
+        | StorageError::Locked(_)
+        | StorageError::Closed => Status::Io,
+    }
+}
+
+/// An add, already admitted: ids non-negative, bookie writable (or the add has priority).
+pub(super) struct Add {
+    pub ledger: u64,
+    pub entry: u64,
+    pub master_key: Bytes,
+    pub body: Bytes,
+    pub recovery: bool,
+}
+
+/// Journals the entry; a completion from `reply` gets the outcome once it is durable (or
+/// failed). `reply` makes one completion per attempt: a full journal queue drops the first.
+pub(super) fn add_entry(shared: &Shared, add: Add, reply: impl Fn() -> Done<Status>) {
+    let Add {
+        ledger,
+        entry,
+        master_key,
+        body,
+        recovery,
+    } = add;
+    let done = |reply: Done<Status>| -> crate::storage::journal::Completion {
+        Box::new(move |r| reply(r.map_or_else(|e| status_of(&e), |_| Status::Ok)))
+    };
+    let storage = &shared.storage;
+    let mut result = storage.try_add_entry(
+        ledger,
+        entry,
+        &master_key,
+        body.clone(),
+        recovery,
+        done(reply()),
+    );
+    if let Err(StorageError::QueueFull) = result {
+        // The journal is saturated: wait for room on this thread, which stops this connection
+        // from reading more requests (TCP backpressure) while other tasks move elsewhere.
+        result = tokio::task::block_in_place(|| {
+            storage.add_entry(ledger, entry, &master_key, body, recovery, done(reply()))
+        });
+    }
+    if let Err(err) = result {
+        reply()(status_of(&err));
+    }
+}
+
+/// Reads one entry (`-1`: the last one the bookie holds).
+pub(super) fn read_entry(
+    storage: &LedgerStorage,
+    ledger: i64,
+    entry: i64,
+) -> Result<Bytes, Status> {
+    if ledger < 0 {
+        return Err(Status::NoLedger);
+    }
+    let entry = match entry {
+        -1 => LAST_ENTRY,
+        e if e < 0 => return Err(Status::NoEntry),
+        e => e as u64,
+    };
+    storage
+        .read_entry(ledger as u64, entry)
+        .map_err(|e| status_of(&e))
+}
+
+/// Reads consecutive entries as BATCH_READ_ENTRY does (BP-62's loose limits).
+pub(super) fn read_range(
+    storage: &LedgerStorage,
+    ledger: i64,
+    start_entry: i64,
+    limits: RangeLimits,
+) -> Result<Vec<Bytes>, Status> {
+    if ledger < 0 {
+        return Err(Status::NoLedger);
+    }
+    if start_entry < 0 {
+        return Err(Status::NoEntry);
+    }
+    storage
+        .read_range(ledger as u64, start_entry as u64, limits)
+        .map_err(|e| status_of(&e))
+}
+
+/// Runs a read. A fencing read fences first and, if the read succeeds, answers only once the
+/// fence is durable (EIO if it cannot be made durable), as the Java bookie does. A failed read
+/// is answered at once.
+pub(super) fn run_read<T: Send + 'static>(
+    shared: &Arc<Shared>,
+    ledger: i64,
+    fencing: Option<Option<Bytes>>,
+    read: impl FnOnce() -> Result<T, Status> + Send + 'static,
+    reply: Done<Result<T, Status>>,
+) {
+    let Some(master_key) = fencing else {
+        return reply(read());
+    };
+    shared.stats.read_entry_fence_requests.inc();
+    let Some(key) = master_key else {
+        return reply(Err(Status::Unauthorized));
+    };
+    if ledger < 0 {
+        return reply(Err(Status::NoLedger));
+    }
+    let (fenced_tx, fenced_rx) = oneshot::channel();
+    let fence = shared.storage.fence(
+        ledger as u64,
+        &key,
+        Box::new(move |r| {
+            let _ = fenced_tx.send(r);
+        }),
+    );
+    if let Err(e) = fence {
+        return reply(Err(status_of(&e)));
+    }
+    match read() {
+        Err(status) => reply(Err(status)),
+        Ok(value) => {
+            tokio::spawn(async move {
+                let durable = matches!(fenced_rx.await, Ok(Ok(())));
+                reply(if durable { Ok(value) } else { Err(Status::Io) });
+            });
+        }
+    }
+}

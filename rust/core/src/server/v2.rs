@@ -1,0 +1,210 @@
+//! V2 requests on the server: decode, admit (version, in-flight limit, read-only, ids), hand to
+//! the version-neutral [`dispatch`](super::dispatch), and answer with V2 responses. It never
+//! touches storage itself.
+
+use bytes::Bytes;
+
+use super::connection::{Outbox, Reply, Slot};
+use super::dispatch::{self, Add};
+use crate::protocol::v2::{
+    decode_request, AuthMessage, PacketHeader, Request, Response, CURRENT_PROTOCOL_VERSION,
+    RESPONSE_HEADER_LEN,
+};
+use crate::protocol::{
+    ProtocolError, Status, AUTH_DISABLED_PLUGIN, FLAG_DO_FENCING, FLAG_HIGH_PRIORITY,
+    FLAG_RECOVERY_ADD,
+};
+use crate::storage::RangeLimits;
+
+/// The fixed part of a batch-read response frame, its 4-byte length prefix included; Java
+/// counts it against `maxSize`.
+const BATCH_RESPONSE_FIXED_LEN: usize = 4 + RESPONSE_HEADER_LEN + 8;
+
+/// Bytes the response takes on the wire (frame length included).
+pub(super) fn response_wire_len(r: &Response) -> usize {
+    4 + match r {
+        Response::Add { .. } => RESPONSE_HEADER_LEN,
+        Response::Read { body, .. } => RESPONSE_HEADER_LEN + body.len(),
+        Response::BatchRead { entries, .. } => {
+            RESPONSE_HEADER_LEN + 8 + entries.iter().map(|e| 4 + e.len()).sum::<usize>()
+        }
+        Response::Auth { message, .. } => 8 + message.plugin_name.len() + message.payload.len() + 4,
+    }
+}
+
+/// Which in-flight limit the response releases once written.
+pub(super) fn response_slot(r: &Response) -> Slot {
+    match r {
+        Response::Add { .. } => Slot::Add,
+        Response::Read { .. } | Response::BatchRead { .. } => Slot::Read,
+        Response::Auth { .. } => Slot::None,
+    }
+}
+
+fn send(outbox: &Outbox, r: Response) {
+    outbox.send(Reply::V2(r));
+}
+
+/// Decodes one V2 frame and runs it. A frame that does not decode closes the connection.
+pub(super) fn handle_frame(body: Bytes, outbox: &Outbox) -> Result<(), ProtocolError> {
+    let req = decode_request(body)?;
+    handle(req, outbox);
+    Ok(())
+}
+
+fn handle(req: Request, outbox: &Outbox) {
+    let shared = outbox.shared();
+    let header = req.header();
+    match req {
+        Request::Add {
+            master_key,
+            ledger,
+            entry,
+            body,
+            ..
+        } => {
+            shared.stats.add_entry_requests.inc();
+            let reply = move |status: Status| Response::Add {
+                version: header.version,
+                rc: status.v2_code(),
+                ledger,
+                entry,
+            };
+            let admitted = outbox.admit(Slot::Add);
+            if !header.version_is_compatible() {
+                return send(outbox, reply(Status::BadVersion));
+            }
+            if !admitted {
+                return send(outbox, reply(Status::TooManyRequests));
+            }
+            if shared.read_only.load(std::sync::atomic::Ordering::Relaxed)
+                && !header.has(FLAG_HIGH_PRIORITY)
+            {
+                return send(outbox, reply(Status::ReadOnly));
+            }
+            if ledger < 0 || entry < 0 {
+                return send(outbox, reply(Status::BadRequest));
+            }
+            let add = Add {
+                ledger: ledger as u64,
+                entry: entry as u64,
+                master_key,
+                body,
+                recovery: header.has(FLAG_RECOVERY_ADD),
+            };
+            dispatch::add_entry(shared, add, || {
+                let outbox = outbox.clone();
+                Box::new(move |status| send(&outbox, reply(status)))
+            });
+        }
+        Request::Read {
+            ledger,
+            entry,
+            master_key,
+            ..
+        } => {
+            shared.stats.read_entry_requests.inc();
+            let reply = move |r: Result<Bytes, Status>| {
+                let (status, body) = match r {
+                    Ok(body) => (Status::Ok, body),
+                    Err(status) => (status, Bytes::new()),
+                };
+                Response::Read {
+                    version: header.version,
+                    rc: status.v2_code(),
+                    ledger,
+                    entry,
+                    body,
+                }
+            };
+            let admitted = outbox.admit(Slot::Read);
+            if !header.version_is_compatible() {
+                return send(outbox, reply(Err(Status::BadVersion)));
+            }
+            if !admitted {
+                return send(outbox, reply(Err(Status::TooManyRequests)));
+            }
+            let storage = shared.storage.clone();
+            let out = outbox.clone();
+            dispatch::run_read(
+                shared,
+                ledger,
+                fencing(header, master_key),
+                move || dispatch::read_entry(&storage, ledger, entry),
+                Box::new(move |r| send(&out, reply(r))),
+            );
+        }
+        Request::BatchRead {
+            ledger,
+            start_entry,
+            request_id,
+            max_count,
+            max_size,
+            master_key,
+            ..
+        } => {
+            shared.stats.batch_read_entry_requests.inc();
+            let reply = move |r: Result<Vec<Bytes>, Status>| {
+                let (status, entries) = match r {
+                    Ok(entries) => (Status::Ok, entries),
+                    Err(status) => (status, Vec::new()),
+                };
+                Response::BatchRead {
+                    version: header.version,
+                    rc: status.v2_code(),
+                    ledger,
+                    start_entry,
+                    request_id,
+                    entries,
+                }
+            };
+            let admitted = outbox.admit(Slot::Read);
+            if !header.version_is_compatible() {
+                return send(outbox, reply(Err(Status::BadVersion)));
+            }
+            if !admitted {
+                return send(outbox, reply(Err(Status::TooManyRequests)));
+            }
+            let max_size = usize::try_from(max_size)
+                .unwrap_or(0)
+                .min(shared.cfg.max_batch_read_size);
+            let limits = RangeLimits {
+                max_count: usize::try_from(max_count).unwrap_or(0),
+                max_bytes: max_size.saturating_sub(BATCH_RESPONSE_FIXED_LEN),
+                per_entry_overhead: 4,
+            };
+            let storage = shared.storage.clone();
+            let out = outbox.clone();
+            dispatch::run_read(
+                shared,
+                ledger,
+                fencing(header, master_key),
+                move || dispatch::read_range(&storage, ledger, start_entry, limits),
+                Box::new(move |r| send(&out, reply(r))),
+            );
+        }
+        Request::Auth { message, .. } => {
+            shared.stats.auth_requests.inc();
+            log::debug!(
+                "AUTH from plugin {:?}: authentication is disabled",
+                message.plugin_name
+            );
+            send(
+                outbox,
+                // The Java bookie's auth-disabled reply always carries the current version.
+                Response::Auth {
+                    version: CURRENT_PROTOCOL_VERSION,
+                    message: AuthMessage {
+                        plugin_name: AUTH_DISABLED_PLUGIN.to_string(),
+                        payload: Bytes::new(),
+                    },
+                },
+            );
+        }
+    }
+}
+
+/// `Some(key)` for a fencing read (the key may be missing: answered EUA), None otherwise.
+fn fencing(header: PacketHeader, master_key: Option<Bytes>) -> Option<Option<Bytes>> {
+    header.has(FLAG_DO_FENCING).then_some(master_key)
+}

@@ -1,0 +1,393 @@
+//! Entry logs: entry data appended to log files across the ledger directories, read back by
+//! location. It owns the `.log` files; it never decides what is durable (the journal does) nor
+//! which directory a new log goes to (the [`LedgerDirs`] allocator does).
+//!
+//! A record is `[len][crc32c][ledger][entry][data]` at its [`Location`]. A log is sealed at
+//! rollover and close: a ledgers-map record (ledger -> bytes) is appended and its offset written
+//! into the header, so garbage collection need not scan the log.
+
+mod ledgers_map;
+mod location;
+mod log;
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use parking_lot::{Mutex, RwLock};
+
+pub use ledgers_map::{read_ledgers_map, LedgersMap};
+pub use location::{log_name, Location};
+
+use crate::error::{Result, StorageError};
+use crate::fs;
+use crate::metrics::Counter;
+use crate::record::{append_record, be_u64, verify_record, FILE_HEADER_LEN, RECORD_HEADER_LEN};
+use crate::storage::dirs::LedgerDirs;
+use log::ActiveLog;
+
+/// Bytes of a record before the entry data: frame header plus ledger and entry ids.
+pub const ENTRY_RECORD_OVERHEAD: usize = RECORD_HEADER_LEN + 16;
+/// One positional read covers at most this many bytes of back-to-back records.
+const MAX_READ_BYTES: u64 = 4 << 20;
+
+/// An open log file for reads.
+struct LogFile {
+    path: PathBuf,
+    file: File,
+}
+
+/// All entry logs of a bookie.
+pub struct EntryLogger {
+    dirs: Arc<LedgerDirs>,
+    size_limit: u64,
+    write_buffer: usize,
+    active: Mutex<Option<ActiveLog>>,
+    next_id: Mutex<u32>,
+    files: RwLock<HashMap<u32, Arc<LogFile>>>,
+    pub rollovers: Counter,
+}
+
+impl EntryLogger {
+    /// Opens the entry logs of `dirs`. New logs get ids above every existing one; the first log
+    /// is created on the first append.
+    pub fn open(dirs: Arc<LedgerDirs>, size_limit: u64, write_buffer: usize) -> Result<Self> {
+        let mut max_id = 0u64;
+        for d in dirs.paths() {
+            if let Some(id) = fs::list_hex_ids(d, ".log")?.last() {
+                max_id = max_id.max(*id);
+            }
+        }
+        let next_id = u32::try_from(max_id + 1)
+            .map_err(|_| StorageError::Corruption("entry log ids exhausted".to_string()))?;
+        Ok(EntryLogger {
+            dirs,
+            size_limit,
+            write_buffer: write_buffer.max(4096),
+            active: Mutex::new(None),
+            next_id: Mutex::new(next_id),
+            files: RwLock::new(HashMap::new()),
+            rollovers: Counter::default(),
+        })
+    }
+
+    fn new_log(&self) -> Result<ActiveLog> {
+        let id = {
+            let mut next = self.next_id.lock();
+            let id = *next;
+            *next = id
+                .checked_add(1)
+                .ok_or_else(|| StorageError::Corruption("entry log ids exhausted".into()))?;
+            id
+        };
+        let dir = self.dirs.choose_for_new_log()?;
+        let (log, reader) = ActiveLog::create(&dir, id, self.write_buffer)?;
+        self.files.write().insert(
+            id,
+            Arc::new(LogFile {
+                path: log.path.clone(),
+                file: reader,
+            }),
+        );
+        Ok(log)
+    }
+
+    /// Appends entries; returns their locations in order. Data is buffered: call [`flush`]
+    /// before publishing the locations to readers.
+    pub fn append<'a>(
+        &self,
+        entries: impl IntoIterator<Item = (u64, u64, &'a [u8])>,
+        out: &mut Vec<Location>,
+    ) -> Result<()> {
+        let mut guard = self.active.lock();
+        for (ledger, entry, data) in entries {
+            let size = (ENTRY_RECORD_OVERHEAD + data.len()) as u64;
+            let must_roll = match guard.as_ref() {
+                None => true,
+                Some(log) => log.end + size > self.size_limit && log.end > FILE_HEADER_LEN as u64,
+            };
+            if must_roll {
+                if let Some(old) = guard.take() {
+                    old.seal()?;
+                    self.rollovers.inc();
+                }
+                *guard = Some(self.new_log()?);
+            }
+            let Some(log) = guard.as_mut() else {
+                return Err(StorageError::Closed);
+            };
+            let offset = log.end;
+            append_record(
+                &mut log.buf,
+                &[&ledger.to_be_bytes(), &entry.to_be_bytes(), data],
+            );
+            log.end += size;
+            *log.ledgers.entry(ledger).or_insert(0) += size;
+            out.push(Location::new(log.id, offset, (16 + data.len()) as u32));
+            if log.buf.len() >= self.write_buffer {
+                log.write_buf()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Hands buffered data to the OS so positional reads see it.
+    pub fn flush(&self) -> Result<()> {
+        if let Some(log) = self.active.lock().as_mut() {
+            log.write_buf()?;
+        }
+        Ok(())
+    }
+
+    /// Makes everything published so far durable: every indexed location was written to its
+    /// file before it was published, and sealed logs were synced when sealed, so syncing the
+    /// active log (outside the append lock) covers them all.
+    pub fn sync(&self) -> Result<()> {
+        let active = self
+            .active
+            .lock()
+            .as_ref()
+            .map(|log| (log.sync_handle.clone(), log.path.clone()));
+        if let Some((handle, path)) = active {
+            fs::fdatasync(&handle, &path)?;
+        }
+        Ok(())
+    }
+
+    /// Seals the active log; the next append starts a new one.
+    pub fn close(&self) -> Result<()> {
+        if let Some(log) = self.active.lock().take() {
+            log.seal()?;
+        }
+        Ok(())
+    }
+
+    fn file(&self, id: u32) -> Result<Arc<LogFile>> {
+        if let Some(f) = self.files.read().get(&id) {
+            return Ok(f.clone());
+        }
+        let name = log_name(id);
+        let Some(dir) = self.dirs.locate(&name) else {
+            return Err(StorageError::Corruption(format!(
+                "entry log {name} is missing from every ledger directory"
+            )));
+        };
+        let path = dir.join(&name);
+        let f = Arc::new(LogFile {
+            file: fs::open_read(&path)?,
+            path,
+        });
+        self.files.write().insert(id, f.clone());
+        Ok(f)
+    }
+
+    /// Reads one entry's data, checking the record's checksum and ids.
+    pub fn read(&self, ledger: u64, entry: u64, at: Location) -> Result<Bytes> {
+        let (mut out, err) = self.read_run(ledger, &[(entry, at)]);
+        match err {
+            Some(e) => Err(e),
+            None => out.pop().ok_or(StorageError::NoEntry { ledger, entry }),
+        }
+    }
+
+    /// Reads entries in order, with one positional read per run of records that lie back to
+    /// back in one log (the common case for a ledger written by one writer). Returns the
+    /// entries read before the first failure, and that failure.
+    pub fn read_run(
+        &self,
+        ledger: u64,
+        items: &[(u64, Location)],
+    ) -> (Vec<Bytes>, Option<StorageError>) {
+        let mut out = Vec::with_capacity(items.len());
+        let mut i = 0;
+        while i < items.len() {
+            let first = items[i].1;
+            let mut end = first.offset() + (RECORD_HEADER_LEN as u64) + first.len as u64;
+            let mut j = i + 1;
+            while j < items.len()
+                && items[j].1.log_id() == first.log_id()
+                && items[j].1.offset() == end
+                && end - first.offset() < MAX_READ_BYTES
+            {
+                end += (RECORD_HEADER_LEN as u64) + items[j].1.len as u64;
+                j += 1;
+            }
+            let buf = match self.pread(first.log_id(), first.offset(), end - first.offset()) {
+                Ok(b) => b,
+                Err(e) => return (out, Some(e)),
+            };
+            for (entry, at) in &items[i..j] {
+                let from = (at.offset() - first.offset()) as usize;
+                let to = from + RECORD_HEADER_LEN + at.len as usize;
+                match check_record(&buf, from, to, ledger, *entry, *at) {
+                    Ok(data) => out.push(data),
+                    Err(e) => return (out, Some(e)),
+                }
+            }
+            i = j;
+        }
+        (out, None)
+    }
+
+    fn pread(&self, log_id: u32, offset: u64, len: u64) -> Result<Bytes> {
+        let log = self.file(log_id)?;
+        // `len` comes from index locations of back-to-back records, capped near
+        // MAX_READ_BYTES by `read_run` (one record may exceed it alone, up to the frame limit).
+        let mut buf = vec![0u8; len as usize];
+        fs::read_exact_at(&log.file, &log.path, &mut buf, offset)?;
+        Ok(Bytes::from(buf))
+    }
+
+    /// The ledgers map of every log: from its sealed map, by scanning an unsealed log, or from
+    /// memory for the active one.
+    pub fn ledgers_maps(&self) -> Result<HashMap<u32, LedgersMap>> {
+        let mut out = HashMap::new();
+        let active_id = self
+            .active
+            .lock()
+            .as_ref()
+            .map(|l| (l.id, l.ledgers.clone()));
+        for d in self.dirs.paths() {
+            for id in fs::list_hex_ids(d, ".log")? {
+                let Ok(id) = u32::try_from(id) else {
+                    continue;
+                };
+                match &active_id {
+                    Some((aid, map)) if *aid == id => {
+                        out.insert(id, map.clone());
+                    }
+                    _ => {
+                        out.insert(id, read_ledgers_map(&d.join(log_name(id)))?);
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Verifies the record at `buf[from..to]` and returns its entry data without copying.
+fn check_record(
+    buf: &Bytes,
+    from: usize,
+    to: usize,
+    ledger: u64,
+    entry: u64,
+    at: Location,
+) -> Result<Bytes> {
+    let what = || {
+        format!(
+            "entry {entry} of ledger {ledger} at {}:{}",
+            log_name(at.log_id()),
+            at.offset()
+        )
+    };
+    let body = verify_record(&buf[from..to], what)?;
+    if be_u64(&body[0..8]) != ledger || be_u64(&body[8..16]) != entry {
+        return Err(StorageError::Corruption(format!(
+            "{} holds another entry",
+            what()
+        )));
+    }
+    Ok(buf.slice(from + RECORD_HEADER_LEN + 16..to))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::dirs::RoundRobinAllocator;
+    use std::fs::OpenOptions;
+    use std::os::unix::fs::FileExt;
+
+    fn dirs_of(paths: &[PathBuf]) -> Arc<LedgerDirs> {
+        Arc::new(LedgerDirs::new(
+            paths.to_vec(),
+            Box::<RoundRobinAllocator>::default(),
+        ))
+    }
+
+    fn list_log_ids(dir: &std::path::Path) -> Result<Vec<u64>> {
+        fs::list_hex_ids(dir, ".log")
+    }
+
+    #[test]
+    fn append_read_and_rollover_with_sealed_maps() {
+        let d1 = tempfile::tempdir().unwrap();
+        let d2 = tempfile::tempdir().unwrap();
+        let dirs = vec![d1.path().to_path_buf(), d2.path().to_path_buf()];
+        let el = EntryLogger::open(dirs_of(&dirs), 8192, 4096).unwrap();
+        let mut locs = Vec::new();
+        let payloads: Vec<Vec<u8>> = (0..40u8).map(|i| vec![i; 500]).collect();
+        el.append(
+            payloads
+                .iter()
+                .enumerate()
+                .map(|(i, p)| (1 + (i as u64 % 2), i as u64, p.as_slice())),
+            &mut locs,
+        )
+        .unwrap();
+        el.flush().unwrap();
+        for (i, at) in locs.iter().enumerate() {
+            let got = el.read(1 + (i as u64 % 2), i as u64, *at).unwrap();
+            assert_eq!(&got[..], &payloads[i][..]);
+        }
+        // A location read as the wrong entry is detected, not misread.
+        assert!(el.read(1, 99, locs[0]).is_err());
+        assert!(el.rollovers.get() >= 2);
+        el.close().unwrap();
+        let maps = el.ledgers_maps().unwrap();
+        assert!(maps.len() >= 3);
+        let total: u64 = maps.values().flat_map(|m| m.values()).sum();
+        assert_eq!(total, 40 * (500 + ENTRY_RECORD_OVERHEAD as u64));
+        assert!(!list_log_ids(d1.path()).unwrap().is_empty());
+        assert!(!list_log_ids(d2.path()).unwrap().is_empty());
+
+        // Reopened, new logs take new ids and old data stays readable.
+        let el = EntryLogger::open(dirs_of(&dirs), 8192, 4096).unwrap();
+        assert_eq!(&el.read(1, 0, locs[0]).unwrap()[..], &payloads[0][..]);
+        let mut more = Vec::new();
+        el.append([(3u64, 0u64, &b"x"[..])], &mut more).unwrap();
+        assert!(more[0].log_id() > locs.last().unwrap().log_id());
+    }
+
+    #[test]
+    fn unsealed_log_map_is_rebuilt_by_scanning() {
+        let d = tempfile::tempdir().unwrap();
+        let el = EntryLogger::open(dirs_of(&[d.path().to_path_buf()]), 1 << 20, 4096).unwrap();
+        let mut locs = Vec::new();
+        el.append(
+            [(5u64, 0u64, &[1u8; 100][..]), (6, 0, &[2u8; 50][..])],
+            &mut locs,
+        )
+        .unwrap();
+        el.flush().unwrap();
+        // Simulate a crash: never sealed.
+        let path = d.path().join(log_name(locs[0].log_id()));
+        let map = read_ledgers_map(&path).unwrap();
+        assert_eq!(map[&5], 100 + ENTRY_RECORD_OVERHEAD as u64);
+        assert_eq!(map[&6], 50 + ENTRY_RECORD_OVERHEAD as u64);
+        // A log cut before its header was written holds nothing.
+        let empty = d.path().join(log_name(999));
+        std::fs::File::create(&empty).unwrap();
+        assert!(read_ledgers_map(&empty).unwrap().is_empty());
+    }
+
+    #[test]
+    fn corrupt_record_is_reported_on_read() {
+        let d = tempfile::tempdir().unwrap();
+        let el = EntryLogger::open(dirs_of(&[d.path().to_path_buf()]), 1 << 20, 4096).unwrap();
+        let mut locs = Vec::new();
+        el.append([(1u64, 0u64, &[9u8; 64][..])], &mut locs)
+            .unwrap();
+        el.flush().unwrap();
+        let path = d.path().join(log_name(locs[0].log_id()));
+        let f = OpenOptions::new().write(true).open(&path).unwrap();
+        f.write_all_at(&[0xFF], locs[0].offset() + 40).unwrap();
+        assert!(matches!(
+            el.read(1, 0, locs[0]),
+            Err(StorageError::Corruption(_))
+        ));
+    }
+}

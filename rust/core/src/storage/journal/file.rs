@@ -1,0 +1,86 @@
+//! Journal files: naming, creation with header and preallocation, appends, and syncs.
+//! It never decides what a group is or when to sync.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::error::Result;
+use crate::fs;
+use crate::record::{file_header, FILE_HEADER_LEN};
+
+pub(super) const JOURNAL_MAGIC: &[u8; 8] = b"PBKXJRNL";
+pub(super) const JOURNAL_VERSION: u32 = 1;
+
+/// `<dir>/<hex id>.txn`, as BookKeeper names journal files.
+pub fn journal_path(dir: &Path, id: u64) -> PathBuf {
+    dir.join(format!("{id:x}.txn"))
+}
+
+/// Ids of the journal files in `dir`, ascending.
+pub fn list_journal_ids(dir: &Path) -> Result<Vec<u64>> {
+    fs::list_hex_ids(dir, ".txn")
+}
+
+/// A journal file shared by the writer (appends) and the sync thread (syncs).
+pub(super) struct JournalFile {
+    pub(super) id: u64,
+    pub(super) path: PathBuf,
+    file: File,
+}
+
+impl JournalFile {
+    pub(super) fn sync(&self) -> Result<()> {
+        fs::fdatasync(&self.file, &self.path)
+    }
+}
+
+/// The writer's view of its current file.
+pub(super) struct OpenJournal {
+    pub(super) file: Arc<JournalFile>,
+    /// Bytes handed to the OS (header included).
+    pub(super) written: u64,
+    preallocated: u64,
+}
+
+impl OpenJournal {
+    pub(super) fn create(dir: &Path, id: u64, prealloc: u64) -> Result<Self> {
+        let path = journal_path(dir, id);
+        let file = fs::create_new(&path)?;
+        fs::write_all(
+            &file,
+            &path,
+            &file_header(JOURNAL_MAGIC, JOURNAL_VERSION, id),
+        )?;
+        let mut open = OpenJournal {
+            file: Arc::new(JournalFile { id, path, file }),
+            written: FILE_HEADER_LEN as u64,
+            preallocated: 0,
+        };
+        open.ensure_preallocated(0, prealloc);
+        fs::fsync(&open.file.file, &open.file.path)?;
+        fs::sync_dir(dir)?;
+        Ok(open)
+    }
+
+    fn ensure_preallocated(&mut self, extra: u64, step: u64) {
+        if step == 0 || self.written + extra <= self.preallocated {
+            return;
+        }
+        let target = (self.written + extra).max(self.preallocated + step);
+        fs::preallocate(
+            &self.file.file,
+            &self.file.path,
+            self.preallocated,
+            target - self.preallocated,
+        );
+        self.preallocated = target;
+    }
+
+    pub(super) fn write(&mut self, buf: &[u8], prealloc: u64) -> Result<()> {
+        self.ensure_preallocated(buf.len() as u64, prealloc);
+        fs::write_all(&self.file.file, &self.file.path, buf)?;
+        self.written += buf.len() as u64;
+        Ok(())
+    }
+}

@@ -1,0 +1,377 @@
+//! The journal: every mutation is appended here and made durable (group commit, fdatasync)
+//! before it is applied to entry logs and index and acknowledged. It never reads entry logs.
+//!
+//! One journal per journal directory, each with one thread that owns its files. Producers
+//! enqueue requests on a bounded channel; the thread batches them into groups following
+//! BookKeeper's knobs (`journalMaxGroupWaitMSec`, `journalBufferedWritesThreshold`,
+//! `journalBufferedEntriesThreshold`, `journalFlushWhenQueueEmpty`), writes a group with as few
+//! syscalls as possible, syncs it once, hands it to the [`Applier`] and then completes callers.
+
+mod file;
+mod op;
+mod replay;
+mod syncer;
+mod writer;
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use crossbeam_channel::{bounded, Sender};
+use parking_lot::Mutex;
+
+pub use file::{journal_path, list_journal_ids};
+pub use op::JournalOp;
+pub use replay::{replay, scan_file, RecordInfo, ReplayEnd};
+
+use crate::config::JournalConfig;
+use crate::done::Done;
+use crate::error::{IoContext, Result, StorageError};
+use crate::fs;
+use crate::metrics::Counter;
+use file::{JournalFile, OpenJournal};
+use syncer::Syncer;
+use writer::Writer;
+
+/// A position in a journal directory: everything before it has been applied.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Mark {
+    pub file_id: u64,
+    pub offset: u64,
+}
+
+/// Receives every durable group, in journal order, before its callers are completed.
+pub trait Applier: Send + Sync + 'static {
+    /// Applies `ops`; `mark` is the journal position just after them.
+    fn apply(&self, journal: usize, ops: &[JournalOp], mark: Mark) -> Result<()>;
+}
+
+/// Called exactly once with the outcome of a request (never called if `submit` returned an error).
+pub type Completion = Done<Result<()>>;
+
+/// Counters of one journal.
+#[derive(Debug, Default)]
+pub struct JournalStats {
+    pub entries: Counter,
+    pub records: Counter,
+    pub bytes: Counter,
+    pub groups: Counter,
+    pub syncs: Counter,
+    pub rollovers: Counter,
+}
+
+crate::named_stats!(JournalStats, "journal_" {
+    entries,
+    records,
+    bytes,
+    groups,
+    syncs,
+    rollovers
+});
+
+struct Request {
+    op: JournalOp,
+    key: Option<Arc<[u8]>>,
+    enqueued: Instant,
+    done: Completion,
+}
+
+enum Msg {
+    Req(Request),
+    Shutdown,
+}
+
+/// Handle of one running journal.
+pub struct Journal {
+    tx: Sender<Msg>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+    dir: PathBuf,
+    pub stats: Arc<JournalStats>,
+}
+
+/// The first failure of a journal. It is sticky: after it nothing more is acknowledged, because
+/// a later success would advance the mark past records that never became durable.
+#[derive(Default)]
+struct Failure(Mutex<Option<StorageError>>);
+
+impl Failure {
+    fn get(&self) -> Option<StorageError> {
+        self.0.lock().clone()
+    }
+    fn set(&self, e: StorageError) {
+        self.0.lock().get_or_insert(e);
+    }
+}
+
+/// A group written to the file, waiting for its sync.
+struct Group {
+    file: Arc<JournalFile>,
+    end: u64,
+    ops: Vec<JournalOp>,
+    dones: Vec<Completion>,
+}
+
+/// Bounds the groups written but not yet synced; the writer waits when the sync thread lags.
+const MAX_GROUPS_IN_FLIGHT: usize = 64;
+
+impl Journal {
+    /// Starts a journal over `dir` writing new files from `first_file_id`.
+    pub fn start(
+        index: usize,
+        dir: PathBuf,
+        cfg: JournalConfig,
+        first_file_id: u64,
+        applier: Arc<dyn Applier>,
+    ) -> Result<Journal> {
+        let mut cfg = cfg;
+        if cfg.max_group_wait.is_zero() {
+            // As in BookKeeper: with no group wait, the only flush trigger left is an empty queue.
+            cfg.flush_when_queue_empty = true;
+        }
+        let file = OpenJournal::create(&dir, first_file_id, cfg.prealloc_size)?;
+        let (tx, rx) = bounded(cfg.queue_size);
+        let (to_sync, sync_rx) = bounded(MAX_GROUPS_IN_FLIGHT);
+        let stats = Arc::new(JournalStats::default());
+        let failure = Arc::new(Failure::default());
+        let syncer = Syncer {
+            index,
+            sync_data: cfg.sync_data,
+            page_cache_flush_interval: cfg.page_cache_flush_interval,
+            rx: sync_rx,
+            applier,
+            failure: failure.clone(),
+            stats: stats.clone(),
+            unsynced: None,
+        };
+        let syncer = std::thread::Builder::new()
+            .name(format!("pybkx-journal-sync-{index}"))
+            .spawn(move || syncer.run())
+            .ctx(|| "spawning journal sync thread".to_string())?;
+        let writer = Writer {
+            dir: dir.clone(),
+            buf: Vec::with_capacity(cfg.write_buffer_size + (64 << 10)),
+            cfg,
+            rx,
+            to_sync: Some(to_sync),
+            syncer: Some(syncer),
+            failure,
+            stats: stats.clone(),
+            file,
+            ops: Vec::new(),
+            dones: Vec::new(),
+            keyed: HashSet::new(),
+            oldest: None,
+            entries_since_flush: 0,
+            bytes_since_flush: 0,
+            stopping: false,
+        };
+        let thread = std::thread::Builder::new()
+            .name(format!("pybkx-journal-{index}"))
+            .spawn(move || writer.run())
+            .ctx(|| "spawning journal thread".to_string())?;
+        Ok(Journal {
+            tx,
+            thread: Mutex::new(Some(thread)),
+            dir,
+            stats,
+        })
+    }
+
+    /// Enqueues a request; blocks while the queue is full (`journalQueueSize`).
+    /// `key` is the ledger's master key, journalled once per ledger before its first record.
+    pub fn submit(&self, op: JournalOp, key: Option<Arc<[u8]>>, done: Completion) -> Result<()> {
+        let req = Request {
+            op,
+            key,
+            enqueued: Instant::now(),
+            done,
+        };
+        self.tx
+            .send(Msg::Req(req))
+            .map_err(|_| StorageError::Closed)
+    }
+
+    /// Like [`submit`](Self::submit) but never blocks: with the queue full it returns
+    /// `QueueFull` and drops `done` uncalled.
+    pub fn try_submit(
+        &self,
+        op: JournalOp,
+        key: Option<Arc<[u8]>>,
+        done: Completion,
+    ) -> Result<()> {
+        let req = Request {
+            op,
+            key,
+            enqueued: Instant::now(),
+            done,
+        };
+        self.tx.try_send(Msg::Req(req)).map_err(|e| match e {
+            crossbeam_channel::TrySendError::Full(_) => StorageError::QueueFull,
+            crossbeam_channel::TrySendError::Disconnected(_) => StorageError::Closed,
+        })
+    }
+
+    /// Writes, syncs and completes everything queued, then stops the threads. Idempotent.
+    pub fn shutdown(&self) {
+        let Some(thread) = self.thread.lock().take() else {
+            return;
+        };
+        let _ = self.tx.send(Msg::Shutdown);
+        if thread.join().is_err() {
+            log::error!("journal thread for {} panicked", self.dir.display());
+        }
+    }
+
+    /// Deletes journal files older than `mark_file_id`, keeping the newest `keep` of them.
+    pub fn remove_old_files(&self, mark_file_id: u64, keep: usize) -> Result<usize> {
+        let old: Vec<u64> = list_journal_ids(&self.dir)?
+            .into_iter()
+            .filter(|id| *id < mark_file_id)
+            .collect();
+        let doomed = old.len().saturating_sub(keep);
+        for id in &old[..doomed] {
+            let path = journal_path(&self.dir, *id);
+            fs::remove_file(&path)?;
+        }
+        if doomed > 0 {
+            fs::sync_dir(&self.dir)?;
+        }
+        Ok(doomed)
+    }
+}
+
+impl Drop for Journal {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    #[derive(Default)]
+    struct Collect(Mutex<Vec<(usize, Mark)>>);
+    impl Applier for Collect {
+        fn apply(&self, _journal: usize, ops: &[JournalOp], mark: Mark) -> Result<()> {
+            self.0.lock().push((ops.len(), mark));
+            Ok(())
+        }
+    }
+
+    fn cfg() -> JournalConfig {
+        crate::testing::journal_config()
+    }
+
+    fn add(j: &Journal, ledger: u64, entry: u64, data: &[u8]) -> mpsc::Receiver<Result<()>> {
+        let (tx, rx) = mpsc::channel();
+        j.submit(
+            JournalOp::Entry {
+                ledger,
+                entry,
+                data: Bytes::copy_from_slice(data),
+            },
+            Some(Arc::from(&b"key"[..])),
+            Box::new(move |r| {
+                let _ = tx.send(r);
+            }),
+        )
+        .unwrap();
+        rx
+    }
+
+    #[test]
+    fn groups_are_acknowledged_and_replayed_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let applier = Arc::new(Collect::default());
+        let j = Journal::start(0, dir.path().into(), cfg(), 1, applier.clone()).unwrap();
+        let waits: Vec<_> = (0..100).map(|e| add(&j, 7, e, b"data")).collect();
+        for w in waits {
+            w.recv_timeout(Duration::from_secs(10)).unwrap().unwrap();
+        }
+        j.shutdown();
+        // One key record plus 100 entries, in fewer groups than entries.
+        let applied = applier.0.lock().clone();
+        assert_eq!(applied.iter().map(|(n, _)| n).sum::<usize>(), 101);
+        assert!(applied.len() < 100);
+        assert_eq!(j.stats.entries.get(), 100);
+
+        let mut seen = Vec::new();
+        let end = replay(dir.path(), Mark::default(), false, |ops, _| {
+            seen.extend(ops.iter().cloned());
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(end.next_file_id, 2);
+        assert!(matches!(seen[0], JournalOp::Key { ledger: 7, .. }));
+        for (i, op) in seen[1..].iter().enumerate() {
+            assert!(matches!(op, JournalOp::Entry { entry, .. } if *entry == i as u64));
+        }
+    }
+
+    #[test]
+    fn replay_starts_at_the_mark_and_rollover_creates_new_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let applier = Arc::new(Collect::default());
+        let c = JournalConfig {
+            max_file_size: 4096,
+            ..crate::testing::journal_config()
+        };
+        let j = Journal::start(0, dir.path().into(), c, 1, applier.clone()).unwrap();
+        for e in 0..20 {
+            add(&j, 1, e, &[e as u8; 1000]).recv().unwrap().unwrap();
+        }
+        j.shutdown();
+        let ids = list_journal_ids(dir.path()).unwrap();
+        assert!(ids.len() > 3, "expected rollovers, got {ids:?}");
+        let mark_after_9 = applier.0.lock()[9].1;
+        let mut entries = Vec::new();
+        replay(dir.path(), mark_after_9, false, |ops, _| {
+            for op in ops {
+                if let JournalOp::Entry { entry, .. } = op {
+                    entries.push(*entry);
+                }
+            }
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(entries, (10..20).collect::<Vec<_>>());
+        assert_eq!(
+            j.remove_old_files(mark_after_9.file_id, 0).unwrap(),
+            (mark_after_9.file_id - 1) as usize
+        );
+    }
+
+    #[test]
+    fn torn_tail_of_newest_file_is_cut() {
+        let dir = tempfile::tempdir().unwrap();
+        let j =
+            Journal::start(0, dir.path().into(), cfg(), 1, Arc::new(Collect::default())).unwrap();
+        for e in 0..5 {
+            add(&j, 1, e, b"0123456789").recv().unwrap().unwrap();
+        }
+        j.shutdown();
+        let path = journal_path(dir.path(), 1);
+        let (recs, end, _) = scan_file(&path).unwrap();
+        let last = recs.last().unwrap().clone();
+        assert_eq!(end, last.offset + last.size);
+        let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        f.set_len(last.offset + last.size - 3).unwrap();
+        let mut n = 0;
+        replay(dir.path(), Mark::default(), false, |ops, _| {
+            n += ops
+                .iter()
+                .filter(|o| matches!(o, JournalOp::Entry { .. }))
+                .count();
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(n, 4);
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), last.offset);
+    }
+}

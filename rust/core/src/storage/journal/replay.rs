@@ -1,0 +1,169 @@
+//! Reading journals back: replay after the last checkpoint (cutting a torn tail of the newest
+//! file) and a read-only scan for tools. It never writes a record.
+
+use std::io::{Seek, SeekFrom};
+use std::path::Path;
+
+use super::file::{journal_path, list_journal_ids, JOURNAL_MAGIC, JOURNAL_VERSION};
+use super::{JournalOp, Mark};
+use crate::error::{IoContext, Result, StorageError};
+use crate::fs;
+use crate::record::{check_file_header, RecordReader, ScanEnd, FILE_HEADER_LEN};
+
+/// Where replay of one directory ended, and the id the next journal file must take.
+pub struct ReplayEnd {
+    pub mark: Mark,
+    pub next_file_id: u64,
+}
+
+/// Replays the records of `dir` from `from`, handing them to `sink` in batches with the mark
+/// just after each batch. A torn or corrupt tail of the newest file is cut (truncated) with a
+/// warning; damage in an older file is an error unless `skip_invalid`.
+pub fn replay(
+    dir: &Path,
+    from: Mark,
+    skip_invalid: bool,
+    mut sink: impl FnMut(&[JournalOp], Mark) -> Result<()>,
+) -> Result<ReplayEnd> {
+    const BATCH_OPS: usize = 4096;
+    const BATCH_BYTES: usize = 32 << 20;
+    let all = list_journal_ids(dir)?;
+    let next_file_id = all.last().map_or(1, |id| id + 1).max(from.file_id + 1);
+    let ids: Vec<u64> = all.into_iter().filter(|id| *id >= from.file_id).collect();
+    if from.file_id > 0 && ids.first() != Some(&from.file_id) {
+        return Err(StorageError::Corruption(format!(
+            "journal {} named by the last checkpoint is missing",
+            journal_path(dir, from.file_id).display()
+        )));
+    }
+    let mut mark = from;
+    for (n, id) in ids.iter().enumerate() {
+        let newest = n + 1 == ids.len();
+        let path = journal_path(dir, *id);
+        let mut file = fs::open_read(&path)?;
+        let mut header = [0u8; FILE_HEADER_LEN];
+        let header_ok = std::io::Read::read_exact(&mut file, &mut header).is_ok();
+        if !header_ok
+            || check_file_header(&header, JOURNAL_MAGIC, JOURNAL_VERSION, "journal")? != *id
+        {
+            if newest && !header_ok {
+                // Crashed while creating the file: nothing in it was ever acknowledged.
+                log::warn!(
+                    "journal {} has no complete header; removing it",
+                    path.display()
+                );
+                fs::remove_file(&path)?;
+                continue;
+            }
+            return Err(StorageError::Corruption(format!(
+                "journal {} has a bad header",
+                path.display()
+            )));
+        }
+        let start = if *id == from.file_id {
+            from.offset.max(FILE_HEADER_LEN as u64)
+        } else {
+            FILE_HEADER_LEN as u64
+        };
+        file.seek(SeekFrom::Start(start))
+            .ctx(|| format!("seeking journal {}", path.display()))?;
+        let mut reader = RecordReader::new(file, start, path.display().to_string());
+        let mut batch: Vec<JournalOp> = Vec::new();
+        let mut batch_bytes = 0usize;
+        let end = loop {
+            match reader.next_record()? {
+                Ok(rec) => {
+                    let size = rec.size as usize;
+                    match JournalOp::decode(rec.body) {
+                        Ok(op) => batch.push(op),
+                        Err(why) => break ScanEnd::Torn(why),
+                    }
+                    batch_bytes += size;
+                }
+                Err(end) => break end,
+            }
+            if batch.len() >= BATCH_OPS || batch_bytes >= BATCH_BYTES {
+                mark = Mark {
+                    file_id: *id,
+                    offset: reader.offset(),
+                };
+                sink(&batch, mark)?;
+                batch.clear();
+                batch_bytes = 0;
+            }
+        };
+        mark = Mark {
+            file_id: *id,
+            offset: reader.offset(),
+        };
+        sink(&batch, mark)?;
+        if let ScanEnd::Torn(why) = end {
+            let at = reader.offset();
+            if newest {
+                log::warn!(
+                    "journal {}: cutting a torn tail at offset {at} ({why})",
+                    path.display()
+                );
+                let f = fs::open_write(&path)?;
+                fs::truncate_and_sync(&f, &path, at)?;
+            } else if skip_invalid {
+                log::warn!(
+                    "journal {}: skipping the rest after offset {at} ({why})",
+                    path.display()
+                );
+            } else {
+                return Err(StorageError::Corruption(format!(
+                    "journal {} is damaged at offset {at} ({why}) and newer journals follow it; \
+                     set skipReplayJournalInvalidRecord=true to skip the damaged part",
+                    path.display()
+                )));
+            }
+        }
+    }
+    Ok(ReplayEnd { mark, next_file_id })
+}
+
+/// One decoded record of a journal file, for tools.
+#[derive(Debug, Clone)]
+pub struct RecordInfo {
+    pub offset: u64,
+    pub size: u64,
+    pub kind: &'static str,
+    pub ledger: u64,
+    pub entry: Option<u64>,
+}
+
+/// Decodes a whole journal file without changing it: its records, where valid data ends, and why.
+pub fn scan_file(path: &Path) -> Result<(Vec<RecordInfo>, u64, String)> {
+    let mut file = fs::open_read(path)?;
+    let mut header = [0u8; FILE_HEADER_LEN];
+    std::io::Read::read_exact(&mut file, &mut header)
+        .ctx(|| format!("reading the header of {}", path.display()))?;
+    check_file_header(&header, JOURNAL_MAGIC, JOURNAL_VERSION, "journal")?;
+    let mut reader = RecordReader::new(file, FILE_HEADER_LEN as u64, path.display().to_string());
+    let mut out = Vec::new();
+    let reason = loop {
+        match reader.next_record()? {
+            Ok(rec) => {
+                let (offset, size) = (rec.offset, rec.size);
+                match JournalOp::decode(rec.body) {
+                    Ok(op) => out.push(RecordInfo {
+                        offset,
+                        size,
+                        kind: op.kind_name(),
+                        ledger: op.ledger(),
+                        entry: match op {
+                            JournalOp::Entry { entry, .. } => Some(entry),
+                            _ => None,
+                        },
+                    }),
+                    Err(why) => break why,
+                }
+            }
+            Err(ScanEnd::Clean) => break "end of written data".to_string(),
+            Err(ScanEnd::EndOfFile) => break "end of file".to_string(),
+            Err(ScanEnd::Torn(why)) => break why,
+        }
+    };
+    Ok((out, reader.offset(), reason))
+}

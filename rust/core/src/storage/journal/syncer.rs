@@ -1,0 +1,142 @@
+//! The force-write thread: syncs written groups (once for all that are ready), applies them to
+//! entry logs and index in order, then completes their callers. It never forms groups.
+
+use std::sync::Arc;
+
+use crossbeam_channel::{Receiver, RecvTimeoutError};
+
+use super::file::JournalFile;
+use super::{Applier, Failure, Group, JournalStats, Mark, MAX_GROUPS_IN_FLIGHT};
+use crate::error::Result;
+
+/// The force-write thread: syncs written groups (once for all that are ready), applies them in
+/// order and completes their callers.
+pub(super) struct Syncer {
+    pub(super) index: usize,
+    pub(super) sync_data: bool,
+    pub(super) page_cache_flush_interval: std::time::Duration,
+    pub(super) rx: Receiver<Group>,
+    pub(super) applier: Arc<dyn Applier>,
+    pub(super) failure: Arc<Failure>,
+    pub(super) stats: Arc<JournalStats>,
+    /// With `journalSyncData=false`: the file written since its last sync.
+    pub(super) unsynced: Option<Arc<JournalFile>>,
+}
+
+impl Syncer {
+    pub(super) fn run(mut self) {
+        loop {
+            let first = if self.unsynced.is_some() {
+                match self.rx.recv_timeout(self.page_cache_flush_interval) {
+                    Ok(g) => g,
+                    Err(RecvTimeoutError::Timeout) => {
+                        self.sync_unsynced();
+                        continue;
+                    }
+                    Err(RecvTimeoutError::Disconnected) => break,
+                }
+            } else {
+                match self.rx.recv() {
+                    Ok(g) => g,
+                    Err(_) => break,
+                }
+            };
+            let mut groups = vec![first];
+            while groups.len() < MAX_GROUPS_IN_FLIGHT {
+                match self.rx.try_recv() {
+                    Ok(g) => groups.push(g),
+                    Err(_) => break,
+                }
+            }
+            self.complete(groups);
+        }
+        self.sync_unsynced();
+    }
+
+    fn complete(&mut self, groups: Vec<Group>) {
+        if self.failure.get().is_none() {
+            if let Err(e) = self.make_durable(&groups) {
+                log::error!("journal {}: {e}", self.index);
+                self.failure.set(e);
+            }
+        }
+        let result = match self.failure.get() {
+            Some(e) => Err(e),
+            None => {
+                let Some(last) = groups.last() else {
+                    return;
+                };
+                let mark = Mark {
+                    file_id: last.file.id,
+                    offset: last.end,
+                };
+                let mut ops = Vec::with_capacity(groups.iter().map(|g| g.ops.len()).sum());
+                let mut dones = Vec::with_capacity(groups.iter().map(|g| g.dones.len()).sum());
+                for g in groups {
+                    ops.extend(g.ops);
+                    dones.extend(g.dones);
+                }
+                let applied = self.applier.apply(self.index, &ops, mark);
+                if let Err(e) = &applied {
+                    log::error!("journal {}: applying records failed: {e}", self.index);
+                    self.failure.set(e.clone());
+                }
+                drop(ops);
+                for done in dones {
+                    done(applied.clone());
+                }
+                return;
+            }
+        };
+        for g in groups {
+            for done in g.dones {
+                done(result.clone());
+            }
+        }
+    }
+
+    /// One fdatasync per file for all the groups (several files only around a rollover).
+    fn make_durable(&mut self, groups: &[Group]) -> Result<()> {
+        let mut synced: Option<&Arc<JournalFile>> = None;
+        for g in groups {
+            let changed_file = synced.is_none_or(|f| !Arc::ptr_eq(f, &g.file));
+            if self.sync_data {
+                if changed_file {
+                    if let Some(prev) = synced {
+                        prev.sync()?;
+                        self.stats.syncs.inc();
+                    }
+                    synced = Some(&g.file);
+                }
+            } else if let Some(prev) = &self.unsynced {
+                // Without per-group syncs, a journal is still synced once it is complete.
+                if !Arc::ptr_eq(prev, &g.file) {
+                    self.sync_unsynced();
+                }
+            }
+            if !self.sync_data {
+                self.unsynced = Some(g.file.clone());
+            }
+        }
+        if let Some(last) = synced {
+            last.sync()?;
+            self.stats.syncs.inc();
+        }
+        Ok(())
+    }
+
+    fn sync_unsynced(&mut self) {
+        let Some(file) = self.unsynced.take() else {
+            return;
+        };
+        match file.sync() {
+            Ok(()) => {
+                self.stats.syncs.inc();
+            }
+            Err(e) => {
+                log::error!("journal {}: {e}", self.index);
+                self.failure.set(e);
+            }
+        }
+    }
+}

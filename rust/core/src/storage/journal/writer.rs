@@ -1,0 +1,211 @@
+//! The journal thread: takes requests off the bounded queue, forms groups by BookKeeper's rules,
+//! writes each group with as few syscalls as possible and hands it to the sync thread.
+//! It never syncs and never acknowledges.
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError};
+
+use super::file::OpenJournal;
+use super::{Completion, Failure, Group, JournalOp, JournalStats, Msg, Request};
+use crate::config::JournalConfig;
+use crate::error::StorageError;
+
+/// The journal thread: takes requests, forms groups by BookKeeper's rules, writes them.
+pub(super) struct Writer {
+    pub(super) dir: PathBuf,
+    pub(super) cfg: JournalConfig,
+    pub(super) rx: Receiver<Msg>,
+    pub(super) to_sync: Option<Sender<Group>>,
+    pub(super) syncer: Option<JoinHandle<()>>,
+    pub(super) failure: Arc<Failure>,
+    pub(super) stats: Arc<JournalStats>,
+    pub(super) file: OpenJournal,
+    pub(super) buf: Vec<u8>,
+    pub(super) ops: Vec<JournalOp>,
+    pub(super) dones: Vec<Completion>,
+    /// Ledgers whose key record has been written by this process.
+    pub(super) keyed: HashSet<u64>,
+    pub(super) oldest: Option<Instant>,
+    pub(super) entries_since_flush: usize,
+    pub(super) bytes_since_flush: usize,
+    pub(super) stopping: bool,
+}
+
+impl Writer {
+    pub(super) fn run(mut self) {
+        while !self.stopping {
+            let msg = if self.ops.is_empty() {
+                self.rx.recv().ok()
+            } else if self.cfg.flush_when_queue_empty {
+                match self.rx.try_recv() {
+                    Ok(m) => Some(m),
+                    Err(TryRecvError::Empty) => {
+                        self.flush();
+                        continue;
+                    }
+                    Err(TryRecvError::Disconnected) => None,
+                }
+            } else {
+                let deadline = self.oldest.unwrap_or_else(Instant::now) + self.cfg.max_group_wait;
+                match self.rx.recv_deadline(deadline) {
+                    Ok(m) => Some(m),
+                    Err(RecvTimeoutError::Timeout) => {
+                        self.drain_ready();
+                        self.flush();
+                        continue;
+                    }
+                    Err(RecvTimeoutError::Disconnected) => None,
+                }
+            };
+            match msg {
+                Some(Msg::Req(req)) => {
+                    self.add(req);
+                    if self.group_is_due() {
+                        // Requests that waited in the queue while the previous group was being
+                        // written are already past the group wait: take all that are ready.
+                        self.drain_ready();
+                        self.flush();
+                    }
+                }
+                Some(Msg::Shutdown) | None => self.stopping = true,
+            }
+        }
+        // Whatever was queued before the shutdown is still written and acknowledged; requests
+        // sent later find the receiver gone and fail with `Closed`.
+        while let Ok(Msg::Req(req)) = self.rx.try_recv() {
+            self.add(req);
+        }
+        self.flush();
+        drop(self.to_sync.take());
+        if let Some(syncer) = self.syncer.take() {
+            if syncer.join().is_err() {
+                log::error!("journal sync thread for {} panicked", self.dir.display());
+            }
+        }
+    }
+
+    /// Takes the requests already queued, up to the group's size thresholds.
+    fn drain_ready(&mut self) {
+        let max_entries = match self.cfg.buffered_entries_threshold {
+            0 => usize::MAX,
+            n => n,
+        };
+        while self.bytes_since_flush < self.cfg.buffered_writes_threshold.max(1)
+            && self.entries_since_flush < max_entries
+        {
+            match self.rx.try_recv() {
+                Ok(Msg::Req(req)) => self.add(req),
+                Ok(Msg::Shutdown) => {
+                    self.stopping = true;
+                    return;
+                }
+                Err(_) => return,
+            }
+        }
+    }
+
+    fn group_is_due(&self) -> bool {
+        let cfg = &self.cfg;
+        (cfg.buffered_entries_threshold > 0
+            && self.entries_since_flush >= cfg.buffered_entries_threshold)
+            || self.bytes_since_flush >= cfg.buffered_writes_threshold
+            || self
+                .oldest
+                .is_some_and(|t| t.elapsed() >= cfg.max_group_wait)
+    }
+
+    fn add(&mut self, req: Request) {
+        if let Some(err) = self.failure.get() {
+            (req.done)(Err(err));
+            return;
+        }
+        let before = self.buf.len();
+        let ledger = req.op.ledger();
+        if let JournalOp::Delete { .. } = req.op {
+            self.keyed.remove(&ledger);
+        } else if let Some(key) = req.key {
+            if self.keyed.insert(ledger) {
+                let op = JournalOp::Key { ledger, key };
+                op.encode(&mut self.buf);
+                self.ops.push(op);
+            }
+        }
+        req.op.encode(&mut self.buf);
+        if let JournalOp::Entry { .. } = req.op {
+            self.entries_since_flush += 1;
+        }
+        self.bytes_since_flush += self.buf.len() - before;
+        self.ops.push(req.op);
+        self.dones.push(req.done);
+        self.oldest.get_or_insert(req.enqueued);
+        if self.buf.len() >= self.cfg.write_buffer_size {
+            self.write_out();
+        }
+    }
+
+    fn write_out(&mut self) {
+        if self.buf.is_empty() {
+            return;
+        }
+        if self.failure.get().is_none() {
+            if let Err(e) = self.file.write(&self.buf, self.cfg.prealloc_size) {
+                log::error!("journal {}: {e}", self.dir.display());
+                self.failure.set(e);
+            }
+        }
+        self.buf.clear();
+    }
+
+    /// Ends the current group: writes it and hands it to the sync thread.
+    fn flush(&mut self) {
+        if self.ops.is_empty() {
+            return;
+        }
+        self.write_out();
+        let s = &self.stats;
+        s.groups.inc();
+        s.entries.add(self.entries_since_flush as u64);
+        s.records.add(self.ops.len() as u64);
+        s.bytes.add(self.bytes_since_flush as u64);
+        let group = Group {
+            file: self.file.file.clone(),
+            end: self.file.written,
+            ops: std::mem::take(&mut self.ops),
+            dones: std::mem::take(&mut self.dones),
+        };
+        if let Some(to_sync) = &self.to_sync {
+            if let Err(returned) = to_sync.send(group) {
+                // The sync thread is gone (it panicked): nothing can be acknowledged any more.
+                let e = StorageError::Closed;
+                self.failure.set(e.clone());
+                for done in returned.0.dones {
+                    done(Err(e.clone()));
+                }
+            }
+        }
+        self.oldest = None;
+        self.entries_since_flush = 0;
+        self.bytes_since_flush = 0;
+        if self.failure.get().is_none() && self.file.written >= self.cfg.max_file_size {
+            self.roll_over();
+        }
+    }
+
+    fn roll_over(&mut self) {
+        match OpenJournal::create(&self.dir, self.file.file.id + 1, self.cfg.prealloc_size) {
+            Ok(file) => {
+                self.file = file;
+                self.stats.rollovers.inc();
+            }
+            Err(e) => {
+                log::error!("journal {}: rollover failed: {e}", self.dir.display());
+                self.failure.set(e);
+            }
+        }
+    }
+}

@@ -1,0 +1,72 @@
+//! Fixtures for this crate's tests: explicit configurations (small files, no timers) and a
+//! bookie on a loopback port. Test code only; the real defaults live in `pybkx.config`.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::config::{ClientConfig, JournalConfig, ServerConfig, StorageConfig};
+use crate::server::BookieServer;
+use crate::storage::LedgerStorage;
+
+pub fn journal_config() -> JournalConfig {
+    JournalConfig {
+        max_group_wait: Duration::from_millis(2),
+        buffered_writes_threshold: 512 * 1024,
+        buffered_entries_threshold: 0,
+        flush_when_queue_empty: false,
+        sync_data: true,
+        write_buffer_size: 64 * 1024,
+        prealloc_size: 1 << 20,
+        max_file_size: 2048 << 20,
+        max_backups: 5,
+        queue_size: 10_000,
+        page_cache_flush_interval: Duration::from_millis(1000),
+        skip_replay_invalid_record: false,
+    }
+}
+
+/// Storage under `dir/j` and `dir/l`, checkpoints only when asked.
+pub fn storage_config(dir: &Path) -> StorageConfig {
+    StorageConfig {
+        journal_dirs: vec![dir.join("j")],
+        ledger_dirs: vec![dir.join("l")],
+        index_dirs: Vec::new(),
+        journal: journal_config(),
+        log_size_limit: 1 << 30,
+        entry_log_write_buffer: 64 * 1024,
+        flush_interval: Duration::ZERO,
+    }
+}
+
+pub fn server_config() -> ServerConfig {
+    ServerConfig {
+        host: "127.0.0.1".into(),
+        port: 0,
+        max_frame_size: 5 << 20,
+        max_pending_adds: 10_000,
+        max_pending_reads: 10_000,
+        max_batch_read_size: 5 << 20,
+        write_buffer_low_water_mark: 384 << 10,
+        write_buffer_high_water_mark: 512 << 10,
+        response_buffer_total_bytes: 64 << 20,
+        read_only: false,
+    }
+}
+
+pub fn client_config() -> ClientConfig {
+    ClientConfig {
+        add_timeout: Duration::from_secs(5),
+        read_timeout: Duration::from_secs(5),
+        connect_timeout: Duration::from_secs(10),
+        max_frame_size: 5 << 20,
+        write_buffer_high_water_mark: 512 << 10,
+    }
+}
+
+/// A bookie on a loopback port over fresh directories, for tests of the layers above.
+pub fn test_bookie(dir: &Path) -> (Arc<LedgerStorage>, BookieServer) {
+    let storage = Arc::new(LedgerStorage::open(storage_config(dir)).expect("test storage"));
+    let server = BookieServer::start(storage.clone(), server_config()).expect("test server");
+    (storage, server)
+}

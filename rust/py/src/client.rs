@@ -1,0 +1,147 @@
+//! `BookieClient`: pipelined connections to bookies, each request a `Future`. Used by the
+//! ledger client (through `LedgerWriter` and `ReadPlan`) and directly by recovery and tools.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyList};
+
+use pybkx_core::client::{BookieClient, Reply};
+
+use crate::config::client_config;
+use crate::future::{Future, ToPy};
+use crate::util::payload;
+
+impl ToPy for Reply {
+    fn to_py(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        Ok(match self {
+            Reply::Added => py.None(),
+            Reply::Entry(b) => PyBytes::new(py, b).into_any().unbind(),
+            Reply::Entries(v) => PyList::new(py, v.iter().map(|b| PyBytes::new(py, b)))?
+                .into_any()
+                .unbind(),
+        })
+    }
+}
+
+pub(crate) fn flags_of(flags: i64) -> PyResult<u16> {
+    u16::try_from(flags).map_err(|_| PyValueError::new_err(format!("flags {flags} out of range")))
+}
+
+/// Pipelined V2 connections to bookies; see `_core.pyi`.
+#[pyclass(name = "BookieClient", module = "pybkx._core", frozen)]
+pub(crate) struct PyBookieClient {
+    pub(crate) inner: Arc<BookieClient>,
+}
+
+#[pymethods]
+impl PyBookieClient {
+    /// Connections configured by `config` (a `pybkx.config.ClientConfig`).
+    #[new]
+    fn new(config: &Bound<'_, PyAny>) -> PyResult<Self> {
+        Ok(PyBookieClient {
+            inner: Arc::new(BookieClient::new(client_config(config)?)),
+        })
+    }
+
+    #[pyo3(signature = (bookie, ledger_id, entry_id, master_key, entry, flags = 0))]
+    #[allow(clippy::too_many_arguments)]
+    fn add(
+        &self,
+        py: Python<'_>,
+        bookie: &str,
+        ledger_id: i64,
+        entry_id: i64,
+        master_key: &[u8],
+        entry: &Bound<'_, PyAny>,
+        flags: i64,
+    ) -> PyResult<Py<Future>> {
+        let (fut, completer) = Future::pending(py)?;
+        let (key, body, flags) = (
+            Bytes::copy_from_slice(master_key),
+            payload(entry)?,
+            flags_of(flags)?,
+        );
+        let client = self.inner.clone();
+        let bookie = bookie.to_string();
+        py.detach(move || {
+            client.add(
+                &bookie,
+                ledger_id,
+                entry_id,
+                key,
+                body,
+                flags,
+                completer.into_done(),
+            )
+        });
+        Ok(fut)
+    }
+
+    #[pyo3(signature = (bookie, ledger_id, entry_id, flags = 0, master_key = None))]
+    fn read(
+        &self,
+        py: Python<'_>,
+        bookie: &str,
+        ledger_id: i64,
+        entry_id: i64,
+        flags: i64,
+        master_key: Option<&[u8]>,
+    ) -> PyResult<Py<Future>> {
+        let (fut, completer) = Future::pending(py)?;
+        let (key, flags) = (master_key.map(Bytes::copy_from_slice), flags_of(flags)?);
+        let client = self.inner.clone();
+        let bookie = bookie.to_string();
+        py.detach(move || {
+            client.read(
+                &bookie,
+                ledger_id,
+                entry_id,
+                flags,
+                key,
+                completer.into_done(),
+            )
+        });
+        Ok(fut)
+    }
+
+    #[pyo3(signature = (
+        bookie, ledger_id, start_entry_id, max_count, max_size, flags = 0, master_key = None
+    ))]
+    #[allow(clippy::too_many_arguments)]
+    fn batch_read(
+        &self,
+        py: Python<'_>,
+        bookie: &str,
+        ledger_id: i64,
+        start_entry_id: i64,
+        max_count: i32,
+        max_size: i64,
+        flags: i64,
+        master_key: Option<&[u8]>,
+    ) -> PyResult<Py<Future>> {
+        let (fut, completer) = Future::pending(py)?;
+        let (key, flags) = (master_key.map(Bytes::copy_from_slice), flags_of(flags)?);
+        let client = self.inner.clone();
+        let bookie = bookie.to_string();
+        py.detach(move || {
+            client.batch_read(
+                &bookie,
+                ledger_id,
+                start_entry_id,
+                max_count,
+                max_size,
+                flags,
+                key,
+                completer.into_done(),
+            )
+        });
+        Ok(fut)
+    }
+
+    fn close(&self) {
+        self.inner.close();
+    }
+}

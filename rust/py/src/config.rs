@@ -1,0 +1,160 @@
+//! Typed configuration crossing from Python: the attributes of `pybkx.config.ServerConfig` and
+//! `pybkx.config.ClientConfig` (already parsed, validated and defaulted there) read into the
+//! core's structs. No key names, no defaults and no parsing of strings here.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+
+use pybkx_core::config::{ClientConfig, JournalConfig, ServerConfig, StorageConfig};
+
+/// The storage attributes of a `ServerConfig`.
+#[derive(FromPyObject)]
+struct StorageAttrs {
+    #[pyo3(attribute("journal_directories"))]
+    journal_dirs: Vec<PathBuf>,
+    #[pyo3(attribute("ledger_directories"))]
+    ledger_dirs: Vec<PathBuf>,
+    #[pyo3(attribute("index_directories"))]
+    index_dirs: Option<Vec<PathBuf>>,
+    #[pyo3(attribute("journal_max_group_wait_ms"))]
+    max_group_wait_ms: u64,
+    #[pyo3(attribute("journal_buffered_writes_threshold_bytes"))]
+    buffered_writes_threshold: usize,
+    #[pyo3(attribute("journal_buffered_entries_threshold"))]
+    buffered_entries_threshold: usize,
+    #[pyo3(attribute("journal_flush_when_queue_empty"))]
+    flush_when_queue_empty: bool,
+    #[pyo3(attribute("journal_sync_data"))]
+    sync_data: bool,
+    #[pyo3(attribute("journal_write_buffer_size_kb"))]
+    write_buffer_kb: usize,
+    #[pyo3(attribute("journal_pre_alloc_size_mb"))]
+    prealloc_mb: u64,
+    #[pyo3(attribute("journal_max_size_mb"))]
+    max_size_mb: u64,
+    #[pyo3(attribute("journal_max_backups"))]
+    max_backups: usize,
+    #[pyo3(attribute("journal_queue_size"))]
+    queue_size: usize,
+    #[pyo3(attribute("journal_page_cache_flush_interval_ms"))]
+    page_cache_flush_interval_ms: u64,
+    #[pyo3(attribute("skip_replay_journal_invalid_record"))]
+    skip_replay_invalid_record: bool,
+    #[pyo3(attribute("log_size_limit_bytes"))]
+    log_size_limit: u64,
+    #[pyo3(attribute("write_buffer_size_bytes"))]
+    entry_log_write_buffer: usize,
+    #[pyo3(attribute("flush_interval_ms"))]
+    flush_interval_ms: u64,
+}
+
+/// The storage part of a `pybkx.config.ServerConfig`.
+pub(crate) fn storage_config(obj: &Bound<'_, PyAny>) -> PyResult<StorageConfig> {
+    let a: StorageAttrs = obj.extract()?;
+    Ok(StorageConfig {
+        journal_dirs: a.journal_dirs,
+        ledger_dirs: a.ledger_dirs,
+        index_dirs: a.index_dirs.unwrap_or_default(),
+        journal: JournalConfig {
+            max_group_wait: Duration::from_millis(a.max_group_wait_ms),
+            buffered_writes_threshold: a.buffered_writes_threshold,
+            buffered_entries_threshold: a.buffered_entries_threshold,
+            flush_when_queue_empty: a.flush_when_queue_empty,
+            sync_data: a.sync_data,
+            write_buffer_size: a.write_buffer_kb.saturating_mul(1024),
+            prealloc_size: a.prealloc_mb << 20,
+            max_file_size: a.max_size_mb << 20,
+            max_backups: a.max_backups,
+            queue_size: a.queue_size,
+            page_cache_flush_interval: Duration::from_millis(a.page_cache_flush_interval_ms),
+            skip_replay_invalid_record: a.skip_replay_invalid_record,
+        },
+        log_size_limit: a.log_size_limit,
+        entry_log_write_buffer: a.entry_log_write_buffer,
+        flush_interval: Duration::from_millis(a.flush_interval_ms),
+    })
+}
+
+/// The server attributes of a `ServerConfig`.
+#[derive(FromPyObject)]
+struct ServerAttrs {
+    #[pyo3(attribute("netty_max_frame_size_bytes"))]
+    max_frame_size: usize,
+    #[pyo3(attribute("max_pending_add_requests_per_thread"))]
+    max_pending_adds: usize,
+    #[pyo3(attribute("max_pending_read_requests_per_thread"))]
+    max_pending_reads: usize,
+    #[pyo3(attribute("max_batch_read_size_bytes"))]
+    max_batch_read_size: usize,
+    #[pyo3(attribute("server_write_buffer_low_water_mark_bytes"))]
+    low_water_mark: usize,
+    #[pyo3(attribute("server_write_buffer_high_water_mark_bytes"))]
+    high_water_mark: usize,
+    #[pyo3(attribute("server_response_buffer_total_bytes"))]
+    response_buffer_total: usize,
+    #[pyo3(attribute("force_read_only_bookie"))]
+    read_only: bool,
+}
+
+/// The server part of a `pybkx.config.ServerConfig`, listening on `host:port`.
+pub(crate) fn server_config(
+    obj: &Bound<'_, PyAny>,
+    host: String,
+    port: u16,
+) -> PyResult<ServerConfig> {
+    let a: ServerAttrs = obj.extract()?;
+    Ok(ServerConfig {
+        host,
+        port,
+        max_frame_size: a.max_frame_size,
+        max_pending_adds: a.max_pending_adds,
+        max_pending_reads: a.max_pending_reads,
+        max_batch_read_size: a.max_batch_read_size,
+        write_buffer_low_water_mark: a.low_water_mark,
+        write_buffer_high_water_mark: a.high_water_mark,
+        response_buffer_total_bytes: a.response_buffer_total,
+        read_only: a.read_only,
+    })
+}
+
+/// The attributes of a `pybkx.config.ClientConfig`.
+#[derive(FromPyObject)]
+struct ClientAttrs {
+    #[pyo3(attribute("add_entry_timeout_sec"))]
+    add_timeout_s: f64,
+    #[pyo3(attribute("read_entry_timeout_sec"))]
+    read_timeout_s: f64,
+    #[pyo3(attribute("client_connect_timeout_ms"))]
+    connect_timeout_ms: u64,
+    #[pyo3(attribute("netty_max_frame_size_bytes"))]
+    max_frame_size: usize,
+    #[pyo3(attribute("client_write_buffer_high_water_mark_bytes"))]
+    high_water_mark: usize,
+}
+
+fn seconds(what: &str, v: f64) -> PyResult<Duration> {
+    if v > 0.0 && v.is_finite() {
+        Ok(Duration::from_secs_f64(v))
+    } else {
+        Err(PyValueError::new_err(format!(
+            "{what} must be > 0, got {v}"
+        )))
+    }
+}
+
+/// A `pybkx.config.ClientConfig` as the core's.
+pub(crate) fn client_config(obj: &Bound<'_, PyAny>) -> PyResult<ClientConfig> {
+    let a: ClientAttrs = obj.extract()?;
+    let cfg = ClientConfig {
+        add_timeout: seconds("addEntryTimeoutSec", a.add_timeout_s)?,
+        read_timeout: seconds("readEntryTimeoutSec", a.read_timeout_s)?,
+        connect_timeout: Duration::from_millis(a.connect_timeout_ms.max(1)),
+        max_frame_size: a.max_frame_size,
+        write_buffer_high_water_mark: a.high_water_mark,
+    };
+    cfg.validate().map_err(PyValueError::new_err)?;
+    Ok(cfg)
+}

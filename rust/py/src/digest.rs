@@ -1,0 +1,79 @@
+//! `DigestManager` and `master_key`: BookKeeper's entry packaging and keys, for tools and tests.
+
+use bytes::Bytes;
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+
+use pybkx_core::digest::{self, DigestManager, DigestType};
+
+use crate::errors::BkResult;
+
+pub(crate) fn digest_manager(
+    ledger_id: i64,
+    password: &[u8],
+    digest_type: &str,
+) -> PyResult<DigestManager> {
+    let kind = DigestType::from_name(digest_type).ok_or_else(|| {
+        PyValueError::new_err(format!(
+            "unknown digest type {digest_type:?}; use CRC32, CRC32C, HMAC (MAC) or DUMMY"
+        ))
+    })?;
+    Ok(DigestManager::new(ledger_id, password, kind))
+}
+
+/// Packages and verifies entries as BookKeeper's DigestManager does; see `_core.pyi`.
+#[pyclass(name = "DigestManager", module = "pybkx._core", frozen)]
+pub(crate) struct PyDigestManager {
+    inner: DigestManager,
+}
+
+#[pymethods]
+impl PyDigestManager {
+    #[new]
+    fn new(ledger_id: i64, password: &[u8], digest_type: &str) -> PyResult<Self> {
+        Ok(PyDigestManager {
+            inner: digest_manager(ledger_id, password, digest_type)?,
+        })
+    }
+
+    fn package<'py>(
+        &self,
+        py: Python<'py>,
+        entry_id: i64,
+        last_add_confirmed: i64,
+        length: i64,
+        payload: &[u8],
+    ) -> Bound<'py, PyBytes> {
+        PyBytes::new(
+            py,
+            &self
+                .inner
+                .package(entry_id, last_add_confirmed, length, payload),
+        )
+    }
+
+    #[pyo3(signature = (entry, entry_id = None))]
+    fn verify<'py>(
+        &self,
+        py: Python<'py>,
+        entry: &[u8],
+        entry_id: Option<i64>,
+    ) -> BkResult<(i64, i64, i64, Bound<'py, PyBytes>)> {
+        let v = self
+            .inner
+            .verify(&Bytes::copy_from_slice(entry), entry_id)?;
+        Ok((
+            v.entry_id,
+            v.last_add_confirmed,
+            v.length,
+            PyBytes::new(py, &v.payload),
+        ))
+    }
+}
+
+/// BookKeeper's ledger master key: SHA-1("ledger" + password).
+#[pyfunction]
+pub(crate) fn master_key<'py>(py: Python<'py>, password: &[u8]) -> Bound<'py, PyBytes> {
+    PyBytes::new(py, &digest::master_key(password))
+}

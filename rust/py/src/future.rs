@@ -1,0 +1,349 @@
+//! The one future type of `pybkx._core`: every asynchronous operation of the core completes one.
+//! It offers `concurrent.futures`' face (`result`, `exception`, `done`, `add_done_callback`)
+//! and asyncio's (`await`), and never needs a thread to poll it: the core completes it through
+//! a callback, waiting threads sleep on a condition variable with the GIL released (waking to
+//! let Ctrl-C through), and done-callbacks run on one dispatcher thread per process.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use crossbeam_channel::{Receiver, Sender};
+use parking_lot::{Condvar, Mutex};
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+
+use pybkx_core::client::ClientError;
+use pybkx_core::digest::DigestError;
+use pybkx_core::done::Done;
+use pybkx_core::error::StorageError;
+use pybkx_core::ledger::LedgerError;
+
+use crate::errors::{BkError, BookieException, TimeoutException};
+use crate::util::{deadline, SIGNAL_CHECK};
+
+/// A value a future can hand to Python (converted under the GIL when asked for).
+pub(crate) trait ToPy: Send + Sync + 'static {
+    fn to_py(&self, py: Python<'_>) -> PyResult<Py<PyAny>>;
+}
+
+impl ToPy for () {
+    fn to_py(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        Ok(py.None())
+    }
+}
+
+impl ToPy for i64 {
+    fn to_py(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        Ok(self.into_pyobject(py)?.into_any().unbind())
+    }
+}
+
+/// A core error kept so that it can be raised again on every `result()`.
+#[derive(Clone)]
+pub(crate) enum StoredError {
+    Storage(StorageError),
+    Client(ClientError),
+    Ledger(LedgerError),
+    Digest(DigestError),
+    /// The core dropped the completion without calling it (its component shut down).
+    Abandoned,
+}
+
+impl From<StorageError> for StoredError {
+    fn from(e: StorageError) -> Self {
+        StoredError::Storage(e)
+    }
+}
+
+impl From<ClientError> for StoredError {
+    fn from(e: ClientError) -> Self {
+        StoredError::Client(e)
+    }
+}
+
+impl From<LedgerError> for StoredError {
+    fn from(e: LedgerError) -> Self {
+        StoredError::Ledger(e)
+    }
+}
+
+impl From<DigestError> for StoredError {
+    fn from(e: DigestError) -> Self {
+        StoredError::Digest(e)
+    }
+}
+
+impl StoredError {
+    fn to_pyerr(&self) -> PyErr {
+        match self.clone() {
+            StoredError::Storage(e) => BkError::from(e).into(),
+            StoredError::Client(e) => BkError::from(e).into(),
+            StoredError::Ledger(e) => BkError::from(e).into(),
+            StoredError::Digest(e) => BkError::from(e).into(),
+            StoredError::Abandoned => BookieException::new_err(
+                "the operation was abandoned: the component serving it shut down",
+            ),
+        }
+    }
+}
+
+type Outcome = Result<Box<dyn ToPy>, StoredError>;
+
+/// A done-callback waiting for its future: the callable and the future to pass it.
+type Callback = (Py<PyAny>, Py<Future>);
+
+enum State {
+    Pending(Vec<Callback>),
+    Done(Outcome),
+}
+
+struct Cell {
+    state: Mutex<State>,
+    ready: Condvar,
+}
+
+impl Cell {
+    /// Waits (GIL released by the caller) until done or `until`; true if done.
+    fn wait_until(&self, until: Instant) -> bool {
+        let mut st = self.state.lock();
+        while matches!(*st, State::Pending(_)) {
+            if self.ready.wait_until(&mut st, until).timed_out() {
+                return !matches!(*st, State::Pending(_));
+            }
+        }
+        true
+    }
+
+    fn complete(&self, outcome: Outcome) {
+        let callbacks = {
+            let mut st = self.state.lock();
+            if !matches!(*st, State::Pending(_)) {
+                return;
+            }
+            match std::mem::replace(&mut *st, State::Done(outcome)) {
+                State::Pending(callbacks) => callbacks,
+                State::Done(_) => Vec::new(),
+            }
+        };
+        self.ready.notify_all();
+        if !callbacks.is_empty() {
+            dispatch(callbacks);
+        }
+    }
+}
+
+/// Completes a future from the core; if dropped uncalled, completes it as abandoned.
+pub(crate) struct Completer(Option<Arc<Cell>>);
+
+impl Completer {
+    pub(crate) fn complete(mut self, outcome: Outcome) {
+        if let Some(cell) = self.0.take() {
+            cell.complete(outcome);
+        }
+    }
+
+    /// A core completion that resolves the future with the operation's result.
+    pub(crate) fn into_done<T, E>(self) -> Done<Result<T, E>>
+    where
+        T: ToPy,
+        E: Into<StoredError> + Send + 'static,
+    {
+        Box::new(move |r: Result<T, E>| {
+            self.complete(r.map(|v| Box::new(v) as Box<dyn ToPy>).map_err(Into::into));
+        })
+    }
+}
+
+impl Drop for Completer {
+    fn drop(&mut self) {
+        if let Some(cell) = self.0.take() {
+            cell.complete(Err(StoredError::Abandoned));
+        }
+    }
+}
+
+/// The pending result of an operation of `pybkx._core`; see `_core.pyi`.
+#[pyclass(name = "Future", module = "pybkx._core", frozen)]
+pub(crate) struct Future {
+    cell: Arc<Cell>,
+    /// The converted result, once asked for (so `result()` returns the same object each time).
+    converted: Mutex<Option<Py<PyAny>>>,
+}
+
+impl Future {
+    /// A new pending future and the completer that resolves it.
+    pub(crate) fn pending(py: Python<'_>) -> PyResult<(Py<Future>, Completer)> {
+        let cell = Arc::new(Cell {
+            state: Mutex::new(State::Pending(Vec::new())),
+            ready: Condvar::new(),
+        });
+        let fut = Py::new(
+            py,
+            Future {
+                cell: cell.clone(),
+                converted: Mutex::new(None),
+            },
+        )?;
+        Ok((fut, Completer(Some(cell))))
+    }
+
+    /// Waits for the outcome with the GIL released, checking for signals; None on timeout.
+    fn wait(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<bool> {
+        let until = deadline(timeout)?;
+        loop {
+            let slice = Instant::now() + SIGNAL_CHECK;
+            let wake = until.map_or(slice, |u| u.min(slice));
+            if py.detach(|| self.cell.wait_until(wake)) {
+                return Ok(true);
+            }
+            py.check_signals()?;
+            if until.is_some_and(|u| Instant::now() >= u) {
+                return Ok(false);
+            }
+        }
+    }
+
+    fn outcome(&self, py: Python<'_>) -> PyResult<Result<Py<PyAny>, PyErr>> {
+        if let Some(v) = self.converted.lock().as_ref() {
+            return Ok(Ok(v.clone_ref(py)));
+        }
+        let st = self.cell.state.lock();
+        let State::Done(outcome) = &*st else {
+            return Err(BookieException::new_err("future is not done"));
+        };
+        match outcome {
+            Ok(value) => {
+                let v = value.to_py(py)?;
+                drop(st);
+                *self.converted.lock() = Some(v.clone_ref(py));
+                Ok(Ok(v))
+            }
+            Err(e) => Ok(Err(e.to_pyerr())),
+        }
+    }
+}
+
+#[pymethods]
+impl Future {
+    /// The result, waiting up to `timeout` seconds (None: for ever). Raises the operation's
+    /// exception, or TimeoutException (a TimeoutError) if it is not done in time.
+    #[pyo3(signature = (timeout = None))]
+    fn result(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Py<PyAny>> {
+        if !self.wait(py, timeout)? {
+            return Err(TimeoutException::new_err(
+                "the operation did not complete within the wait",
+            ));
+        }
+        self.outcome(py)?
+    }
+
+    /// The operation's exception (None if it succeeded), waiting as `result` does.
+    #[pyo3(signature = (timeout = None))]
+    fn exception(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<Py<PyAny>>> {
+        if !self.wait(py, timeout)? {
+            return Err(TimeoutException::new_err(
+                "the operation did not complete within the wait",
+            ));
+        }
+        Ok(match self.outcome(py)? {
+            Ok(_) => None,
+            Err(e) => Some(e.into_value(py).into_any()),
+        })
+    }
+
+    fn done(&self) -> bool {
+        !matches!(*self.cell.state.lock(), State::Pending(_))
+    }
+
+    fn running(&self) -> bool {
+        !self.done()
+    }
+
+    /// Operations sent to bookies cannot be called back: always False (as for a running
+    /// `concurrent.futures.Future`).
+    fn cancel(&self) -> bool {
+        false
+    }
+
+    fn cancelled(&self) -> bool {
+        false
+    }
+
+    /// Calls `fn(future)` once the future is done: at once (in this thread) if it already is,
+    /// else on pybkx's callback thread. Exceptions it raises are reported, not propagated.
+    fn add_done_callback(slf: &Bound<'_, Self>, r#fn: Py<PyAny>) -> PyResult<()> {
+        let py = slf.py();
+        {
+            let mut st = slf.get().cell.state.lock();
+            if let State::Pending(callbacks) = &mut *st {
+                callbacks.push((r#fn, slf.clone().unbind()));
+                return Ok(());
+            }
+        }
+        if let Err(e) = r#fn.call1(py, (slf,)) {
+            e.write_unraisable(py, Some(r#fn.bind(py)));
+        }
+        Ok(())
+    }
+
+    /// `await future` gives the result in asyncio code (through an asyncio future of the
+    /// running loop that this future's completion resolves).
+    fn __await__(slf: &Bound<'_, Self>) -> PyResult<Py<PyAny>> {
+        static AWAIT: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+        let py = slf.py();
+        let helper = AWAIT.get_or_try_init(py, || {
+            py.import("pybkx.client.aio")?
+                .getattr("await_future")
+                .map(Bound::unbind)
+        })?;
+        helper.call1(py, (slf,))
+    }
+
+    fn __repr__(&self) -> &'static str {
+        if self.done() {
+            "<pybkx Future: done>"
+        } else {
+            "<pybkx Future: pending>"
+        }
+    }
+}
+
+/// The process's callback thread (re-created after a fork: threads do not survive one).
+static DISPATCHER: Mutex<Option<(u32, Sender<Vec<Callback>>)>> = Mutex::new(None);
+
+fn dispatch(callbacks: Vec<Callback>) {
+    let pid = std::process::id();
+    let mut slot = DISPATCHER.lock();
+    let alive = slot.as_ref().is_some_and(|(owner, _)| *owner == pid);
+    if !alive {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let spawned = std::thread::Builder::new()
+            .name("pybkx-callbacks".into())
+            .spawn(move || run_callbacks(rx));
+        if let Err(e) = spawned {
+            log::error!("cannot start the future callback thread: {e}");
+            return;
+        }
+        *slot = Some((pid, tx));
+    }
+    if let Some((_, tx)) = slot.as_ref() {
+        // The queue holds one job per completed future that has callbacks: bounded by the
+        // futures the program keeps pending, which the client's own limits bound.
+        let _ = tx.send(callbacks);
+    }
+}
+
+fn run_callbacks(rx: Receiver<Vec<Callback>>) {
+    for job in rx {
+        let ran = Python::try_attach(|py| {
+            for (callback, fut) in job {
+                if let Err(e) = callback.call1(py, (fut,)) {
+                    e.write_unraisable(py, Some(callback.bind(py)));
+                }
+            }
+        });
+        if ran.is_none() {
+            return; // the interpreter is finalizing: nobody is left to call back
+        }
+    }
+}

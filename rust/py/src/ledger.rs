@@ -1,0 +1,468 @@
+//! The per-ledger engine for Python: `LedgerWriter` (quorum appends), `ReadPlan` (reads of one
+//! metadata version), `FailureQueue` (bookie failures for the control plane to act on) and the
+//! `LedgerEntry` type reads return. Wrappers only: the logic is in `pybkx_core::ledger`.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use crossbeam_channel::{Receiver, Sender};
+use pyo3::exceptions::PyOSError;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyList};
+
+use pybkx_core::digest;
+use pybkx_core::ledger::{
+    self, check_range, BookieFailure, FailureSink, LedgerError, LedgerWriter, ReadEntry,
+    ReadOptions, ReadPlan, Segment, WriterSpec, RECOVERY_ADD_FLAGS,
+};
+use pybkx_core::protocol::FLAG_NONE;
+use pybkx_core::runtime::runtime;
+
+use crate::client::{flags_of, PyBookieClient};
+use crate::digest::digest_manager;
+use crate::errors::{BkError, BkResult, RaisedByPython};
+use crate::future::{Future, ToPy};
+use crate::util::{deadline, payload, SignalCheck, SIGNAL_CHECK};
+
+/// Raises IncorrectParameterException unless E >= Qw >= Qa >= 1.
+#[pyfunction]
+pub(crate) fn check_quorums(
+    ensemble_size: usize,
+    write_quorum_size: usize,
+    ack_quorum_size: usize,
+) -> BkResult<()> {
+    ledger::check_quorums(ensemble_size, write_quorum_size, ack_quorum_size)?;
+    Ok(())
+}
+
+/// One entry read from a ledger; see `_core.pyi`.
+#[pyclass(name = "LedgerEntry", module = "pybkx._core", frozen, eq)]
+pub(crate) struct PyLedgerEntry {
+    #[pyo3(get)]
+    ledger_id: i64,
+    #[pyo3(get)]
+    entry_id: i64,
+    #[pyo3(get)]
+    payload: Py<PyBytes>,
+    /// The LAC the writer piggy-backed in this entry.
+    #[pyo3(get)]
+    last_add_confirmed: i64,
+    /// The ledger's length (bytes of all entries) up to and including this one.
+    #[pyo3(get)]
+    ledger_length: i64,
+}
+
+impl PartialEq for PyLedgerEntry {
+    fn eq(&self, other: &Self) -> bool {
+        self.ledger_id == other.ledger_id
+            && self.entry_id == other.entry_id
+            && Python::attach(|py| {
+                self.payload.bind(py).as_bytes() == other.payload.bind(py).as_bytes()
+            })
+    }
+}
+
+#[pymethods]
+impl PyLedgerEntry {
+    #[new]
+    #[pyo3(signature = (ledger_id, entry_id, payload, last_add_confirmed = -1, ledger_length = 0))]
+    fn new(
+        ledger_id: i64,
+        entry_id: i64,
+        payload: Py<PyBytes>,
+        last_add_confirmed: i64,
+        ledger_length: i64,
+    ) -> Self {
+        PyLedgerEntry {
+            ledger_id,
+            entry_id,
+            payload,
+            last_add_confirmed,
+            ledger_length,
+        }
+    }
+
+    fn __len__(&self, py: Python<'_>) -> usize {
+        self.payload.bind(py).as_bytes().len()
+    }
+
+    fn __repr__(&self, py: Python<'_>) -> String {
+        format!(
+            "LedgerEntry(ledger_id={}, entry_id={}, payload=<{} bytes>)",
+            self.ledger_id,
+            self.entry_id,
+            self.payload.bind(py).as_bytes().len()
+        )
+    }
+}
+
+/// The entries of one read and whether batch reads still look supported.
+struct ReadResult {
+    ledger: i64,
+    entries: Vec<ReadEntry>,
+    batch_ok: bool,
+}
+
+impl ToPy for ReadResult {
+    fn to_py(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let list = PyList::empty(py);
+        for e in &self.entries {
+            let entry = PyLedgerEntry {
+                ledger_id: self.ledger,
+                entry_id: e.entry_id,
+                payload: PyBytes::new(py, &e.payload).unbind(),
+                last_add_confirmed: e.lac,
+                ledger_length: e.length,
+            };
+            list.append(Py::new(py, entry)?)?;
+        }
+        Ok((list, self.batch_ok).into_pyobject(py)?.into_any().unbind())
+    }
+}
+
+/// A failure as Python sees it: `(ledger_id, writer_id, index, bookie, error)`.
+type FailureTuple = (i64, u64, usize, String, String);
+
+/// Bookie failures of every writer of one client, in the order they happened; see `_core.pyi`.
+/// Holds at most E events per writer between ensemble changes (a writer reports a slot once).
+#[pyclass(name = "FailureQueue", module = "pybkx._core", frozen)]
+pub(crate) struct PyFailureQueue {
+    tx: Sender<BookieFailure>,
+    rx: Receiver<BookieFailure>,
+    closed: AtomicBool,
+    next_writer_id: AtomicU64,
+}
+
+#[pymethods]
+impl PyFailureQueue {
+    #[new]
+    fn new() -> Self {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        PyFailureQueue {
+            tx,
+            rx,
+            closed: AtomicBool::new(false),
+            next_writer_id: AtomicU64::new(1),
+        }
+    }
+
+    /// The next failure as `(ledger_id, writer_id, index, bookie, error)`, waiting up to
+    /// `timeout` seconds (None: until one comes or the queue is closed); None if none came.
+    #[pyo3(signature = (timeout = None))]
+    fn next(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<FailureTuple>> {
+        let until = deadline(timeout)?;
+        loop {
+            if self.closed.load(Ordering::Acquire) {
+                return Ok(None);
+            }
+            let slice = Instant::now() + SIGNAL_CHECK;
+            let wake = until.map_or(slice, |u| u.min(slice));
+            if let Ok(f) = py.detach(|| self.rx.recv_deadline(wake)) {
+                return Ok(Some((f.ledger, f.writer_id, f.index, f.bookie, f.error)));
+            }
+            py.check_signals()?;
+            if until.is_some_and(|u| Instant::now() >= u) {
+                return Ok(None);
+            }
+        }
+    }
+
+    /// Wakes waiting `next` calls (they return None) and refuses to wait again.
+    fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+    }
+}
+
+impl PyFailureQueue {
+    fn sink(&self) -> FailureSink {
+        let tx = self.tx.clone();
+        Arc::new(move |f| {
+            let _ = tx.send(f);
+        })
+    }
+}
+
+/// The writer of one open ledger (quorum writes, in-order completion); see `_core.pyi`.
+#[pyclass(name = "LedgerWriter", module = "pybkx._core", frozen)]
+pub(crate) struct PyLedgerWriter {
+    inner: Arc<LedgerWriter>,
+    throttle: usize,
+}
+
+impl PyLedgerWriter {
+    /// Runs a blocking core wait with the GIL released; a signal ends it with its exception.
+    fn interruptible<T>(
+        py: Python<'_>,
+        f: impl FnOnce(&dyn Fn() -> bool) -> Result<T, LedgerError> + Send,
+    ) -> PyResult<T>
+    where
+        T: Send,
+    {
+        let sig = SignalCheck::default();
+        match py.detach(|| f(&|| sig.interrupted())) {
+            Ok(v) => Ok(v),
+            Err(LedgerError::Interrupted) => Err(sig
+                .take()
+                .unwrap_or_else(|| pyo3::exceptions::PyKeyboardInterrupt::new_err("interrupted"))),
+            Err(e) => Err(BkError::from(e).into()),
+        }
+    }
+}
+
+#[pymethods]
+impl PyLedgerWriter {
+    #[new]
+    #[pyo3(signature = (
+        client, ledger_id, write_quorum_size, ack_quorum_size, password, digest_type, ensemble,
+        failures, *, next_entry_id = 0, length = 0, recovery = false, throttle = 5000
+    ))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        client: PyRef<'_, PyBookieClient>,
+        ledger_id: i64,
+        write_quorum_size: usize,
+        ack_quorum_size: usize,
+        password: &[u8],
+        digest_type: &str,
+        ensemble: Vec<String>,
+        failures: PyRef<'_, PyFailureQueue>,
+        next_entry_id: i64,
+        length: i64,
+        recovery: bool,
+        throttle: usize,
+    ) -> BkResult<Self> {
+        let spec = WriterSpec {
+            ledger: ledger_id,
+            writer_id: failures.next_writer_id.fetch_add(1, Ordering::Relaxed),
+            qw: write_quorum_size,
+            qa: ack_quorum_size,
+            master_key: Bytes::copy_from_slice(&digest::master_key(password)),
+            digest: digest_manager(ledger_id, password, digest_type)?,
+            ensemble,
+            next_entry: next_entry_id,
+            length,
+            flags: if recovery {
+                RECOVERY_ADD_FLAGS
+            } else {
+                FLAG_NONE
+            },
+        };
+        Ok(PyLedgerWriter {
+            inner: LedgerWriter::new(client.inner.clone(), spec, failures.sink())?,
+            throttle: throttle.max(1),
+        })
+    }
+
+    /// The id failures of this writer carry in the `FailureQueue`.
+    #[getter]
+    fn writer_id(&self) -> u64 {
+        self.inner.writer_id()
+    }
+
+    /// The largest payload one append may carry.
+    #[getter]
+    fn max_payload(&self) -> usize {
+        self.inner.max_payload()
+    }
+
+    /// Starts an append (at `entry_id`, which must be the next one, if given); the future
+    /// gives its entry id. Waits (interruptibly) while `throttle` appends are pending.
+    #[pyo3(signature = (payload, entry_id = None))]
+    fn append(
+        &self,
+        py: Python<'_>,
+        payload: &Bound<'_, PyAny>,
+        entry_id: Option<i64>,
+    ) -> PyResult<Py<Future>> {
+        let data = crate::util::payload(payload)?;
+        let (inner, throttle) = (self.inner.clone(), self.throttle);
+        Self::interruptible(py, |interrupt| inner.wait_for_room(throttle, interrupt))?;
+        let (fut, completer) = Future::pending(py)?;
+        let inner = self.inner.clone();
+        py.detach(move || inner.append_with_id(entry_id, data, completer.into_done()));
+        Ok(fut)
+    }
+
+    /// Appends every payload pipelined (at most `throttle` pending) and returns the last entry
+    /// id once all are acknowledged.
+    fn append_many(&self, py: Python<'_>, payloads: Vec<Bound<'_, PyAny>>) -> PyResult<i64> {
+        let data = payloads
+            .iter()
+            .map(payload)
+            .collect::<PyResult<Vec<Bytes>>>()?;
+        let (inner, throttle) = (self.inner.clone(), self.throttle);
+        Self::interruptible(py, |interrupt| {
+            inner.append_all_blocking(data, throttle, interrupt)
+        })
+    }
+
+    fn change_ensemble(
+        &self,
+        py: Python<'_>,
+        first_entry_id: i64,
+        ensemble: Vec<String>,
+    ) -> BkResult<()> {
+        let inner = self.inner.clone();
+        py.detach(move || inner.change_ensemble(first_entry_id, ensemble))?;
+        Ok(())
+    }
+
+    /// Fails every pending and later append with `exception` (its class and message).
+    fn fail(&self, exception: &Bound<'_, PyAny>) -> PyResult<()> {
+        self.inner.fail(RaisedByPython::capture(exception)?);
+        Ok(())
+    }
+
+    /// A future done once nothing is pending (or the writer failed).
+    fn when_drained(&self, py: Python<'_>) -> PyResult<Py<Future>> {
+        let (fut, completer) = Future::pending(py)?;
+        self.inner.when_drained(Box::new(move |()| {
+            completer.complete(Ok(Box::new(())));
+        }));
+        Ok(fut)
+    }
+
+    fn close(&self) {
+        self.inner.close();
+    }
+
+    #[getter]
+    fn last_add_confirmed(&self) -> i64 {
+        self.inner.positions().0
+    }
+
+    #[getter]
+    fn length(&self) -> i64 {
+        self.inner.positions().1
+    }
+
+    #[getter]
+    fn next_entry_id(&self) -> i64 {
+        self.inner.positions().2
+    }
+
+    #[getter]
+    fn ensemble(&self) -> Vec<String> {
+        self.inner.ensemble()
+    }
+
+    /// The error that stopped the writer, raised; None if it is healthy.
+    fn check(&self) -> BkResult<()> {
+        match self.inner.fatal() {
+            Some(e) => Err(e.into()),
+            None => Ok(()),
+        }
+    }
+}
+
+/// How to read one version of a ledger's metadata; see `_core.pyi`.
+#[pyclass(name = "ReadPlan", module = "pybkx._core", frozen)]
+pub(crate) struct PyReadPlan {
+    client: Arc<pybkx_core::client::BookieClient>,
+    plan: Arc<ReadPlan>,
+}
+
+#[pymethods]
+impl PyReadPlan {
+    #[new]
+    #[pyo3(signature = (
+        client, ledger_id, write_quorum_size, password, digest_type, segments, *,
+        orders = Vec::new(), max_batch_bytes = 5 << 20
+    ))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        client: PyRef<'_, PyBookieClient>,
+        ledger_id: i64,
+        write_quorum_size: usize,
+        password: &[u8],
+        digest_type: &str,
+        segments: Vec<(i64, Vec<String>)>,
+        orders: Vec<Vec<Vec<usize>>>,
+        max_batch_bytes: i64,
+    ) -> BkResult<Self> {
+        let segments = segments
+            .into_iter()
+            .map(|(first_entry, ensemble)| Segment {
+                first_entry,
+                ensemble,
+            })
+            .collect();
+        let plan = ReadPlan::new(
+            ledger_id,
+            write_quorum_size,
+            digest_manager(ledger_id, password, digest_type)?,
+            segments,
+            orders,
+            max_batch_bytes,
+        )?;
+        Ok(PyReadPlan {
+            client: client.inner.clone(),
+            plan: Arc::new(plan),
+        })
+    }
+
+    /// Checks an entry as a bookie stored it: `(entry_id, lac, ledger_length, payload)`.
+    /// Raises DigestMatchException (also for another entry id than `entry_id`, if given).
+    #[pyo3(signature = (entry, entry_id = None))]
+    fn verify<'py>(
+        &self,
+        py: Python<'py>,
+        entry: &[u8],
+        entry_id: Option<i64>,
+    ) -> BkResult<(i64, i64, i64, Bound<'py, PyBytes>)> {
+        let v = self
+            .plan
+            .digest()
+            .verify(&Bytes::copy_from_slice(entry), entry_id)?;
+        Ok((
+            v.entry_id,
+            v.last_add_confirmed,
+            v.length,
+            PyBytes::new(py, &v.payload),
+        ))
+    }
+
+    /// Reads and verifies entries `first..=last`; the future gives `(entries, batch_ok)`.
+    /// Raises IncorrectParameterException at once for a bad range.
+    #[pyo3(signature = (
+        first, last, *, batch = true, avoid = Vec::new(), flags = 0, master_key = None,
+        window = 64
+    ))]
+    #[allow(clippy::too_many_arguments)]
+    fn read(
+        &self,
+        py: Python<'_>,
+        first: i64,
+        last: i64,
+        batch: bool,
+        avoid: Vec<String>,
+        flags: i64,
+        master_key: Option<&[u8]>,
+        window: usize,
+    ) -> PyResult<Py<Future>> {
+        check_range(first, last).map_err(BkError::from)?;
+        let opts = ReadOptions {
+            batch,
+            avoid: avoid.into_iter().collect::<HashSet<_>>(),
+            flags: flags_of(flags)?,
+            master_key: master_key.map(Bytes::copy_from_slice),
+            window,
+        };
+        let rt = runtime().map_err(|e| PyOSError::new_err(e.to_string()))?;
+        let (fut, completer) = Future::pending(py)?;
+        let (client, plan) = (self.client.clone(), self.plan.clone());
+        let done = completer.into_done::<ReadResult, LedgerError>();
+        rt.spawn(async move {
+            let r = ledger::read_range(&client, &plan, &opts, first, last).await;
+            done(r.map(|(entries, batch_ok)| ReadResult {
+                ledger: plan.ledger_id(),
+                entries,
+                batch_ok,
+            }));
+        });
+        Ok(fut)
+    }
+}

@@ -1,0 +1,64 @@
+//! PyO3 bindings of `pybkx-core`, built as the extension module `pybkx._core`. This file only
+//! registers; each wrapped part has its module, errors map once in `errors`, and every
+//! asynchronous operation completes the one `future::Future` type.
+
+#[cfg(feature = "bench")]
+mod bench;
+mod client;
+mod config;
+mod digest;
+mod errors;
+mod faults;
+mod future;
+mod ledger;
+mod server;
+mod storage;
+mod util;
+
+use pyo3::prelude::*;
+use pyo3::types::PyType;
+
+use pybkx_core::protocol;
+
+/// Every `pybkx.errors` class the extension raises (imported now: a missing one fails here).
+#[pyfunction]
+fn _error_classes(py: Python<'_>) -> Vec<Bound<'_, PyType>> {
+    errors::classes(py)
+}
+
+#[pymodule]
+fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    // Rust-side log records (closed connections, replay warnings, I/O failures) go to stderr,
+    // filtered by PYBKX_LOG (default "warn"). Not bridged to Python logging: a bridge would take
+    // the GIL from journal threads, which can deadlock with a Python thread waiting on them.
+    let _ = env_logger::Builder::from_env(env_logger::Env::new().filter_or("PYBKX_LOG", "warn"))
+        .try_init();
+    m.add_class::<future::Future>()?;
+    m.add_class::<storage::PyLedgerStorage>()?;
+    m.add_class::<server::PyBookieServer>()?;
+    m.add_class::<client::PyBookieClient>()?;
+    m.add_class::<digest::PyDigestManager>()?;
+    m.add_class::<ledger::PyLedgerWriter>()?;
+    m.add_class::<ledger::PyReadPlan>()?;
+    m.add_class::<ledger::PyFailureQueue>()?;
+    m.add_class::<ledger::PyLedgerEntry>()?;
+    m.add_function(wrap_pyfunction!(ledger::check_quorums, m)?)?;
+    m.add_function(wrap_pyfunction!(storage::scan_journal, m)?)?;
+    m.add_function(wrap_pyfunction!(digest::master_key, m)?)?;
+    m.add_function(wrap_pyfunction!(faults::inject_disk_fault, m)?)?;
+    m.add_function(wrap_pyfunction!(faults::remove_disk_fault, m)?)?;
+    m.add_function(wrap_pyfunction!(faults::clear_disk_faults, m)?)?;
+    m.add_function(wrap_pyfunction!(_error_classes, m)?)?;
+    #[cfg(feature = "bench")]
+    {
+        m.add_function(wrap_pyfunction!(bench::run_load, m)?)?;
+        m.add_function(wrap_pyfunction!(bench::micro_kernel, m)?)?;
+        m.add_function(wrap_pyfunction!(bench::micro_kernels, m)?)?;
+    }
+    m.add("FLAG_NONE", protocol::FLAG_NONE)?;
+    m.add("FLAG_DO_FENCING", protocol::FLAG_DO_FENCING)?;
+    m.add("FLAG_RECOVERY_ADD", protocol::FLAG_RECOVERY_ADD)?;
+    m.add("FLAG_HIGH_PRIORITY", protocol::FLAG_HIGH_PRIORITY)?;
+    m.add("MAX_READ_ENTRIES", pybkx_core::ledger::MAX_READ_ENTRIES)?;
+    Ok(())
+}

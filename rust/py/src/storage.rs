@@ -1,0 +1,252 @@
+//! `LedgerStorage` and `scan_journal`: the bookie's storage engine for Python (the bookie
+//! process, tools, tests). Thin wrappers: blocking calls release the GIL; errors map once.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
+
+use pybkx_core::storage::{self, LedgerStorage, RangeLimits, LAST_ENTRY};
+
+use crate::config::storage_config;
+use crate::errors::BkResult;
+use crate::util::{non_negative, payload};
+
+/// A bookie's ledger storage (journal + entry logs + index); see `_core.pyi`.
+#[pyclass(name = "LedgerStorage", module = "pybkx._core", frozen)]
+pub(crate) struct PyLedgerStorage {
+    pub(crate) inner: Arc<LedgerStorage>,
+}
+
+#[pymethods]
+impl PyLedgerStorage {
+    /// Opens the storage described by `config` (a `pybkx.config.ServerConfig`).
+    #[new]
+    fn new(py: Python<'_>, config: &Bound<'_, PyAny>) -> BkResult<Self> {
+        let cfg = storage_config(config)?;
+        let inner = py.detach(|| LedgerStorage::open(cfg))?;
+        Ok(PyLedgerStorage {
+            inner: Arc::new(inner),
+        })
+    }
+
+    #[pyo3(signature = (ledger_id, entry_id, data, master_key = None, recovery = false))]
+    fn add_entry(
+        &self,
+        py: Python<'_>,
+        ledger_id: i64,
+        entry_id: i64,
+        data: &Bound<'_, PyAny>,
+        master_key: Option<&[u8]>,
+        recovery: bool,
+    ) -> BkResult<()> {
+        let ledger = non_negative("ledger_id", ledger_id)?;
+        let entry = non_negative("entry_id", entry_id)?;
+        let key = master_key.unwrap_or_default().to_vec();
+        let data = payload(data)?;
+        py.detach(|| {
+            LedgerStorage::wait_for(|done| {
+                self.inner
+                    .add_entry(ledger, entry, &key, data, recovery, done)
+            })
+        })?;
+        Ok(())
+    }
+
+    #[pyo3(signature = (ledger_id, entries, master_key = None, recovery = false))]
+    fn add_entries(
+        &self,
+        py: Python<'_>,
+        ledger_id: i64,
+        entries: Vec<(i64, Bound<'_, PyAny>)>,
+        master_key: Option<&[u8]>,
+        recovery: bool,
+    ) -> BkResult<()> {
+        let ledger = non_negative("ledger_id", ledger_id)?;
+        let key = master_key.unwrap_or_default().to_vec();
+        let items = entries
+            .iter()
+            .map(|(e, d)| Ok((non_negative("entry_id", *e)?, payload(d)?)))
+            .collect::<PyResult<Vec<(u64, Bytes)>>>()?;
+        py.detach(|| {
+            self.inner
+                .add_entries_blocking(ledger, items, &key, recovery)
+        })?;
+        Ok(())
+    }
+
+    fn read_entry<'py>(
+        &self,
+        py: Python<'py>,
+        ledger_id: i64,
+        entry_id: i64,
+    ) -> BkResult<Bound<'py, PyBytes>> {
+        let ledger = non_negative("ledger_id", ledger_id)?;
+        let entry = if entry_id == -1 {
+            LAST_ENTRY
+        } else {
+            non_negative("entry_id", entry_id)?
+        };
+        let data = py.detach(|| self.inner.read_entry(ledger, entry))?;
+        Ok(PyBytes::new(py, &data))
+    }
+
+    fn read_range<'py>(
+        &self,
+        py: Python<'py>,
+        ledger_id: i64,
+        first_entry_id: i64,
+        max_count: i64,
+        max_bytes: i64,
+    ) -> BkResult<Bound<'py, PyList>> {
+        let ledger = non_negative("ledger_id", ledger_id)?;
+        let first = non_negative("first_entry_id", first_entry_id)?;
+        let limits = RangeLimits {
+            max_count: usize::try_from(max_count).unwrap_or(0),
+            max_bytes: usize::try_from(max_bytes).unwrap_or(0),
+            per_entry_overhead: 0,
+        };
+        let entries = py.detach(|| self.inner.read_range(ledger, first, limits))?;
+        Ok(PyList::new(
+            py,
+            entries.iter().map(|e| PyBytes::new(py, e)),
+        )?)
+    }
+
+    fn last_entry_id(&self, ledger_id: i64) -> BkResult<i64> {
+        let ledger = non_negative("ledger_id", ledger_id)?;
+        Ok(self.inner.last_entry_id(ledger)? as i64)
+    }
+
+    #[pyo3(signature = (ledger_id, master_key = None))]
+    fn fence(&self, py: Python<'_>, ledger_id: i64, master_key: Option<&[u8]>) -> BkResult<bool> {
+        let ledger = non_negative("ledger_id", ledger_id)?;
+        let key = master_key.unwrap_or_default().to_vec();
+        let was = py.detach(|| {
+            let mut was = false;
+            LedgerStorage::wait_for(|done| {
+                was = self.inner.fence(ledger, &key, done)?;
+                Ok(())
+            })
+            .map(|_| was)
+        })?;
+        Ok(was)
+    }
+
+    fn is_fenced(&self, ledger_id: i64) -> BkResult<bool> {
+        let ledger = non_negative("ledger_id", ledger_id)?;
+        Ok(self.inner.is_fenced(ledger)?)
+    }
+
+    #[pyo3(signature = (ledger_id, lac, master_key = None))]
+    fn set_explicit_lac(
+        &self,
+        py: Python<'_>,
+        ledger_id: i64,
+        lac: &[u8],
+        master_key: Option<&[u8]>,
+    ) -> BkResult<()> {
+        let ledger = non_negative("ledger_id", ledger_id)?;
+        let key = master_key.unwrap_or_default().to_vec();
+        let lac = Bytes::copy_from_slice(lac);
+        py.detach(|| {
+            LedgerStorage::wait_for(|done| self.inner.set_explicit_lac(ledger, &key, lac, done))
+        })?;
+        Ok(())
+    }
+
+    fn get_explicit_lac<'py>(
+        &self,
+        py: Python<'py>,
+        ledger_id: i64,
+    ) -> BkResult<Option<Bound<'py, PyBytes>>> {
+        let ledger = non_negative("ledger_id", ledger_id)?;
+        let lac = self.inner.explicit_lac(ledger)?;
+        Ok(lac.map(|b| PyBytes::new(py, &b)))
+    }
+
+    fn read_master_key<'py>(
+        &self,
+        py: Python<'py>,
+        ledger_id: i64,
+    ) -> BkResult<Bound<'py, PyBytes>> {
+        let ledger = non_negative("ledger_id", ledger_id)?;
+        let key = self.inner.master_key(ledger)?;
+        Ok(PyBytes::new(py, &key))
+    }
+
+    fn ledger_exists(&self, ledger_id: i64) -> bool {
+        u64::try_from(ledger_id).is_ok_and(|l| self.inner.ledger_exists(l))
+    }
+
+    fn list_ledgers(&self) -> Vec<u64> {
+        self.inner.list_ledgers()
+    }
+
+    fn delete_ledger(&self, py: Python<'_>, ledger_id: i64) -> BkResult<()> {
+        let ledger = non_negative("ledger_id", ledger_id)?;
+        py.detach(|| LedgerStorage::wait_for(|done| self.inner.delete_ledger(ledger, done)))?;
+        Ok(())
+    }
+
+    fn checkpoint(&self, py: Python<'_>) -> BkResult<()> {
+        py.detach(|| self.inner.checkpoint())?;
+        Ok(())
+    }
+
+    fn entry_log_ledgers<'py>(&self, py: Python<'py>) -> BkResult<Bound<'py, PyDict>> {
+        let maps = py.detach(|| self.inner.entry_log_ledgers())?;
+        let out = PyDict::new(py);
+        for (log_id, map) in maps {
+            let d = PyDict::new(py);
+            for (ledger, bytes) in map {
+                d.set_item(ledger, bytes)?;
+            }
+            out.set_item(log_id, d)?;
+        }
+        Ok(out)
+    }
+
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        crate::util::snapshot_dict(py, self.inner.stats())
+    }
+
+    fn close(&self, py: Python<'_>) -> BkResult<()> {
+        py.detach(|| self.inner.close())?;
+        Ok(())
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_exc))]
+    fn __exit__(&self, py: Python<'_>, _exc: &Bound<'_, PyTuple>) -> BkResult<()> {
+        self.close(py)
+    }
+}
+
+/// Decodes one journal file for tools (like BookKeeper's `readjournal`).
+#[pyfunction]
+pub(crate) fn scan_journal<'py>(py: Python<'py>, path: PathBuf) -> BkResult<Bound<'py, PyList>> {
+    let (records, end, reason) = py.detach(|| storage::journal::scan_file(&path))?;
+    let out = PyList::empty(py);
+    for r in records {
+        let d = PyDict::new(py);
+        d.set_item("offset", r.offset)?;
+        d.set_item("size", r.size)?;
+        d.set_item("kind", r.kind)?;
+        d.set_item("ledger_id", r.ledger)?;
+        d.set_item("entry_id", r.entry)?;
+        out.append(d)?;
+    }
+    let d = PyDict::new(py);
+    d.set_item("offset", end)?;
+    d.set_item("size", 0)?;
+    d.set_item("kind", "end")?;
+    d.set_item("reason", reason)?;
+    out.append(d)?;
+    Ok(out)
+}
