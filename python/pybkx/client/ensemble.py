@@ -8,13 +8,10 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from pybkx import errors
+from pybkx.client.context import ClientContext
 from pybkx.meta import LedgerMetadata
-
-if TYPE_CHECKING:
-    from pybkx.client.bookkeeper import BookKeeper
 
 __all__ = ["replacement_ensemble"]
 
@@ -25,7 +22,7 @@ _RETRY_S = 0.2
 
 
 def replacement_ensemble(
-    bk: BookKeeper,
+    bk: ClientContext,
     ledger_id: int,
     metadata: LedgerMetadata,
     failed: Sequence[int],

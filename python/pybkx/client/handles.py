@@ -13,7 +13,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING
 
 from pybkx import errors
 from pybkx._core import (
@@ -25,12 +24,10 @@ from pybkx._core import (
     ReadPlan,
     master_key,
 )
+from pybkx.client.context import ClientContext
 from pybkx.client.ensemble import replacement_ensemble
 from pybkx.client.failures import BookieFailure
 from pybkx.meta import LedgerMetadata, LedgerState, Versioned
-
-if TYPE_CHECKING:
-    from pybkx.client.bookkeeper import BookKeeper
 
 __all__ = ["LedgerHandle", "ReadHandle", "new_writer"]
 
@@ -52,7 +49,7 @@ def _covered(ensemble_size: int, write_quorum: int, ack_quorum: int, known: Sequ
 
 
 def new_writer(
-    bk: BookKeeper,
+    bk: ClientContext,
     ledger_id: int,
     metadata: LedgerMetadata,
     *,
@@ -81,7 +78,7 @@ def new_writer(
 class ReadHandle:
     """A ledger opened for reading (see ``BookKeeper.open_ledger``)."""
 
-    def __init__(self, bk: BookKeeper, ledger_id: int, versioned: Versioned[LedgerMetadata]):
+    def __init__(self, bk: ClientContext, ledger_id: int, versioned: Versioned[LedgerMetadata]):
         self.bk = bk
         self.ledger_id = ledger_id
         self._versioned = versioned
@@ -368,7 +365,7 @@ class ReadHandle:
 class LedgerHandle(ReadHandle):
     """A ledger open for writing (see ``BookKeeper.create_ledger``). Thread-safe."""
 
-    def __init__(self, bk: BookKeeper, ledger_id: int, versioned: Versioned[LedgerMetadata]):
+    def __init__(self, bk: ClientContext, ledger_id: int, versioned: Versioned[LedgerMetadata]):
         super().__init__(bk, ledger_id, versioned)
         self._writer = new_writer(
             bk, ledger_id, self.metadata, next_entry_id=0, length=0, recovery=False

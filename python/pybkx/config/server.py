@@ -11,15 +11,16 @@ It only validates values; it must never open storage, listen or start threads.""
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import logging
 import os
+import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import ClassVar, Final
 
-from pybkx.config.identity import bookie_address
 from pybkx.config.network import interface_ipv4, interface_names, is_ip
 from pybkx.config.properties import read_file
 from pybkx.config.values import (
@@ -263,9 +264,11 @@ class ServerConfig(KeyedConfig):
         return address
 
     def bookie_address(self, port: int) -> str:
-        """The ``host:port`` a bookie with this configuration is known by (see
-        :func:`pybkx.config.identity.bookie_address`). Raises ConfigError."""
-        return bookie_address(self, port)
+        """The ``host:port`` a bookie with this configuration is known by, following
+        BookKeeper's rule (``advertisedAddress``, else ``listeningInterface``'s address, else the
+        host name's; a loopback address only with ``allowLoopback`` when joining a cluster).
+        Raises ConfigError."""
+        return _bookie_address(self, port)
 
     def bookie_identity(self, port: int) -> str:
         """The id the bookie registers under: ``bookieId`` if set, else its address."""
@@ -279,3 +282,48 @@ class ServerConfig(KeyedConfig):
         if self.zk_servers is None:
             return None
         return f"zk+hierarchical://{self.zk_servers.replace(',', ';')}{self.zk_ledgers_root_path}"
+
+
+# --- identity ---------------------------------------------------------------------------------
+
+
+def is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+def _bookie_address(config: ServerConfig, port: int) -> str:
+    """The ``host:port`` this bookie is known by, following BookKeeper's rule.
+
+    ``advertisedAddress`` if set; else the address of ``listeningInterface``; else the local host
+    name's address. A loopback address is refused unless ``allowLoopback`` when the bookie is meant
+    to join a cluster (a metadata service is configured), because every such bookie would claim
+    the same identity; a standalone bookie may use one. Raises ConfigError.
+    """
+    if config.advertised_address is not None:
+        return f"{config.advertised_address}:{port}"
+    registering = config.metadata_uri() is not None
+    if config.listening_interface is not None:
+        host = config.listening_address()
+        what = f"listeningInterface {config.listening_interface}"
+    else:
+        host = socket.gethostname()
+        what = f"the local host name {host}"
+    try:
+        address = socket.gethostbyname(host)
+    except OSError as exc:
+        if registering:
+            raise ConfigError(
+                f"cannot resolve {what} to an address for the bookie id: {exc}; "
+                "set advertisedAddress"
+            ) from None
+        address = host
+    if registering and is_loopback(address) and not config.allow_loopback:
+        raise ConfigError(
+            f"invalid allowLoopback in {config.source}: the bookie address {address}:{port} "
+            f"(from {what}) is a loopback address; set allowLoopback=true, listeningInterface "
+            "or advertisedAddress"
+        )
+    return f"{address}:{port}"

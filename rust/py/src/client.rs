@@ -8,7 +8,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
 
-use pybkx_core::client::{BookieClient, Reply};
+use pybkx_core::client::{BookieClient, Outgoing, Reply};
 
 use crate::config::client_config;
 use crate::future::{Future, ToPy};
@@ -36,6 +36,16 @@ pub(crate) struct PyBookieClient {
     pub(crate) inner: Arc<BookieClient>,
 }
 
+impl PyBookieClient {
+    /// Sends `request` (waiting for room with the GIL released); its future is returned.
+    fn submit(&self, py: Python<'_>, request: Outgoing) -> PyResult<Py<Future>> {
+        let (fut, completer) = Future::pending(py)?;
+        let client = self.inner.clone();
+        py.detach(move || client.send(request, completer.into_done()));
+        Ok(fut)
+    }
+}
+
 #[pymethods]
 impl PyBookieClient {
     /// Connections configured by `config` (a `pybkx.config.ClientConfig`).
@@ -58,26 +68,16 @@ impl PyBookieClient {
         entry: &Bound<'_, PyAny>,
         flags: i64,
     ) -> PyResult<Py<Future>> {
-        let (fut, completer) = Future::pending(py)?;
-        let (key, body, flags) = (
-            Bytes::copy_from_slice(master_key),
+        let key = Bytes::copy_from_slice(master_key);
+        let request = self.inner.add_request(
+            bookie,
+            ledger_id,
+            entry_id,
+            key,
             payload(entry)?,
             flags_of(flags)?,
         );
-        let client = self.inner.clone();
-        let bookie = bookie.to_string();
-        py.detach(move || {
-            client.add(
-                &bookie,
-                ledger_id,
-                entry_id,
-                key,
-                body,
-                flags,
-                completer.into_done(),
-            )
-        });
-        Ok(fut)
+        self.submit(py, request)
     }
 
     #[pyo3(signature = (bookie, ledger_id, entry_id, flags = 0, master_key = None))]
@@ -90,21 +90,11 @@ impl PyBookieClient {
         flags: i64,
         master_key: Option<&[u8]>,
     ) -> PyResult<Py<Future>> {
-        let (fut, completer) = Future::pending(py)?;
-        let (key, flags) = (master_key.map(Bytes::copy_from_slice), flags_of(flags)?);
-        let client = self.inner.clone();
-        let bookie = bookie.to_string();
-        py.detach(move || {
-            client.read(
-                &bookie,
-                ledger_id,
-                entry_id,
-                flags,
-                key,
-                completer.into_done(),
-            )
-        });
-        Ok(fut)
+        let key = master_key.map(Bytes::copy_from_slice);
+        let request = self
+            .inner
+            .read_request(bookie, ledger_id, entry_id, flags_of(flags)?, key);
+        self.submit(py, request)
     }
 
     #[pyo3(signature = (
@@ -122,23 +112,17 @@ impl PyBookieClient {
         flags: i64,
         master_key: Option<&[u8]>,
     ) -> PyResult<Py<Future>> {
-        let (fut, completer) = Future::pending(py)?;
-        let (key, flags) = (master_key.map(Bytes::copy_from_slice), flags_of(flags)?);
-        let client = self.inner.clone();
-        let bookie = bookie.to_string();
-        py.detach(move || {
-            client.batch_read(
-                &bookie,
-                ledger_id,
-                start_entry_id,
-                max_count,
-                max_size,
-                flags,
-                key,
-                completer.into_done(),
-            )
-        });
-        Ok(fut)
+        let key = master_key.map(Bytes::copy_from_slice);
+        let request = self.inner.batch_read_request(
+            bookie,
+            ledger_id,
+            start_entry_id,
+            max_count,
+            max_size,
+            flags_of(flags)?,
+            key,
+        );
+        self.submit(py, request)
     }
 
     fn close(&self) {

@@ -59,17 +59,28 @@ impl PyDigestManager {
         py: Python<'py>,
         entry: &[u8],
         entry_id: Option<i64>,
-    ) -> BkResult<(i64, i64, i64, Bound<'py, PyBytes>)> {
-        let v = self
-            .inner
-            .verify(&Bytes::copy_from_slice(entry), entry_id)?;
-        Ok((
-            v.entry_id,
-            v.last_add_confirmed,
-            v.length,
-            PyBytes::new(py, &v.payload),
-        ))
+    ) -> BkResult<VerifiedTuple<'py>> {
+        verify(py, &self.inner, entry, entry_id)
     }
+}
+
+/// A verified entry as Python sees it: `(entry_id, lac, ledger_length, payload)`.
+pub(crate) type VerifiedTuple<'py> = (i64, i64, i64, Bound<'py, PyBytes>);
+
+/// Checks a stored entry's digest (and its id, if given).
+pub(crate) fn verify<'py>(
+    py: Python<'py>,
+    digest: &DigestManager,
+    entry: &[u8],
+    entry_id: Option<i64>,
+) -> BkResult<VerifiedTuple<'py>> {
+    let v = digest.verify(&Bytes::copy_from_slice(entry), entry_id)?;
+    Ok((
+        v.entry_id,
+        v.last_add_confirmed,
+        v.length,
+        PyBytes::new(py, &v.payload),
+    ))
 }
 
 /// BookKeeper's ledger master key: SHA-1("ledger" + password).

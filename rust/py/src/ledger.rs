@@ -22,7 +22,7 @@ use pybkx_core::protocol::FLAG_NONE;
 use pybkx_core::runtime::runtime;
 
 use crate::client::{flags_of, PyBookieClient};
-use crate::digest::digest_manager;
+use crate::digest::{digest_manager, verify, VerifiedTuple};
 use crate::errors::{BkError, BkResult, RaisedByPython};
 use crate::future::{Future, ToPy};
 use crate::util::{deadline, payload, SignalCheck, SIGNAL_CHECK};
@@ -412,17 +412,8 @@ impl PyReadPlan {
         py: Python<'py>,
         entry: &[u8],
         entry_id: Option<i64>,
-    ) -> BkResult<(i64, i64, i64, Bound<'py, PyBytes>)> {
-        let v = self
-            .plan
-            .digest()
-            .verify(&Bytes::copy_from_slice(entry), entry_id)?;
-        Ok((
-            v.entry_id,
-            v.last_add_confirmed,
-            v.length,
-            PyBytes::new(py, &v.payload),
-        ))
+    ) -> BkResult<VerifiedTuple<'py>> {
+        verify(py, self.plan.digest(), entry, entry_id)
     }
 
     /// Reads and verifies entries `first..=last`; the future gives `(entries, batch_ok)`.

@@ -17,7 +17,7 @@ from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final, Protocol
 
 from pybkx import errors
 from pybkx.meta.embedded.liveness import (
@@ -32,12 +32,6 @@ from pybkx.meta.types import (
     LedgerWatcher,
     Versioned,
 )
-
-if TYPE_CHECKING:  # only types: locks.py builds on this module
-    from pybkx.meta.embedded.locks import (
-        FlockElection,
-        HeldFlock,
-    )
 
 logger = logging.getLogger(__name__)
 
@@ -212,6 +206,18 @@ def check_ledger_id(ledger_id: int) -> None:
 # The same names as the ZooKeeper backend accepts, so a setup moves between backends unchanged.
 
 
+class Releasable(Protocol):
+    """A held lock file the session releases when it closes (``locks.HeldFlock``)."""
+
+    def release(self) -> None: ...
+
+
+class Cancellable(Protocol):
+    """An election the session cancels when it closes (``locks.FlockElection``)."""
+
+    def cancel(self) -> None: ...
+
+
 class EmbeddedSession:
     """What every part of the embedded store shares: directory, connections, session."""
 
@@ -236,8 +242,8 @@ class EmbeddedSession:
         self._closing = False
         self._closed = False
         self._idle: list[sqlite3.Connection] = []
-        self._held: set[HeldFlock] = set()
-        self._elections: weakref.WeakSet[FlockElection] = weakref.WeakSet()
+        self._held: set[Releasable] = set()
+        self._elections: weakref.WeakSet[Cancellable] = weakref.WeakSet()
         self._ledger_watches: list[LedgerWatch] = []
         self._bookies_watches: list[BookiesWatch] = []
         self._rescan = True

@@ -255,15 +255,15 @@ pub fn run_with(
                     report.bytes += payload as u64;
                     let client = &clients[l as usize % clients.len()];
                     let (d, rx) = done::channel();
-                    client.add(
+                    let request = client.add_request(
                         bookie,
                         first_ledger + l as i64,
                         entry,
                         key.clone(),
                         body,
                         0,
-                        d,
                     );
+                    client.send(request, d);
                     window.push_back((since, rx));
                     report.requests += 1;
                 }
@@ -282,9 +282,9 @@ pub fn run_with(
                             .await;
                     let client = &clients[i as usize % clients.len()];
                     let (d, rx) = done::channel();
-                    match batch {
-                        None => client.read(bookie, ledger, next as i64, 0, None, d),
-                        Some(b) => client.batch_read(
+                    let request = match batch {
+                        None => client.read_request(bookie, ledger, next as i64, 0, None),
+                        Some(b) => client.batch_read_request(
                             bookie,
                             ledger,
                             next as i64,
@@ -292,9 +292,9 @@ pub fn run_with(
                             5 << 20,
                             0,
                             None,
-                            d,
                         ),
-                    }
+                    };
+                    client.send(request, d);
                     window.push_back((since, rx));
                     report.requests += 1;
                     next += step;

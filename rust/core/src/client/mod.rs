@@ -81,7 +81,7 @@ pub struct BookieClient {
 }
 
 /// One request ready to go: where, how it is matched, its frame and when it expires.
-struct Outgoing {
+pub struct Outgoing {
     bookie: String,
     key: Key,
     chunks: Vec<Bytes>,
@@ -102,112 +102,24 @@ impl BookieClient {
         &self.cfg
     }
 
-    /// Sends ADD of a packaged entry; `done` gets the outcome.
-    #[allow(clippy::too_many_arguments)]
-    pub fn add(
-        &self,
-        bookie: &str,
-        ledger: i64,
-        entry: i64,
-        master_key: Bytes,
-        body: Bytes,
-        flags: u16,
-        done: Done<ReplyResult>,
-    ) {
-        let out = self.add_request(bookie, ledger, entry, master_key, body, flags);
-        self.send_blocking(out, done);
-    }
-
-    /// Sends READ (entry -1: the bookie's last entry; fencing needs the master key).
-    pub fn read(
-        &self,
-        bookie: &str,
-        ledger: i64,
-        entry: i64,
-        flags: u16,
-        master_key: Option<Bytes>,
-        done: Done<ReplyResult>,
-    ) {
-        let out = self.read_request(bookie, ledger, entry, flags, master_key);
-        self.send_blocking(out, done);
-    }
-
-    /// Sends BATCH_READ_ENTRY with the limits as given, as Java's per-bookie client does (its
-    /// ledger handle, not this layer, caps `max_size` at the frame size it can receive).
-    #[allow(clippy::too_many_arguments)]
-    pub fn batch_read(
-        &self,
-        bookie: &str,
-        ledger: i64,
-        start_entry: i64,
-        max_count: i32,
-        max_size: i64,
-        flags: u16,
-        master_key: Option<Bytes>,
-        done: Done<ReplyResult>,
-    ) {
-        let out = self.batch_request(
-            bookie,
-            ledger,
-            start_entry,
-            max_count,
-            max_size,
-            flags,
-            master_key,
-        );
-        self.send_blocking(out, done);
-    }
-
-    /// [`add`](Self::add) for async callers: awaits room instead of blocking a thread.
-    #[allow(clippy::too_many_arguments)]
-    pub async fn add_async(
-        &self,
-        bookie: &str,
-        ledger: i64,
-        entry: i64,
-        master_key: Bytes,
-        body: Bytes,
-        flags: u16,
-    ) -> ReplyResult {
-        let out = self.add_request(bookie, ledger, entry, master_key, body, flags);
-        self.send_async(out).await
-    }
-
-    /// [`read`](Self::read) for async callers.
-    pub async fn read_async(
-        &self,
-        bookie: &str,
-        ledger: i64,
-        entry: i64,
-        flags: u16,
-        master_key: Option<Bytes>,
-    ) -> ReplyResult {
-        let out = self.read_request(bookie, ledger, entry, flags, master_key);
-        self.send_async(out).await
-    }
-
-    /// [`batch_read`](Self::batch_read) for async callers.
-    #[allow(clippy::too_many_arguments)]
-    pub async fn batch_read_async(
-        &self,
-        bookie: &str,
-        ledger: i64,
-        start_entry: i64,
-        max_count: i32,
-        max_size: i64,
-        flags: u16,
-        master_key: Option<Bytes>,
-    ) -> ReplyResult {
-        let out = self.batch_request(
-            bookie,
-            ledger,
-            start_entry,
-            max_count,
-            max_size,
-            flags,
-            master_key,
-        );
-        self.send_async(out).await
+    /// Sends a request; `done` gets the outcome. When the connection has no room the calling
+    /// thread waits for it (inside the runtime, through `block_in_place`), at most the
+    /// request's timeout.
+    pub fn send(&self, out: Outgoing, done: Done<ReplyResult>) {
+        let (conn, size) = match self.admit(&out) {
+            Ok(c) => c,
+            Err(e) => return done(Err(e)),
+        };
+        let deadline = Instant::now() + out.timeout;
+        let reserved = if tokio::runtime::Handle::try_current().is_ok() {
+            tokio::task::block_in_place(|| conn.reserve_blocking(size, deadline))
+        } else {
+            conn.reserve_blocking(size, deadline)
+        };
+        if !reserved {
+            return done(Err(conn.no_room_error(out.key)));
+        }
+        conn.enqueue(out.key, out.chunks, size, Waiter::new(done, deadline));
     }
 
     /// Closes every connection; waiting requests fail with `Closed`. Idempotent.
@@ -219,7 +131,8 @@ impl BookieClient {
         }
     }
 
-    fn add_request(
+    /// ADD of a packaged entry.
+    pub fn add_request(
         &self,
         bookie: &str,
         ledger: i64,
@@ -243,7 +156,8 @@ impl BookieClient {
         }
     }
 
-    fn read_request(
+    /// READ (entry -1: the bookie's last entry; fencing needs the master key).
+    pub fn read_request(
         &self,
         bookie: &str,
         ledger: i64,
@@ -265,8 +179,10 @@ impl BookieClient {
         }
     }
 
+    /// BATCH_READ_ENTRY with the limits as given, as Java's per-bookie client sends it (its
+    /// ledger handle, not this layer, caps `max_size` at the frame size it can receive).
     #[allow(clippy::too_many_arguments)]
-    fn batch_request(
+    pub fn batch_read_request(
         &self,
         bookie: &str,
         ledger: i64,
@@ -311,26 +227,8 @@ impl BookieClient {
         Ok((self.connection(&out.bookie)?, size))
     }
 
-    /// Queues the request once its connection has room, waiting on this thread (inside the
-    /// runtime, through `block_in_place`) for at most the request's timeout.
-    fn send_blocking(&self, out: Outgoing, done: Done<ReplyResult>) {
-        let (conn, size) = match self.admit(&out) {
-            Ok(c) => c,
-            Err(e) => return done(Err(e)),
-        };
-        let deadline = Instant::now() + out.timeout;
-        let reserved = if tokio::runtime::Handle::try_current().is_ok() {
-            tokio::task::block_in_place(|| conn.reserve_blocking(size, deadline))
-        } else {
-            conn.reserve_blocking(size, deadline)
-        };
-        if !reserved {
-            return done(Err(conn.no_room_error(out.key)));
-        }
-        conn.enqueue(out.key, out.chunks, size, Waiter::new(done, deadline));
-    }
-
-    async fn send_async(&self, out: Outgoing) -> ReplyResult {
+    /// Sends a request from async code: awaits room instead of blocking a thread.
+    pub async fn send_async(&self, out: Outgoing) -> ReplyResult {
         let (conn, size) = self.admit(&out)?;
         let deadline = Instant::now() + out.timeout;
         if !conn.reserve(size, deadline).await {
@@ -396,13 +294,8 @@ mod tests {
         for e in 0..50 {
             let body = dm.package(e, e - 1, (e + 1) * 5, b"hello");
             let tx = tx.clone();
-            client.add(
-                &addr,
-                3,
-                e,
-                key.clone(),
-                body,
-                0,
+            client.send(
+                client.add_request(&addr, 3, e, key.clone(), body, 0),
                 Box::new(move |r| {
                     let _ = tx.send(r);
                 }),
@@ -411,41 +304,66 @@ mod tests {
         for _ in 0..50 {
             assert_eq!(rx.recv().unwrap(), Ok(Reply::Added));
         }
-        let Ok(Reply::Entry(e)) = wait(|d| client.read(&addr, 3, 7, 0, None, d)) else {
+        let Ok(Reply::Entry(e)) =
+            wait(|d| client.send(client.read_request(&addr, 3, 7, 0, None), d))
+        else {
             panic!("read failed");
         };
         assert_eq!(
             dm.verify(&e, Some(7)).unwrap().payload,
             Bytes::from_static(b"hello")
         );
-        let Ok(Reply::Entry(last)) = wait(|d| client.read(&addr, 3, -1, 0, None, d)) else {
+        let Ok(Reply::Entry(last)) =
+            wait(|d| client.send(client.read_request(&addr, 3, -1, 0, None), d))
+        else {
             panic!("read -1 failed");
         };
         assert_eq!(dm.verify(&last, None).unwrap().entry_id, 49);
-        let Ok(Reply::Entries(batch)) =
-            wait(|d| client.batch_read(&addr, 3, 10, 5, 1 << 20, 0, None, d))
-        else {
+        let Ok(Reply::Entries(batch)) = wait(|d| {
+            client.send(
+                client.batch_read_request(&addr, 3, 10, 5, 1 << 20, 0, None),
+                d,
+            )
+        }) else {
             panic!("batch read failed");
         };
         assert_eq!(batch.len(), 5);
-        let missing = wait(|d| client.read(&addr, 3, 99, 0, None, d)).unwrap_err();
+        let missing =
+            wait(|d| client.send(client.read_request(&addr, 3, 99, 0, None), d)).unwrap_err();
         assert_eq!(missing.status(), Some(Status::NoEntry));
-        let no_ledger = wait(|d| client.read(&addr, 4, 0, 0, None, d)).unwrap_err();
+        let no_ledger =
+            wait(|d| client.send(client.read_request(&addr, 4, 0, 0, None), d)).unwrap_err();
         assert_eq!(no_ledger.status(), Some(Status::NoLedger));
         // Fencing read, then a normal add is refused and a recovery add accepted.
         let fence = protocol::FLAG_DO_FENCING;
-        assert!(wait(|d| client.read(&addr, 3, -1, fence, Some(key.clone()), d)).is_ok());
+        assert!(wait(|d| client.send(
+            client.read_request(&addr, 3, -1, fence, Some(key.clone())),
+            d
+        ))
+        .is_ok());
         let body = dm.package(50, 49, 255, b"hello");
-        let refused = wait(|d| client.add(&addr, 3, 50, key.clone(), body.clone(), 0, d));
+        let refused = wait(|d| {
+            client.send(
+                client.add_request(&addr, 3, 50, key.clone(), body.clone(), 0),
+                d,
+            )
+        });
         assert_eq!(refused.unwrap_err().status(), Some(Status::Fenced));
         let recovery = protocol::FLAG_RECOVERY_ADD;
         assert_eq!(
-            wait(|d| client.add(&addr, 3, 50, key.clone(), body, recovery, d)),
+            wait(|d| client.send(
+                client.add_request(&addr, 3, 50, key.clone(), body, recovery),
+                d
+            )),
             Ok(Reply::Added)
         );
         let wrong = Bytes::copy_from_slice(&master_key(b"nope"));
-        let unauthorized =
-            wait(|d| client.add(&addr, 3, 51, wrong, dm.package(51, 50, 260, b"x"), 0, d));
+        let unauthorized = wait(|d| {
+            client.send(
+                client.add_request(&addr, 3, 51, wrong, dm.package(51, 50, 260, b"x"), 0),
+                d,
+            )
+        });
         assert_eq!(
             unauthorized.unwrap_err().status(),
             Some(Status::Unauthorized)
@@ -464,7 +382,7 @@ mod tests {
         let addr = listener.local_addr().unwrap().to_string();
         drop(listener);
         assert!(matches!(
-            wait(|d| client.read(&addr, 1, 0, 0, None, d)),
+            wait(|d| client.send(client.read_request(&addr, 1, 0, 0, None), d)),
             Err(ClientError::Unavailable { .. })
         ));
 
@@ -476,7 +394,7 @@ mod tests {
             ..client_config()
         });
         assert!(matches!(
-            wait(|d| client.read(&addr, 1, 0, 0, None, d)),
+            wait(|d| client.send(client.read_request(&addr, 1, 0, 0, None), d)),
             Err(ClientError::Timeout { .. })
         ));
     }
@@ -495,7 +413,7 @@ mod tests {
         let key = Bytes::from_static(&[0u8; 20]);
         let too_big = Bytes::from(vec![0u8; 64 << 10]);
         assert!(matches!(
-            wait(|d| client.add(&addr, 1, 0, key.clone(), too_big, 0, d)),
+            wait(|d| client.send(client.add_request(&addr, 1, 0, key.clone(), too_big, 0), d)),
             Err(ClientError::TooLarge { .. })
         ));
         // Far more than socket buffers plus the high-water mark: later sends find no room and
@@ -505,13 +423,8 @@ mod tests {
         let started = Instant::now();
         for e in 0..150 {
             let tx = tx.clone();
-            client.add(
-                &addr,
-                1,
-                e,
-                key.clone(),
-                body.clone(),
-                0,
+            client.send(
+                client.add_request(&addr, 1, e, key.clone(), body.clone(), 0),
                 Box::new(move |r| {
                     let _ = tx.send(r);
                 }),

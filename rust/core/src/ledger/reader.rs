@@ -223,17 +223,16 @@ async fn read_batch(
     let mut dropped = 0;
     let replicas = plan.replicas(start, &opts.avoid);
     for bookie in &replicas {
-        let reply = client
-            .batch_read_async(
-                bookie,
-                plan.ledger,
-                start,
-                want,
-                plan.max_batch_bytes,
-                opts.flags,
-                opts.master_key.clone(),
-            )
-            .await;
+        let request = client.batch_read_request(
+            bookie,
+            plan.ledger,
+            start,
+            want,
+            plan.max_batch_bytes,
+            opts.flags,
+            opts.master_key.clone(),
+        );
+        let reply = client.send_async(request).await;
         match reply {
             Ok(Reply::Entries(entries)) if !entries.is_empty() => {
                 let verified: Result<Vec<ReadEntry>, _> = entries
@@ -328,10 +327,14 @@ impl ReadOne {
         let mut corrupt: Vec<&str> = Vec::new();
         let mut missing = 0;
         for bookie in &self.replicas {
-            let reply = self
-                .client
-                .read_async(bookie, ledger, entry, self.flags, self.master_key.clone())
-                .await;
+            let request = self.client.read_request(
+                bookie,
+                ledger,
+                entry,
+                self.flags,
+                self.master_key.clone(),
+            );
+            let reply = self.client.send_async(request).await;
             match reply {
                 Ok(Reply::Entry(body)) => match verify(&self.digest, &body, entry) {
                     Ok(v) => return Ok(v),

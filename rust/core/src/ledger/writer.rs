@@ -308,19 +308,18 @@ impl LedgerWriter {
         let Some(me) = self.me.upgrade() else {
             return;
         };
-        let done: Done<ReplyResult> = Box::new(move |result| {
-            me.on_response(index, generation, bookie, entry, result);
-        });
-        let target = self.state.lock().ensemble[index].clone();
-        self.client.add(
-            &target,
+        let request = self.client.add_request(
+            &bookie,
             self.ledger,
             entry,
             self.master_key.clone(),
             body,
             self.flags,
-            done,
         );
+        let done: Done<ReplyResult> = Box::new(move |result| {
+            me.on_response(index, generation, bookie, entry, result);
+        });
+        self.client.send(request, done);
     }
 
     fn on_response(

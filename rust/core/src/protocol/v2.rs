@@ -106,6 +106,34 @@ pub enum Request {
     },
 }
 
+impl Response {
+    /// Bytes the response takes on the wire (frame length included), without encoding it.
+    pub fn wire_len(&self) -> usize {
+        4 + match self {
+            Response::Add { .. } => RESPONSE_HEADER_LEN,
+            Response::Read { body, .. } => RESPONSE_HEADER_LEN + body.len(),
+            Response::BatchRead { entries, .. } => {
+                RESPONSE_HEADER_LEN + 8 + entries.iter().map(|e| 4 + e.len()).sum::<usize>()
+            }
+            Response::Auth { message, .. } => {
+                let name = message.plugin_name.len();
+                let payload = message.payload.len();
+                4 + 2 + varint_len(name as u64) + name + varint_len(payload as u64) + payload
+            }
+        }
+    }
+}
+
+/// Bytes of `v` as a protobuf varint.
+fn varint_len(mut v: u64) -> usize {
+    let mut n = 1;
+    while v >= 0x80 {
+        v >>= 7;
+        n += 1;
+    }
+    n
+}
+
 impl Request {
     pub fn header(&self) -> PacketHeader {
         match self {
@@ -821,6 +849,8 @@ mod tests {
             for c in frames.take() {
                 wire.extend_from_slice(&c);
             }
+            // The size the server accounts for a queued response is what it writes.
+            prop_assert_eq!(resp.wire_len(), wire.len());
             let body = take_frame(&mut wire, usize::MAX).unwrap().unwrap();
             prop_assert!(wire.is_empty());
             prop_assert_eq!(decode_response(body).unwrap(), resp);

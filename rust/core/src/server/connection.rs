@@ -13,7 +13,7 @@
 //!   bookie at most about one high-water mark (plus one frame), whatever it sends.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,8 +22,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::TcpStream;
-use tokio::sync::{mpsc, watch, Notify};
+use tokio::sync::{mpsc, watch};
 
+use super::outbox::{Outbox, Reply, Slot, Usage};
 use super::{v2, Shared};
 use crate::net::write_all_chunks;
 use crate::protocol::{self, OutFrames, ProtocolError};
@@ -35,97 +36,6 @@ const MAX_WRITE_BATCH: usize = 1 << 20;
 const PAUSE_RECHECK: Duration = Duration::from_millis(10);
 /// How long a stopping connection waits for its client to close after the server sent FIN.
 const LINGER_AFTER_STOP: Duration = Duration::from_secs(30);
-
-/// A response on its way to the writer, in the protocol version of its request.
-pub(super) enum Reply {
-    V2(crate::protocol::v2::Response),
-}
-
-/// Which in-flight limit a reply releases.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(super) enum Slot {
-    Add,
-    Read,
-    None,
-}
-
-impl Reply {
-    fn wire_len(&self) -> usize {
-        match self {
-            Reply::V2(r) => v2::response_wire_len(r),
-        }
-    }
-
-    fn slot(&self) -> Slot {
-        match self {
-            Reply::V2(r) => v2::response_slot(r),
-        }
-    }
-
-    fn encode(&self, out: &mut OutFrames) {
-        match self {
-            Reply::V2(r) => protocol::v2::encode_response(r, out),
-        }
-    }
-}
-
-/// What a connection holds now.
-#[derive(Default)]
-struct Usage {
-    adds: AtomicUsize,
-    reads: AtomicUsize,
-    queued_bytes: AtomicUsize,
-    /// Signalled when the writer has written (queued bytes fell).
-    drained: Notify,
-}
-
-/// The sending side of a connection, cloned into every pending completion.
-#[derive(Clone)]
-pub(super) struct Outbox {
-    tx: mpsc::UnboundedSender<Reply>,
-    usage: Arc<Usage>,
-    shared: Arc<Shared>,
-}
-
-impl Outbox {
-    pub(super) fn shared(&self) -> &Arc<Shared> {
-        &self.shared
-    }
-
-    /// Counts one more add in flight; false if the connection is past its limit (the request
-    /// still counts until its rejection is written).
-    pub(super) fn admit(&self, slot: Slot) -> bool {
-        let (count, max) = match slot {
-            Slot::Add => (&self.usage.adds, self.shared.cfg.max_pending_adds),
-            Slot::Read => (&self.usage.reads, self.shared.cfg.max_pending_reads),
-            Slot::None => return true,
-        };
-        let admitted = count.fetch_add(1, Ordering::AcqRel) < max;
-        if !admitted {
-            self.shared.stats.rejected_requests.inc();
-        }
-        admitted
-    }
-
-    /// Queues a response. Fails silently only when the connection is gone: nothing to answer.
-    pub(super) fn send(&self, reply: Reply) {
-        let n = reply.wire_len();
-        self.usage.queued_bytes.fetch_add(n, Ordering::AcqRel);
-        self.shared.stats.response_bytes_queued.add(n as u64);
-        if self.tx.send(reply).is_err() {
-            self.usage.queued_bytes.fetch_sub(n, Ordering::AcqRel);
-            self.shared.stats.response_bytes_queued.sub(n as u64);
-        }
-    }
-
-    /// Whether this connection must stop reading: its queue at `mark`, or the server's total
-    /// budget spent while it has responses waiting.
-    fn over(&self, mark: usize) -> bool {
-        let mine = self.usage.queued_bytes.load(Ordering::Acquire);
-        let total = self.shared.stats.response_bytes_queued.get() as usize;
-        mine >= mark.max(1) || (mine > 0 && total >= self.shared.cfg.response_buffer_total_bytes)
-    }
-}
 
 pub(super) async fn serve_connection(
     stream: TcpStream,

@@ -11,6 +11,7 @@
 mod connection;
 mod dispatch;
 mod listener;
+mod outbox;
 mod v2;
 
 use std::collections::HashMap;

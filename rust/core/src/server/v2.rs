@@ -4,8 +4,8 @@
 
 use bytes::Bytes;
 
-use super::connection::{Outbox, Reply, Slot};
 use super::dispatch::{self, Add};
+use super::outbox::{Outbox, Reply, Slot};
 use crate::protocol::v2::{
     decode_request, AuthMessage, PacketHeader, Request, Response, CURRENT_PROTOCOL_VERSION,
     RESPONSE_HEADER_LEN,
@@ -20,29 +20,22 @@ use crate::storage::RangeLimits;
 /// counts it against `maxSize`.
 const BATCH_RESPONSE_FIXED_LEN: usize = 4 + RESPONSE_HEADER_LEN + 8;
 
-/// Bytes the response takes on the wire (frame length included).
-pub(super) fn response_wire_len(r: &Response) -> usize {
-    4 + match r {
-        Response::Add { .. } => RESPONSE_HEADER_LEN,
-        Response::Read { body, .. } => RESPONSE_HEADER_LEN + body.len(),
-        Response::BatchRead { entries, .. } => {
-            RESPONSE_HEADER_LEN + 8 + entries.iter().map(|e| 4 + e.len()).sum::<usize>()
-        }
-        Response::Auth { message, .. } => 8 + message.plugin_name.len() + message.payload.len() + 4,
-    }
-}
-
-/// Which in-flight limit the response releases once written.
-pub(super) fn response_slot(r: &Response) -> Slot {
-    match r {
-        Response::Add { .. } => Slot::Add,
-        Response::Read { .. } | Response::BatchRead { .. } => Slot::Read,
-        Response::Auth { .. } => Slot::None,
-    }
-}
-
 fn send(outbox: &Outbox, r: Response) {
     outbox.send(Reply::V2(r));
+}
+
+/// Admits a request against the connection's in-flight limit (it counts until its response is
+/// written, rejected or not) and checks its protocol version: the status to answer it with at
+/// once, if it may not run.
+fn admit(outbox: &Outbox, slot: Slot, header: PacketHeader) -> Result<(), Status> {
+    let admitted = outbox.admit(slot);
+    if !header.version_is_compatible() {
+        return Err(Status::BadVersion);
+    }
+    if !admitted {
+        return Err(Status::TooManyRequests);
+    }
+    Ok(())
 }
 
 /// Decodes one V2 frame and runs it. A frame that does not decode closes the connection.
@@ -70,12 +63,8 @@ fn handle(req: Request, outbox: &Outbox) {
                 ledger,
                 entry,
             };
-            let admitted = outbox.admit(Slot::Add);
-            if !header.version_is_compatible() {
-                return send(outbox, reply(Status::BadVersion));
-            }
-            if !admitted {
-                return send(outbox, reply(Status::TooManyRequests));
+            if let Err(status) = admit(outbox, Slot::Add, header) {
+                return send(outbox, reply(status));
             }
             if shared.read_only.load(std::sync::atomic::Ordering::Relaxed)
                 && !header.has(FLAG_HIGH_PRIORITY)
@@ -117,12 +106,8 @@ fn handle(req: Request, outbox: &Outbox) {
                     body,
                 }
             };
-            let admitted = outbox.admit(Slot::Read);
-            if !header.version_is_compatible() {
-                return send(outbox, reply(Err(Status::BadVersion)));
-            }
-            if !admitted {
-                return send(outbox, reply(Err(Status::TooManyRequests)));
+            if let Err(status) = admit(outbox, Slot::Read, header) {
+                return send(outbox, reply(Err(status)));
             }
             let storage = shared.storage.clone();
             let out = outbox.clone();
@@ -158,12 +143,8 @@ fn handle(req: Request, outbox: &Outbox) {
                     entries,
                 }
             };
-            let admitted = outbox.admit(Slot::Read);
-            if !header.version_is_compatible() {
-                return send(outbox, reply(Err(Status::BadVersion)));
-            }
-            if !admitted {
-                return send(outbox, reply(Err(Status::TooManyRequests)));
+            if let Err(status) = admit(outbox, Slot::Read, header) {
+                return send(outbox, reply(Err(status)));
             }
             let max_size = usize::try_from(max_size)
                 .unwrap_or(0)

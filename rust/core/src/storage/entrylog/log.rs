@@ -1,22 +1,28 @@
-//! One entry log file: creation with its header, buffered appends, and sealing (the ledgers
-//! map appended and its offset written into the header). It never chooses a directory.
+//! One entry log file: creation with its header, buffered appends, sealing (the ledgers map
+//! appended and its offset written into the header), and reading the map back (or rebuilding it
+//! by scanning an unsealed log). It never chooses a directory.
 
 use std::fs::File;
+use std::io::Read;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::ledgers_map::{encode_ledgers_map, LedgersMap};
+use super::ledgers_map::{decode_ledgers_map, encode_ledgers_map, LedgersMap};
 use super::location::log_name;
 use crate::error::{IoContext, Result};
 use crate::fs;
-use crate::record::{append_record, file_header, FILE_HEADER_LEN};
+use crate::record::{
+    append_record, be_u32, be_u64, check_file_header, file_header, verify_record, RecordReader,
+    ScanEnd, FILE_HEADER_LEN, RECORD_HEADER_LEN,
+};
 
-pub(super) const LOG_MAGIC: &[u8; 8] = b"PBKXELOG";
-pub(super) const LOG_VERSION: u32 = 1;
+const LOG_MAGIC: &[u8; 8] = b"PBKXELOG";
+const LOG_VERSION: u32 = 1;
 /// The header's spare field holds the ledgers-map offset once the log is sealed.
-pub(super) const MAP_OFFSET_AT: u64 = 24;
+const MAP_OFFSET_AT: u64 = 24;
 /// Ledger id of the ledgers-map record; real ledger ids are non-negative i64.
-pub(super) const MAP_MARKER: u64 = u64::MAX;
+const MAP_MARKER: u64 = u64::MAX;
 
 /// The log being appended to.
 pub(super) struct ActiveLog {
@@ -92,4 +98,58 @@ impl ActiveLog {
         )?;
         fs::fdatasync(&self.file, &self.path)
     }
+}
+
+/// Reads a log's ledgers map from its seal, or rebuilds it by scanning the records.
+pub fn read_ledgers_map(path: &Path) -> Result<LedgersMap> {
+    let mut file = fs::open_read(path)?;
+    let mut header = [0u8; FILE_HEADER_LEN];
+    if file.read_exact(&mut header).is_err() {
+        // Created but never given its header (a crash at rollover): it holds no entries.
+        return Ok(LedgersMap::new());
+    }
+    check_file_header(&header, LOG_MAGIC, LOG_VERSION, "entry log")?;
+    let map_offset = be_u64(&header[MAP_OFFSET_AT as usize..]);
+    if map_offset != 0 {
+        let file_len = file
+            .metadata()
+            .ctx(|| format!("reading the size of {}", path.display()))?
+            .len();
+        let mut tail = vec![0u8; file_len.saturating_sub(map_offset) as usize];
+        let sealed = file
+            .read_exact_at(&mut tail, map_offset)
+            .ok()
+            .and_then(|_| {
+                let len = be_u32(tail.get(0..4)?) as usize;
+                let body = verify_record(tail.get(..RECORD_HEADER_LEN + len)?, String::new).ok()?;
+                (be_u64(&body[0..8]) == MAP_MARKER).then(|| decode_ledgers_map(&body[16..]))?
+            });
+        if let Some(map) = sealed {
+            return Ok(map);
+        }
+        log::warn!(
+            "entry log {}: unreadable ledgers map, scanning",
+            path.display()
+        );
+    }
+    let mut reader = RecordReader::new(file, FILE_HEADER_LEN as u64, path.display().to_string());
+    let mut map = LedgersMap::new();
+    loop {
+        match reader.next_record()? {
+            Ok(rec) if rec.body.len() >= 16 => {
+                let ledger = be_u64(&rec.body[0..8]);
+                if ledger == MAP_MARKER {
+                    break;
+                }
+                *map.entry(ledger).or_insert(0) += rec.size;
+            }
+            Ok(_) => break,
+            Err(ScanEnd::Torn(why)) => {
+                log::warn!("entry log {}: scan stopped: {why}", path.display());
+                break;
+            }
+            Err(_) => break,
+        }
+    }
+    Ok(map)
 }

@@ -18,8 +18,9 @@ use std::sync::Arc;
 use bytes::Bytes;
 use parking_lot::{Mutex, RwLock};
 
-pub use ledgers_map::{read_ledgers_map, LedgersMap};
+pub use ledgers_map::LedgersMap;
 pub use location::{log_name, Location};
+pub use log::read_ledgers_map;
 
 use crate::error::{Result, StorageError};
 use crate::fs;

@@ -1,0 +1,34 @@
+"""What the parts of the client (handles, ensemble changes, recovery) need from the client that
+owns them: its configuration, metadata store, placement policy, bookie connections and failure
+dispatcher. A protocol only, so those parts never import ``BookKeeper`` itself."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from pybkx._core import BookieClient
+from pybkx.client.failures import FailureDispatcher
+from pybkx.config import ClientConfig
+from pybkx.meta import MetadataStore
+from pybkx.placement import EnsemblePlacementPolicy
+
+__all__ = ["ClientContext"]
+
+
+class ClientContext(Protocol):
+    """A ``BookKeeper`` as its ledgers see it."""
+
+    config: ClientConfig
+    store: MetadataStore
+    placement: EnsemblePlacementPolicy
+    bookies: BookieClient
+    failures: FailureDispatcher
+
+    def address_of(self, bookie_id: str) -> str:
+        """``host:port`` to connect to for a bookie id."""
+        ...
+
+    @property
+    def registered_bookies(self) -> frozenset[str]:
+        """The bookie ids registered now (writable or read-only)."""
+        ...

@@ -1,0 +1,102 @@
+"""The arrows allowed between the parts of the house (docs/architecture.md), checked against the
+imports of the code. Owns no behaviour; it fails when an import crosses a line it must not."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "python" / "pybkx"
+CORE = ROOT / "rust" / "core"
+
+# part -> the pybkx modules (prefixes) it may import; anything else of pybkx is forbidden.
+ALLOWED: dict[str, tuple[str, ...]] = {
+    "config": ("pybkx.config", "pybkx.errors"),
+    "errors": (),
+    "meta": ("pybkx.meta", "pybkx.config", "pybkx.errors"),
+    "placement": ("pybkx.placement", "pybkx.config", "pybkx.errors"),
+    "client": (
+        "pybkx.client",
+        "pybkx.meta",
+        "pybkx.placement",
+        "pybkx.config",
+        "pybkx.errors",
+        "pybkx._core",
+    ),
+    "bookie": ("pybkx.bookie", "pybkx.meta", "pybkx.config", "pybkx.errors", "pybkx._core"),
+}
+
+
+def imports_of(path: Path) -> set[str]:
+    """The absolute pybkx modules a Python file imports (at any depth, typing-only too)."""
+    tree = ast.parse(path.read_text(), str(path))
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.startswith("pybkx"))
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module == "pybkx":  # from pybkx import errors
+                found.update(f"pybkx.{a.name}" for a in node.names)
+            elif node.module.startswith("pybkx"):
+                found.add(node.module)
+    return found
+
+
+def part_files(part: str) -> list[Path]:
+    folder = PACKAGE / part
+    return sorted(folder.rglob("*.py")) if folder.is_dir() else [PACKAGE / f"{part}.py"]
+
+
+@pytest.mark.parametrize("part", sorted(ALLOWED))
+def test_python_parts_import_only_what_they_may(part: str) -> None:
+    allowed = ALLOWED[part]
+    bad = [
+        f"{path.relative_to(ROOT)} imports {module}"
+        for path in part_files(part)
+        for module in sorted(imports_of(path))
+        if not any(module == a or module.startswith(a + ".") for a in allowed)
+    ]
+    assert not bad, "\n".join(bad)
+
+
+def test_importing_pybkx_starts_no_thread_and_loads_no_backend() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, threading, pybkx\n"
+        "assert threading.active_count() == 1, threading.enumerate()\n"
+        "assert 'kazoo' not in sys.modules and 'sqlite3' not in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_the_rust_core_has_no_python_in_it() -> None:
+    manifest = (CORE / "Cargo.toml").read_text()
+    assert "pyo3" not in manifest
+    sources = list((CORE / "src").rglob("*.rs"))
+    assert sources
+    assert not [p for p in sources if "pyo3" in p.read_text()]
+
+
+RUST_NEVER = {
+    "storage": ("server", "client", "ledger"),
+    "ledger": ("server", "storage"),
+    "client": ("server", "storage", "ledger"),
+    "protocol": ("server", "storage", "client", "ledger"),
+}
+
+
+@pytest.mark.parametrize("part", sorted(RUST_NEVER))
+def test_rust_parts_never_reach_upward(part: str) -> None:
+    pattern = re.compile(r"crate::(" + "|".join(RUST_NEVER[part]) + r")\b")
+    bad = [
+        f"{p.relative_to(ROOT)}: {m.group(0)}"
+        for p in sorted((CORE / "src" / part).rglob("*.rs"))
+        for m in pattern.finditer(p.read_text())
+    ]
+    assert not bad, "\n".join(bad)
