@@ -24,7 +24,7 @@ export PYO3_PYTHON := $(VENV_ABS)/bin/python
 PY_LIBDIR := $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_config_var("LIBDIR") or "")')
 CARGO_TEST_ENV := LD_LIBRARY_PATH="$(PY_LIBDIR)$${LD_LIBRARY_PATH:+:$$LD_LIBRARY_PATH}"
 
-.PHONY: help venv deps build lint test demo bench bench-suite bench-compare clean distclean
+.PHONY: help venv deps build lint test demo bench bench-suite bench-compare bench-builds clean distclean
 
 help:
 	@echo "make demo   build everything, then run the cluster demo (pybkx demo)"
@@ -33,6 +33,7 @@ help:
 	@echo "make bench-suite    pytest-benchmark suite: micro (codec, CRC32C, journal, index), system"
 	@echo "make bench-compare  pybkx vs the Java bookie side by side -> bench/results/"
 	@echo "                    (BENCH_ARGS=--quick for a short run; see python -m bench.compare -h)"
+	@echo "make bench-builds OTHER=DIR   this tree beside another built tree and the Java bookie"
 	@echo "make venv | deps | build | lint | clean | distclean"
 
 venv: $(DEPS_STAMP)
@@ -111,6 +112,12 @@ bench-suite: venv build
 BENCH_ARGS ?=
 bench-compare: venv deps build $(BENCH_STAMP)
 	$(VPY) -m bench.compare $(BENCH_ARGS)
+
+# This tree beside another build of pybkx (OTHER=path of a built source tree) and the Java bookie.
+OTHER ?=
+bench-builds: venv deps build $(BENCH_STAMP)
+	@test -n "$(OTHER)" || { echo "usage: make bench-builds OTHER=/path/to/other/pybkx/tree"; exit 2; }
+	$(VPY) -m bench.builds --other "$(OTHER)" $(BENCH_ARGS)
 
 clean:
 	cargo clean

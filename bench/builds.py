@@ -102,7 +102,9 @@ def bookie_rounds(
                     in_flight=1000,
                 )
                 next_ledger += ledgers
-                figures.add(system, f"add {size} B x{ledgers}", report["entries"] / report["seconds"])
+                figures.add(
+                    system, f"add {size} B x{ledgers}", report["entries"] / report["seconds"]
+                )
             report = run_load(address, "read", ledger_id=READ_LEDGER, count=reads, in_flight=64)
             figures.add(system, "single reads", report["entries"] / report["seconds"])
             report = run_load(
@@ -214,14 +216,16 @@ def render(figures: Figures, meta: dict[str, Any]) -> str:
         lines.append(
             f"| {case} | {figures.median('now', case):,.0f} | "
             f"{figures.median('before', case):,.0f} | {figures.ratio('now', 'before', case):.2f} | "
-            + (f"{figures.ratio('now', 'java', case):.2f} | " if java else "– | ")
-            + (f"{figures.ratio('before', 'java', case):.2f} |" if java else "– |")
+            + (f"{figures.ratio('now', 'java', case):.2f} | " if java else "- | ")
+            + (f"{figures.ratio('before', 'java', case):.2f} |" if java else "- |")
         )
     return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.builds", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.builds", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("--other", type=Path, required=True, help="the other build's source tree")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="smaller counts")
@@ -230,11 +234,15 @@ def main(argv: list[str] | None = None) -> int:
     other = (args.other / "python").resolve()
     if not (other / "pybkx").is_dir():
         parser.error(f"{other / 'pybkx'} is not a pybkx package")
-    counts = {100: 50_000, 1024: 50_000, 16384: 5_000} if args.quick else {
-        100: 200_000,
-        1024: 200_000,
-        16384: 25_000,
-    }
+    counts = (
+        {100: 50_000, 1024: 50_000, 16384: 5_000}
+        if args.quick
+        else {
+            100: 200_000,
+            1024: 200_000,
+            16384: 25_000,
+        }
+    )
     reads = 200_000 if args.quick else 1_000_000
     client_count = 20_000 if args.quick else 100_000
     figures = Figures()

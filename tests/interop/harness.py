@@ -44,12 +44,24 @@ class HarnessError(Exception):
 class Process:
     """A child process whose stdout and stderr go to ``log``."""
 
-    def __init__(self, name: str, argv: list[str], log: Path, cwd: Path | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        argv: list[str],
+        log: Path,
+        cwd: Path | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.name = name
         self.log = log
         with log.open("ab") as out:
             self.popen = subprocess.Popen(
-                argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=cwd
+                argv,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                cwd=cwd,
+                env=env,
             )
 
     @property
@@ -230,10 +242,13 @@ def start_java_bookie(
     return process, f"127.0.0.1:{port}"
 
 
-def start_pybkx_bookie(workdir: Path, extra_conf: str = "") -> tuple[Process, str]:
+def start_pybkx_bookie(
+    workdir: Path, extra_conf: str = "", pythonpath: Path | None = None
+) -> tuple[Process, str]:
     """A pybkx bookie (``pybkx bookie --conf``, standalone) and its address.
 
-    ``extra_conf`` is appended to its properties file.
+    ``extra_conf`` is appended to its properties file. ``pythonpath``: run the pybkx package
+    found there (another build) instead of this one.
     """
     executable = Path(sys.executable).with_name("pybkx")
     if not executable.exists():
@@ -249,6 +264,10 @@ def start_pybkx_bookie(workdir: Path, extra_conf: str = "") -> tuple[Process, st
         "allowLoopback=true\n" + extra_conf
     )
     argv = [str(executable), "bookie", "--conf", str(config)]
-    process = Process("pybkx-bookie", argv, workdir / "pybkx-bookie.log")
+    env = None
+    if pythonpath is not None:
+        argv = [sys.executable, "-m", "pybkx", "bookie", "--conf", str(config)]
+        env = {**os.environ, "PYTHONPATH": str(pythonpath)}
+    process = Process("pybkx-bookie", argv, workdir / "pybkx-bookie.log", env=env)
     wait_until(process, lambda: accepts(port), "accepting connections")
     return process, f"127.0.0.1:{port}"
