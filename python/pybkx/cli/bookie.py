@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from pybkx.cli.logs import LOG_FORMAT
+from pybkx.cli import logs
 from pybkx.config import ConfigError, ServerConfig
 
 
@@ -52,7 +52,7 @@ def bookie_command(
         "forceReadOnlyBookie": True if readonly else None,
     }
     overrides = {key: value for key, value in flags.items() if value is not None}
-    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT, stream=sys.stdout)
+    logs.configure(logging.INFO, sys.stdout)
     try:
         config = ServerConfig.load(conf_path, overrides)
     except ConfigError as exc:

@@ -4,12 +4,16 @@ running loop from the Rust future's completion callback. No thread per call, no 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Generator
-from typing import Any
+import functools
+from collections.abc import Callable, Generator
+from concurrent.futures import Executor
+from typing import Any, TypeVar
 
 from pybkx._core import Future
 
-__all__ = ["await_future", "wrap"]
+_T = TypeVar("_T")
+
+__all__ = ["await_future", "run_blocking", "wrap"]
 
 
 def wrap(future: Future, loop: asyncio.AbstractEventLoop | None = None) -> asyncio.Future[Any]:
@@ -37,3 +41,10 @@ def wrap(future: Future, loop: asyncio.AbstractEventLoop | None = None) -> async
 def await_future(future: Future) -> Generator[Any, None, Any]:
     """What ``Future.__await__`` returns: the iterator of an asyncio future wrapping it."""
     return wrap(future).__await__()
+
+
+async def run_blocking(executor: Executor, fn: Callable[..., _T], *args: Any) -> _T:
+    """Run a blocking control-plane call (metadata, recovery) on the client's bounded pool and
+    await it: the event loop never blocks, and no thread is made per call."""
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(executor, functools.partial(fn, *args))
