@@ -310,11 +310,15 @@ impl PyLedgerWriter {
         entry_id: Option<i64>,
     ) -> PyResult<Py<Future>> {
         let data = crate::util::payload(payload)?;
-        let (inner, throttle) = (self.inner.clone(), self.throttle);
-        Self::interruptible(py, |interrupt| inner.wait_for_room(throttle, interrupt))?;
         let (fut, completer) = Future::pending(py)?;
-        let inner = self.inner.clone();
-        py.detach(move || inner.append_with_id(entry_id, data, completer.into_done()));
+        let (inner, throttle) = (self.inner.clone(), self.throttle);
+        // One release of the GIL for both the wait for room and the send (which may wait for
+        // room on the connection): half the GIL traffic of a pipelined append.
+        Self::interruptible(py, move |interrupt| {
+            inner.wait_for_room(throttle, interrupt)?;
+            inner.append_with_id(entry_id, data, completer.into_done());
+            Ok(())
+        })?;
         Ok(fut)
     }
 

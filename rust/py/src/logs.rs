@@ -81,9 +81,13 @@ fn drain(rx: Receiver<Record>) {
         let delivered = Python::try_attach(|py| -> PyResult<()> {
             let dropped = BRIDGE.dropped.swap(0, Ordering::Relaxed);
             let logging = py.import("logging")?;
+            // `pybkx_core::ledger::reader` logs as `pybkx.core.ledger.reader`: one hierarchy
+            // with the Python side's loggers, configurable by prefix.
             let name = format!(
                 "pybkx.core.{}",
-                rec.target.trim_start_matches("pybkx_core::")
+                rec.target
+                    .trim_start_matches("pybkx_core::")
+                    .replace("::", ".")
             );
             let logger = match loggers.get(&name) {
                 Some(l) => l.clone_ref(py),
