@@ -63,7 +63,7 @@ def test_iteration_streams_every_entry_in_order(bk: pybkx.BookKeeper, written: i
     assert [e.entry_id for e in rh] == list(range(COUNT))
     some = list(rh.entries(7, 1_234, batch_entries=100, read_ahead=3))
     assert [e.payload for e in some] == [payload(i) for i in range(7, 1_235)]
-    assert list(rh.entries(5, 5, batch_entries=1, read_ahead=0))[0].payload == payload(5)
+    assert [e.payload for e in rh.entries(5, 5, batch_entries=1, read_ahead=0)] == [payload(5)]
     with pytest.raises(errors.ReadException):
         list(rh.entries(0, COUNT))  # beyond the LAC
     with pytest.raises(errors.IncorrectParameterException):
@@ -212,9 +212,8 @@ def test_no_bookies_says_where_the_client_looked_and_what_to_do(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("PYBKX_HOME", str(tmp_path))
-    with pybkx.BookKeeper() as bk:
-        with pytest.raises(errors.NotEnoughBookiesException) as caught:
-            bk.create_ledger()
+    with pybkx.BookKeeper() as bk, pytest.raises(errors.NotEnoughBookiesException) as caught:
+        bk.create_ledger()
     message = str(caught.value)
     assert f"embedded://{tmp_path / 'metadata'}" in message
     assert "0 writable" in message and "pybkx sandbox" in message
