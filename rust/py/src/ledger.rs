@@ -347,8 +347,11 @@ impl PyLedgerWriter {
     }
 
     /// Fails every pending and later append with `exception` (its class and message).
-    fn fail(&self, exception: &Bound<'_, PyAny>) -> PyResult<()> {
-        self.inner.fail(RaisedByPython::capture(exception)?);
+    fn fail(&self, py: Python<'_>, exception: &Bound<'_, PyAny>) -> PyResult<()> {
+        let error = RaisedByPython::capture(exception)?;
+        // Failing runs the completions of every pending append; none may wait for the GIL.
+        let inner = self.inner.clone();
+        py.detach(move || inner.fail(error));
         Ok(())
     }
 

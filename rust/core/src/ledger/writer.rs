@@ -11,7 +11,7 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use bytes::Bytes;
-use parking_lot::{Condvar, Mutex};
+use parking_lot::{Condvar, Mutex, MutexGuard};
 
 use super::{check_quorums, write_set, LedgerError};
 use crate::client::{BookieClient, ClientError, ReplyResult};
@@ -294,7 +294,9 @@ impl LedgerWriter {
         let mut st = batch.0.lock();
         while st.outstanding > 0 {
             batch.1.wait_for(&mut st, INTERRUPT_CHECK);
-            if st.outstanding > 0 && interrupt() {
+            // Never ask with a lock held: asking may take the GIL, and a thread holding the
+            // GIL may be completing appends, which takes this lock (a deadlock).
+            if st.outstanding > 0 && MutexGuard::unlocked(&mut st, interrupt) {
                 return Err(LedgerError::Interrupted);
             }
         }
@@ -421,7 +423,8 @@ impl LedgerWriter {
         let mut st = self.state.lock();
         while st.pending.len() >= max_pending.max(1) && st.fatal.is_none() {
             self.room.wait_for(&mut st, INTERRUPT_CHECK);
-            if st.pending.len() >= max_pending.max(1) && interrupt() {
+            // Asked without the state lock, for the reason given in `append_all_blocking`.
+            if st.pending.len() >= max_pending.max(1) && MutexGuard::unlocked(&mut st, interrupt) {
                 return Err(LedgerError::Interrupted);
             }
         }
