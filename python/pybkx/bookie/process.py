@@ -192,7 +192,7 @@ class Bookie:
             bookie_id=self._bookie_id,
             listen=f"{host}:{server.port}",
             read_only=server.is_read_only(),
-            ledgers=_stats(storage).get("ledgers", "?"),
+            ledgers=_stats(storage).get("bookie_gc_ACTIVE_LEDGER_TOTAL", "?"),
             max_frame_size=config.netty_max_frame_size_bytes,
             max_pending_adds=config.max_pending_add_requests_per_thread,
             max_pending_reads=config.max_pending_read_requests_per_thread,

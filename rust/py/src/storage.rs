@@ -210,7 +210,11 @@ impl PyLedgerStorage {
     }
 
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        crate::util::snapshot_dict(py, self.inner.stats())
+        crate::metrics::flat_dict(py, &self.inner.metrics())
+    }
+
+    fn metrics<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        crate::metrics::metrics_list(py, self.inner.metrics())
     }
 
     fn close(&self, py: Python<'_>) -> BkResult<()> {

@@ -5,7 +5,7 @@
 use bytes::Bytes;
 
 use super::dispatch::{self, Add};
-use super::outbox::{Outbox, Reply, Slot};
+use super::outbox::{Outbox, Reply, Slot, Timed};
 use crate::protocol::v2::{
     decode_request, AuthMessage, PacketHeader, Request, Response, CURRENT_PROTOCOL_VERSION,
     RESPONSE_HEADER_LEN,
@@ -20,8 +20,8 @@ use crate::storage::RangeLimits;
 /// counts it against `maxSize`.
 const BATCH_RESPONSE_FIXED_LEN: usize = 4 + RESPONSE_HEADER_LEN + 8;
 
-fn send(outbox: &Outbox, r: Response) {
-    outbox.send(Reply::V2(r));
+fn send(outbox: &Outbox, r: Response, timed: Timed) {
+    outbox.send(Reply::V2(r), timed);
 }
 
 /// Admits a request against the connection's in-flight limit (it counts until its response is
@@ -56,7 +56,7 @@ fn handle(req: Request, outbox: &Outbox) {
             body,
             ..
         } => {
-            shared.stats.add_entry_requests.inc();
+            let timed = Timed::now(false);
             let reply = move |status: Status| Response::Add {
                 version: header.version,
                 rc: status.v2_code(),
@@ -64,15 +64,15 @@ fn handle(req: Request, outbox: &Outbox) {
                 entry,
             };
             if let Err(status) = admit(outbox, Slot::Add, header) {
-                return send(outbox, reply(status));
+                return send(outbox, reply(status), timed);
             }
             if shared.read_only.load(std::sync::atomic::Ordering::Relaxed)
                 && !header.has(FLAG_HIGH_PRIORITY)
             {
-                return send(outbox, reply(Status::ReadOnly));
+                return send(outbox, reply(Status::ReadOnly), timed);
             }
             if ledger < 0 || entry < 0 {
-                return send(outbox, reply(Status::BadRequest));
+                return send(outbox, reply(Status::BadRequest), timed);
             }
             let add = Add {
                 ledger: ledger as u64,
@@ -83,7 +83,13 @@ fn handle(req: Request, outbox: &Outbox) {
             };
             dispatch::add_entry(shared, add, || {
                 let outbox = outbox.clone();
-                Box::new(move |status| send(&outbox, reply(status)))
+                Box::new(move |status| {
+                    let stats = &outbox.shared().stats;
+                    stats
+                        .add_entry
+                        .record_since(status == Status::Ok, timed.received);
+                    send(&outbox, reply(status), timed)
+                })
             });
         }
         Request::Read {
@@ -92,7 +98,7 @@ fn handle(req: Request, outbox: &Outbox) {
             master_key,
             ..
         } => {
-            shared.stats.read_entry_requests.inc();
+            let timed = Timed::now(header.has(FLAG_DO_FENCING));
             let reply = move |r: Result<Bytes, Status>| {
                 let (status, body) = match r {
                     Ok(body) => (Status::Ok, body),
@@ -107,7 +113,7 @@ fn handle(req: Request, outbox: &Outbox) {
                 }
             };
             if let Err(status) = admit(outbox, Slot::Read, header) {
-                return send(outbox, reply(Err(status)));
+                return send(outbox, reply(Err(status)), timed);
             }
             let storage = shared.storage.clone();
             let out = outbox.clone();
@@ -116,7 +122,14 @@ fn handle(req: Request, outbox: &Outbox) {
                 ledger,
                 fencing(header, master_key),
                 move || dispatch::read_entry(&storage, ledger, entry),
-                Box::new(move |r| send(&out, reply(r))),
+                Box::new(move |r| {
+                    let stats = &out.shared().stats;
+                    stats.read_entry.record_since(r.is_ok(), timed.received);
+                    if entry == -1 && matches!(r, Err(Status::NoEntry)) {
+                        stats.read_last_entry_noentry_error.inc();
+                    }
+                    send(&out, reply(r), timed)
+                }),
             );
         }
         Request::BatchRead {
@@ -128,7 +141,7 @@ fn handle(req: Request, outbox: &Outbox) {
             master_key,
             ..
         } => {
-            shared.stats.batch_read_entry_requests.inc();
+            let timed = Timed::now(header.has(FLAG_DO_FENCING));
             let reply = move |r: Result<Vec<Bytes>, Status>| {
                 let (status, entries) = match r {
                     Ok(entries) => (Status::Ok, entries),
@@ -144,7 +157,7 @@ fn handle(req: Request, outbox: &Outbox) {
                 }
             };
             if let Err(status) = admit(outbox, Slot::Read, header) {
-                return send(outbox, reply(Err(status)));
+                return send(outbox, reply(Err(status)), timed);
             }
             let max_size = usize::try_from(max_size)
                 .unwrap_or(0)
@@ -161,7 +174,11 @@ fn handle(req: Request, outbox: &Outbox) {
                 ledger,
                 fencing(header, master_key),
                 move || dispatch::read_range(&storage, ledger, start_entry, limits),
-                Box::new(move |r| send(&out, reply(r))),
+                Box::new(move |r| {
+                    let stats = &out.shared().stats;
+                    stats.read_entry.record_since(r.is_ok(), timed.received);
+                    send(&out, reply(r), timed)
+                }),
             );
         }
         Request::Auth { message, .. } => {
@@ -180,6 +197,7 @@ fn handle(req: Request, outbox: &Outbox) {
                         payload: Bytes::new(),
                     },
                 },
+                Timed::default(),
             );
         }
     }
