@@ -50,7 +50,7 @@ $(DEPS_STAMP): pyproject.toml | $(VPY)
 	$(VPY) -m pip install --quiet --disable-pip-version-check -r $(VENV)/requirements-dev.txt
 	touch $@
 
-# Bench-only tools (the `bench` extra: rich, matplotlib, py-spy); `make test` never installs them.
+# Bench-only tools (the `bench` extra: matplotlib, py-spy); `make test` never installs them.
 $(BENCH_STAMP): pyproject.toml | $(DEPS_STAMP)
 	$(VPY) -c 'import tomllib; d = tomllib.load(open("pyproject.toml", "rb")); \
 	    print("\n".join(d["project"]["optional-dependencies"]["bench"]))' \

@@ -18,9 +18,9 @@ HistogramSnapshot = tuple[list[tuple[int | None, int]], int, int]
 for +Inf. A log-linear histogram lists only buckets holding values; one with fixed bounds lists
 them all."""
 
-MetricValue = int | HistogramSnapshot | dict[str, HistogramSnapshot]
-"""An int (counter, gauge), a snapshot (histogram) or ``{"true": ok, "false": failed}``
-(summary, by outcome)."""
+MetricValue = int | float | HistogramSnapshot | dict[str, HistogramSnapshot]
+"""A number (counter, gauge; the core gives ints), a snapshot (histogram) or
+``{"true": ok, "false": failed}`` (summary, by outcome)."""
 
 Metric = tuple[str, str, str, dict[str, str], MetricValue]
 """``(name, kind, unit, labels, value)``: kind "counter", "gauge", "summary" or "histogram";
@@ -148,6 +148,10 @@ class LedgerStorage:
 
     def checkpoint(self) -> None:
         """Flush entry logs and index, record the journal mark, and remove covered journals."""
+
+    def journal_marks(self) -> list[tuple[int, int]]:
+        """Per journal directory, ``(journal file id, offset)`` up to which its records are
+        durable and applied (BookKeeper's last log mark)."""
 
     def entry_log_ledgers(self) -> dict[int, dict[int, int]]:
         """Per entry log id: ``{ledger_id: bytes}`` (the ledgers map kept for garbage

@@ -191,6 +191,14 @@ impl PyLedgerStorage {
         Ok(())
     }
 
+    fn journal_marks(&self) -> Vec<(u64, u64)> {
+        self.inner
+            .journal_marks()
+            .into_iter()
+            .map(|m| (m.file_id, m.offset))
+            .collect()
+    }
+
     fn checkpoint(&self, py: Python<'_>) -> BkResult<()> {
         py.detach(|| self.inner.checkpoint())?;
         Ok(())

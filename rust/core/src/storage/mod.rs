@@ -542,6 +542,12 @@ impl LedgerStorage {
         v
     }
 
+    /// Per journal directory: the position (file id, offset) up to which its records are
+    /// durable and applied (BookKeeper's last log mark).
+    pub fn journal_marks(&self) -> Vec<Mark> {
+        self.inner.shared.index.read().marks.clone()
+    }
+
     /// Per entry log: bytes held for each ledger.
     pub fn entry_log_ledgers(&self) -> Result<HashMap<u32, LedgersMap>> {
         self.inner.shared.entrylog.ledgers_maps()
