@@ -374,7 +374,9 @@ def test_stats_counts_journal_work(storage: LedgerStorage) -> None:
     assert after["pybkx_journal_entries"] - before["pybkx_journal_entries"] >= 10
     payload_bytes = sum(len(payload(LEDGER, e)) for e in range(10))
     assert after["pybkx_journal_bytes"] - before["pybkx_journal_bytes"] >= payload_bytes
-    written = after["bookie_journal_JOURNAL_WRITE_BYTES"] - before["bookie_journal_JOURNAL_WRITE_BYTES"]
+    written = (
+        after["bookie_journal_JOURNAL_WRITE_BYTES"] - before["bookie_journal_JOURNAL_WRITE_BYTES"]
+    )
     assert written == payload_bytes
     assert after["pybkx_journal_syncs"] > before["pybkx_journal_syncs"]
     storage.checkpoint()

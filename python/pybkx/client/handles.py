@@ -27,6 +27,7 @@ from pybkx._core import (
 from pybkx.client.context import ClientContext
 from pybkx.client.ensemble import replacement_ensemble
 from pybkx.client.failures import BookieFailure
+from pybkx.client.metrics import count_ensemble_change
 from pybkx.meta import LedgerMetadata, LedgerState, Versioned
 
 __all__ = ["LedgerHandle", "ReadHandle", "new_writer"]
@@ -461,6 +462,7 @@ class LedgerHandle(ReadHandle):
 
         self.update_metadata(change)
         self._writer.change_ensemble(first, [self.bk.address_of(b) for b in chosen])
+        count_ensemble_change()
 
     # --- closing ----------------------------------------------------------------------------
 

@@ -289,7 +289,7 @@ class KeyedConfig:
         of another system), each with the closest known key (None if none is close)."""
         return [
             (key, self.suggestion(key))
-            for key in sorted(self.extra)
+            for key in self.extra  # in the order given (file order)
             if key not in self.FOREIGN_KEYS
         ]
 
@@ -297,7 +297,7 @@ class KeyedConfig:
         """``(key, value, what pybkx does instead)`` for every ``FOREIGN_KEYS`` key given."""
         return [
             (key, self.extra[key], self.FOREIGN_KEYS[key])
-            for key in sorted(self.extra)
+            for key in self.extra
             if key in self.FOREIGN_KEYS
         ]
 
