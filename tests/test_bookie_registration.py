@@ -286,6 +286,7 @@ def test_set_read_only_moves_the_registration_and_back(
 ) -> None:
     node = Node(tmp_path / "b0", embedded_uri)
     store = store_of(embedded_uri)
+    store.init_new_cluster()
     with Bookie(node.config(), drain_timeout_ms=1000) as bookie:
         assert bookie.bookie_id == node.bookie_id
         assert store.writable_bookies() == {node.bookie_id}
@@ -311,6 +312,7 @@ def test_a_forced_read_only_bookie_refuses_to_become_writable(
 ) -> None:
     node = Node(tmp_path / "b0", embedded_uri)
     store = store_of(embedded_uri)
+    store.init_new_cluster()
     with Bookie(node.config(forceReadOnlyBookie="true"), drain_timeout_ms=1000) as bookie:
         assert store.readonly_bookies() == {node.bookie_id}
         with pytest.raises(BookieError, match="forceReadOnlyBookie"):

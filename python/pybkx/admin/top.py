@@ -18,11 +18,16 @@ from typing import TYPE_CHECKING
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from pybkx.meta import MetadataStore
+from pybkx.tools.bookies import http_endpoint, list_bookies
+
 if TYPE_CHECKING:
     from rich.console import RenderableType
 
-__all__ = ["BookieSample", "Target", "View", "parse_metrics", "scrape"]
+__all__ = ["BookieSample", "ClusterTargets", "Target", "View", "parse_metrics", "scrape"]
 
+LEDGER_COUNT_EVERY_S = 10.0
+"""Counting ledgers lists them all: done this often, not every refresh."""
 SCRAPE_TIMEOUT_S = 2.0
 """A bookie that does not answer within this is shown as unreachable."""
 
@@ -53,6 +58,32 @@ class BookieSample:
 
     def matching(self, predicate: Callable[[str], bool]) -> dict[str, float]:
         return {n: v for (n, lab), v in self.series.items() if predicate(n) and not lab}
+
+
+class ClusterTargets:
+    """The bookies of a cluster that publish an admin endpoint, found again at every call, and
+    the cluster facts for the view's header."""
+
+    def __init__(self, store: MetadataStore) -> None:
+        self._store = store
+        self.header: dict[str, str] = {}
+        self._counted_at = -LEDGER_COUNT_EVERY_S
+
+    def __call__(self) -> list[Target]:
+        store = self._store
+        ro = store.readonly_bookies()
+        found = []
+        for bookie_id in list_bookies(store, "all"):
+            endpoint = http_endpoint(store, bookie_id)
+            if endpoint is not None:
+                url = f"http://{endpoint[0]}:{endpoint[1]}"
+                found.append(Target(bookie_id, url, bookie_id in ro))
+        self.header["bookies"] = f"{len(store.writable_bookies())} writable, {len(ro)} read-only"
+        if time.monotonic() - self._counted_at >= LEDGER_COUNT_EVERY_S:
+            self.header["ledgers"] = f"{sum(1 for _ in store.list_ledgers()):,}"
+            self._counted_at = time.monotonic()
+        self.header["under-replicated"] = "n/a (no AutoRecovery yet)"
+        return found
 
 
 def parse_metrics(text: str) -> Series:

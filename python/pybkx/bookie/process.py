@@ -13,7 +13,7 @@ from types import FrameType, TracebackType
 from typing import Protocol
 
 from pybkx import errors
-from pybkx._core import BookieServer, LedgerStorage, set_metrics_enabled
+from pybkx._core import BookieServer, LedgerStorage
 from pybkx.bookie.cookies import check_and_stamp_cookie
 from pybkx.bookie.gc import GarbageCollector
 from pybkx.config import ConfigError, ServerConfig
@@ -191,7 +191,6 @@ class Bookie:
         except ConfigError as exc:
             raise BookieError(str(exc)) from None
         self._note_what_is_not_implemented()
-        set_metrics_enabled(config.collects_metrics)
         self._stopping = False
 
         uri = config.metadata_uri()

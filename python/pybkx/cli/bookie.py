@@ -85,9 +85,13 @@ def bookie_command(
         _print_config(config, as_json)
         return
     # Imported here: only running needs the server half of the extension and the HTTP stack.
+    from pybkx._core import set_metrics_enabled
     from pybkx.admin import services_for
     from pybkx.bookie import Bookie, BookieError
 
+    # The process runs this one bookie: its configuration decides whether the process's core
+    # records latencies at all (BookKeeper's enableStatistics / NullStatsProvider).
+    set_metrics_enabled(config.collects_metrics)
     try:
         code = Bookie(config, services=services_for(config)).run()
     except BookieError as exc:

@@ -16,7 +16,7 @@ from pybkx import errors
 from pybkx._core import scan_journal
 from pybkx.cli.shell_bookies import BOOKIE_COMMANDS
 from pybkx.cli.shell_ledgers import LEDGER_COMMANDS
-from pybkx.cli.shell_options import cluster, resolve_uri
+from pybkx.cli.shell_options import cluster, confirmed, resolve_uri
 
 
 @click.group()
@@ -51,16 +51,10 @@ def metaformat(uri: str | None, conf_path: Path | None, force: bool) -> None:
     from pybkx.tools.shell import ShellError, meta_format
 
     uri = resolve_uri(uri, conf_path)
-    if not force:
-        try:
-            confirmed = click.confirm(
-                f"Format the metadata at {uri}? Every ledger and cookie is deleted", err=True
-            )
-        except click.Abort:  # no answer (stdin closed): end the prompt's line
-            click.echo(err=True)
-            confirmed = False
-        if not confirmed:
-            raise click.ClickException("metaformat not confirmed: nothing changed (use --force)")
+    if not force and not confirmed(
+        f"Format the metadata at {uri}? Every ledger and cookie is deleted"
+    ):
+        raise click.ClickException("metaformat not confirmed: nothing changed (use --force)")
     try:
         instance_id = meta_format(uri)
     except ShellError as exc:

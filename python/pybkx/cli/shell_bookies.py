@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from pybkx.cli.output import emit, emit_json
-from pybkx.cli.shell_options import cluster, failed, json_option, resolve_uri
+from pybkx.cli.shell_options import cluster, confirmed, failed, json_option, resolve_uri
 
 __all__ = ["BOOKIE_COMMANDS"]
 
@@ -188,17 +188,19 @@ def cookie(
 ) -> None:
     """Show, replace or remove a bookie's cookie in the metadata store (BookKeeper's
     cookie_get, cookie_update, cookie_delete)."""
-    from pybkx.meta import serde
-    from pybkx.tools.shell import ShellError, cookie_delete, cookie_get, cookie_update, open_store
+    from pybkx.tools.shell import (
+        ShellError,
+        cookie_delete,
+        cookie_get,
+        cookie_text,
+        cookie_update,
+        open_store,
+    )
 
     uri = resolve_uri(uri, conf_path)
     if action == "update" and cookie_file is None:
         raise click.UsageError("cookie update needs --cookie-file")
-    if (
-        action == "delete"
-        and not force
-        and not click.confirm(f"Delete the cookie of {bookie_id}?", err=True)
-    ):
+    if action == "delete" and not force and not confirmed(f"Delete the cookie of {bookie_id}?"):
         raise click.ClickException("not confirmed: nothing changed (use --force)")
     try:
         with open_store(uri) as store:
@@ -226,7 +228,7 @@ def cookie(
             }
         )
     else:
-        click.echo(serde.serialize_cookie(c).decode(), nl=False)
+        click.echo(cookie_text(c), nl=False)
 
 
 BOOKIE_COMMANDS = (listbookies, bookieinfo, bookiesanity, lastmark, cookie)

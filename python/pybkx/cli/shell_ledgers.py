@@ -12,7 +12,7 @@ import click
 
 from pybkx import errors
 from pybkx.cli.output import emit, emit_json, progress
-from pybkx.cli.shell_options import cluster, failed, json_option, resolve_uri
+from pybkx.cli.shell_options import cluster, confirmed, failed, json_option, resolve_uri
 
 __all__ = ["LEDGER_COMMANDS"]
 
@@ -160,7 +160,7 @@ def deleteledger(uri: str | None, conf_path: Path | None, ledger_id: int, force:
     from pybkx.tools.shell import ShellError, delete_ledger, open_store
 
     uri = resolve_uri(uri, conf_path)
-    if not force and not click.confirm(f"Delete ledger {ledger_id}?", err=True):
+    if not force and not confirmed(f"Delete ledger {ledger_id}?"):
         raise click.ClickException("not confirmed: nothing changed (use --force)")
     try:
         with open_store(uri) as store:

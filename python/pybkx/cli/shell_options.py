@@ -3,13 +3,14 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import click
 
-__all__ = ["cluster", "failed", "json_option", "resolve_uri"]
+__all__ = ["cluster", "confirmed", "failed", "json_option", "resolve_uri"]
 
 _URI_HELP = "metadataServiceUri: zk+hierarchical://host:port/ledgers or embedded:///abs/dir"
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -51,3 +52,15 @@ def resolve_uri(uri: str | None, conf_path: Path | None) -> str:
 
 def failed(exc: Exception | str) -> click.ClickException:
     return click.ClickException(str(exc))
+
+
+def confirmed(question: str) -> bool:
+    """Ask on stderr; no answer (stdin closed) is no. The prompt's line always ends, so that
+    an error after it stands on a line of its own."""
+    try:
+        answer = click.confirm(question, err=True)
+    except click.Abort:
+        answer = False
+    if not sys.stdin.isatty():
+        click.echo(err=True)
+    return answer

@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import click
 
 from pybkx.cli.shell_options import resolve_uri
-
-LEDGER_COUNT_EVERY_S = 10.0
-"""Counting ledgers lists them all: done this often, not every refresh."""
 
 
 @click.command("top")
@@ -47,40 +45,25 @@ def top_command(
     endpoint), or given with --url. Ctrl-C quits."""
     from rich.live import Live
 
-    from pybkx.admin.top import Target, View, render
-    from pybkx.meta import MetadataStore
-    from pybkx.tools.bookies import http_endpoint, list_bookies
+    from pybkx.admin.top import ClusterTargets, Target, View, render
     from pybkx.tools.shell import ShellError, open_store
 
     closing = contextlib.ExitStack()
-    store: MetadataStore | None = None
-    if not urls:
+    header: dict[str, str] = {}
+    targets: Callable[[], list[Target]]
+    if urls:
+        given = [Target(u.rstrip("/"), u.rstrip("/")) for u in urls]
+
+        def targets() -> list[Target]:
+            return given
+
+    else:
         try:
             store = closing.enter_context(open_store(resolve_uri(uri, conf_path)))
         except ShellError as exc:
             raise click.ClickException(str(exc)) from None
-    header: dict[str, str] = {}
-    counted_at = -LEDGER_COUNT_EVERY_S
-
-    def targets() -> list[Target]:
-        nonlocal counted_at
-        if store is None:
-            return [Target(u.rstrip("/"), u.rstrip("/")) for u in urls]
-        ro = store.readonly_bookies()
-        found = []
-        for bookie_id in list_bookies(store, "all"):
-            endpoint = http_endpoint(store, bookie_id)
-            if endpoint is not None:
-                found.append(
-                    Target(bookie_id, f"http://{endpoint[0]}:{endpoint[1]}", bookie_id in ro)
-                )
-        header["bookies"] = f"{len(store.writable_bookies())} writable, {len(ro)} read-only"
-        if time.monotonic() - counted_at >= LEDGER_COUNT_EVERY_S:
-            header["ledgers"] = f"{sum(1 for _ in store.list_ledgers()):,}"
-            counted_at = time.monotonic()
-        header["under-replicated"] = "n/a (no AutoRecovery yet)"
-        return found
-
+        cluster = ClusterTargets(store)
+        targets, header = cluster, cluster.header
     view = View(targets)
     closing.callback(view.close)
     try:

@@ -31,6 +31,7 @@ __all__ = [
     "bookie_sanity",
     "cookie_delete",
     "cookie_get",
+    "cookie_text",
     "cookie_update",
     "delete_ledger",
     "init_new_cluster",
@@ -125,6 +126,11 @@ def cookie_get(store: MetadataStore, bookie_id: str) -> Versioned[Cookie]:
         return store.read_cookie(bookie_id)
     except errors.CookieNotFoundException:
         raise ShellError(f"no cookie for bookie {bookie_id} in {store.uri}") from None
+
+
+def cookie_text(cookie: Cookie) -> str:
+    """A cookie as BookKeeper writes it (the text ``cookie update`` takes back)."""
+    return serde.serialize_cookie(cookie).decode()
 
 
 def cookie_update(store: MetadataStore, bookie_id: str, text: bytes) -> Versioned[Cookie]:
