@@ -15,7 +15,7 @@ PY_SOURCES := python tests bench
 MATURIN_TARGET_DIR := $(CURDIR)/target/maturin
 
 # Debian packages the build or the tests need; `make deps` installs the missing ones (as root).
-APT_PACKAGES ?= zookeeper
+APT_PACKAGES ?= zookeeper tmux
 
 # Every cargo command (and maturin) sees the same interpreter, so pyo3's build script is not
 # re-run when switching between `maturin develop` and `cargo test`.
