@@ -30,6 +30,25 @@ pub fn start() -> Option<Instant> {
     enabled().then(Instant::now)
 }
 
+thread_local! {
+    static NOW_HINT: Cell<Option<Instant>> = const { Cell::new(None) };
+}
+
+/// The current time: the instant a batch being completed on this thread shares (see
+/// [`with_now`]), else a clock read.
+pub fn now() -> Instant {
+    NOW_HINT.with(|h| h.get()).unwrap_or_else(Instant::now)
+}
+
+/// Runs `f` with `now` (if any) as the current time of this thread: completions run in a
+/// batch (a journal group, say) time themselves with one shared clock read.
+pub fn with_now<R>(now: Option<Instant>, f: impl FnOnce() -> R) -> R {
+    let before = NOW_HINT.with(|h| h.replace(now));
+    let result = f();
+    NOW_HINT.with(|h| h.set(before));
+    result
+}
+
 /// Whole microseconds in a duration, saturating.
 pub fn micros(d: Duration) -> u64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
@@ -239,10 +258,11 @@ impl Histogram {
         }
     }
 
-    /// Records the microseconds since `start` (nothing if the timing never started).
+    /// Records the microseconds since `start` (nothing, and no clock read, if the timing never
+    /// started); "now" is [`now`], shared by a batch when one set it.
     pub fn record_since(&self, start: Option<Instant>) {
         if let Some(t) = start {
-            self.record(micros(t.elapsed()));
+            self.record(micros(now().saturating_duration_since(t)));
         }
     }
 

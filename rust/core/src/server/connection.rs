@@ -62,6 +62,8 @@ pub(super) async fn serve_connection(
     let mut buf = BytesMut::with_capacity(64 * 1024);
     let mut first_frame = true;
     let mut stopping = false;
+    // When the bytes in `buf` arrived: one clock read per socket read, shared by its frames.
+    let mut received = None;
     'conn: loop {
         loop {
             // Checked before every request, so one read of many requests cannot queue more
@@ -88,7 +90,7 @@ pub(super) async fn serve_connection(
                         break 'conn;
                     }
                     first_frame = false;
-                    if let Err(e) = v2::handle_frame(body, &outbox) {
+                    if let Err(e) = v2::handle_frame(body, &outbox, received) {
                         close_for(&shared, peer, &e);
                         break 'conn;
                     }
@@ -103,7 +105,7 @@ pub(super) async fn serve_connection(
         tokio::select! {
             read = reader.read_buf(&mut buf) => match read {
                 Ok(0) => break,
-                Ok(_) => {}
+                Ok(_) => received = crate::metrics::start(),
                 Err(e) => {
                     log::debug!("connection from {peer}: {e}");
                     break;

@@ -27,12 +27,9 @@ pub(super) struct Timed {
 }
 
 impl Timed {
-    /// A request decoded now.
-    pub(super) fn now(fencing: bool) -> Timed {
-        Timed {
-            received: crate::metrics::start(),
-            fencing,
-        }
+    /// A request that arrived at `received` (None with metrics off).
+    pub(super) fn at(received: Option<Instant>, fencing: bool) -> Timed {
+        Timed { received, fencing }
     }
 }
 

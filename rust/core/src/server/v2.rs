@@ -2,6 +2,8 @@
 //! the version-neutral [`dispatch`](super::dispatch), and answer with V2 responses. It never
 //! touches storage itself.
 
+use std::time::Instant;
+
 use bytes::Bytes;
 
 use super::dispatch::{self, Add};
@@ -38,14 +40,19 @@ fn admit(outbox: &Outbox, slot: Slot, header: PacketHeader) -> Result<(), Status
     Ok(())
 }
 
-/// Decodes one V2 frame and runs it. A frame that does not decode closes the connection.
-pub(super) fn handle_frame(body: Bytes, outbox: &Outbox) -> Result<(), ProtocolError> {
+/// Decodes one V2 frame that arrived at `received` (None with metrics off) and runs it. A frame
+/// that does not decode closes the connection.
+pub(super) fn handle_frame(
+    body: Bytes,
+    outbox: &Outbox,
+    received: Option<Instant>,
+) -> Result<(), ProtocolError> {
     let req = decode_request(body)?;
-    handle(req, outbox);
+    handle(req, outbox, received);
     Ok(())
 }
 
-fn handle(req: Request, outbox: &Outbox) {
+fn handle(req: Request, outbox: &Outbox, received: Option<Instant>) {
     let shared = outbox.shared();
     let header = req.header();
     match req {
@@ -56,7 +63,7 @@ fn handle(req: Request, outbox: &Outbox) {
             body,
             ..
         } => {
-            let timed = Timed::now(false);
+            let timed = Timed::at(received, false);
             let reply = move |status: Status| Response::Add {
                 version: header.version,
                 rc: status.v2_code(),
@@ -98,7 +105,7 @@ fn handle(req: Request, outbox: &Outbox) {
             master_key,
             ..
         } => {
-            let timed = Timed::now(header.has(FLAG_DO_FENCING));
+            let timed = Timed::at(received, header.has(FLAG_DO_FENCING));
             let reply = move |r: Result<Bytes, Status>| {
                 let (status, body) = match r {
                     Ok(body) => (Status::Ok, body),
@@ -141,7 +148,7 @@ fn handle(req: Request, outbox: &Outbox) {
             master_key,
             ..
         } => {
-            let timed = Timed::now(header.has(FLAG_DO_FENCING));
+            let timed = Timed::at(received, header.has(FLAG_DO_FENCING));
             let reply = move |r: Result<Vec<Bytes>, Status>| {
                 let (status, entries) = match r {
                     Ok(entries) => (Status::Ok, entries),

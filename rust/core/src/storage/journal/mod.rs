@@ -239,6 +239,8 @@ impl Journal {
             dones: Vec::new(),
             enqueued: Vec::new(),
             group_started: None,
+            clock: None,
+            since_clock: 0,
             keyed: HashSet::new(),
             oldest: None,
             entries_since_flush: 0,

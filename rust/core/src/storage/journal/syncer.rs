@@ -93,31 +93,41 @@ impl Syncer {
                     self.failure.set(e.clone());
                 }
                 drop(ops);
-                self.time_entries(&enqueued, applied.is_ok());
-                for done in dones {
-                    done(applied.clone());
-                }
+                let now = self.time_entries(&enqueued, applied.is_ok());
+                // Completions (a server's response, say) time themselves with the same clock
+                // read as the group.
+                metrics::with_now(now, || {
+                    for done in dones {
+                        done(applied.clone());
+                    }
+                });
                 return;
             }
         };
         for g in groups {
-            self.time_entries(&g.enqueued, false);
-            for done in g.dones {
-                done(result.clone());
-            }
+            let now = self.time_entries(&g.enqueued, false);
+            metrics::with_now(now, || {
+                for done in g.dones {
+                    done(result.clone());
+                }
+            });
         }
     }
 
-    /// `JOURNAL_ADD_ENTRY` for the entries just completed: one clock read for all of them.
-    fn time_entries(&self, enqueued: &[(std::time::Instant, bool)], ok: bool) {
-        let Some(now) = metrics::start() else {
-            return;
-        };
+    /// `JOURNAL_ADD_ENTRY` for the entries just completed: one clock read for all of them,
+    /// returned for their completions (None with metrics off).
+    fn time_entries(
+        &self,
+        enqueued: &[(std::time::Instant, bool)],
+        ok: bool,
+    ) -> Option<std::time::Instant> {
+        let now = metrics::start()?;
         for (at, is_entry) in enqueued {
             if *is_entry {
                 self.stats.add_entry.record_between(ok, Some(*at), now);
             }
         }
+        Some(now)
     }
 
     /// One fdatasync per file for all the groups (several files only around a rollover).
