@@ -24,7 +24,7 @@ export PYO3_PYTHON := $(VENV_ABS)/bin/python
 PY_LIBDIR := $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_config_var("LIBDIR") or "")')
 CARGO_TEST_ENV := LD_LIBRARY_PATH="$(PY_LIBDIR)$${LD_LIBRARY_PATH:+:$$LD_LIBRARY_PATH}"
 
-.PHONY: help venv deps build lint test demo bench bench-suite bench-compare bench-builds clean distclean
+.PHONY: help venv deps build lint test demo bench bench-suite bench-compare bench-builds bench-metrics clean distclean
 
 help:
 	@echo "make demo   build everything, then run the cluster demo (pybkx demo)"
@@ -34,6 +34,7 @@ help:
 	@echo "make bench-compare  pybkx vs the Java bookie side by side -> bench/results/"
 	@echo "                    (BENCH_ARGS=--quick for a short run; see python -m bench.compare -h)"
 	@echo "make bench-builds OTHER=DIR   this tree beside another built tree and the Java bookie"
+	@echo "make bench-metrics  adds/s and CPU per add with metrics on vs off, same run"
 	@echo "make venv | deps | build | lint | clean | distclean"
 
 venv: $(DEPS_STAMP)
@@ -112,6 +113,10 @@ bench-suite: venv build
 BENCH_ARGS ?=
 bench-compare: venv deps build $(BENCH_STAMP)
 	$(VPY) -m bench.compare $(BENCH_ARGS)
+
+# What metrics cost: a bookie with them beside one without, rounds interleaved.
+bench-metrics: venv build
+	$(VPY) bench/metrics_overhead.py $(BENCH_ARGS)
 
 # This tree beside another build of pybkx (OTHER=path of a built source tree) and the Java bookie.
 OTHER ?=

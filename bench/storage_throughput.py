@@ -247,7 +247,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         shutil.rmtree(root, ignore_errors=True)
     print(
-        "\nMB/s counts payload bytes. entries/fsync = Δpybkx_journal_entries / Δpybkx_journal_syncs. "
+        "\nMB/s counts payload bytes. "
+        "entries/fsync = Δpybkx_journal_entries / Δpybkx_journal_syncs. "
         "disk entries/s: one thread, os.write + os.fdatasync of (payload + "
         f"{RECORD_OVERHEAD_BYTES} B) x entries/fsync into a file grown by fallocate in "
         f"{PREALLOC_BYTES >> 20} MiB steps. A call is one add_entry or one add_entries batch; "

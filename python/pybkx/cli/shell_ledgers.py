@@ -79,30 +79,6 @@ def ledgermetadata(uri: str | None, conf_path: Path | None, ledger_id: int) -> N
     emit_json(ledger_metadata_json(ledger_id, md))
 
 
-def _read_ledger(
-    uri: str | None,
-    conf_path: Path | None,
-    ledger_id: int,
-    first: int,
-    last: int,
-    fmt: str,
-    as_json: bool,
-) -> None:
-    from pybkx.tools.ledgers import read_ledger
-    from pybkx.tools.shell import ShellError, open_client
-
-    uri = resolve_uri(uri, conf_path)
-    rows: list[dict[str, object]] = []
-    try:
-        with open_client(uri) as bk:
-            for entry_id, payload in read_ledger(bk, ledger_id, first, last):
-                data = payload.hex() if fmt == "hex" else payload.decode("utf-8", "replace")
-                rows.append({"entry": entry_id, "size": len(payload), "data": data})
-    except (ShellError, errors.BKException) as exc:
-        raise failed(exc) from None
-    emit(rows, ["entry", "size", "data"], as_json=as_json, title=f"Ledger {ledger_id}")
-
-
 _READ_OPTIONS: list[Callable[[Callable[..., Any]], Callable[..., Any]]] = [
     click.option("-l", "--ledgerid", "ledger_id", required=True, type=click.IntRange(0)),
     click.option("-fe", "--firstentryid", "first", default=0, type=click.IntRange(0)),
@@ -130,7 +106,19 @@ def _read_command(name: str, doc: str) -> click.Command:
         fmt: str,
         as_json: bool,
     ) -> None:
-        _read_ledger(uri, conf_path, ledger_id, first, last, fmt, as_json)
+        from pybkx.tools.ledgers import read_ledger
+        from pybkx.tools.shell import ShellError, open_client
+
+        uri = resolve_uri(uri, conf_path)
+        rows: list[dict[str, object]] = []
+        try:
+            with open_client(uri) as bk:
+                for entry_id, payload in read_ledger(bk, ledger_id, first, last):
+                    data = payload.hex() if fmt == "hex" else payload.decode("utf-8", "replace")
+                    rows.append({"entry": entry_id, "size": len(payload), "data": data})
+        except (ShellError, errors.BKException) as exc:
+            raise failed(exc) from None
+        emit(rows, ["entry", "size", "data"], as_json=as_json, title=f"Ledger {ledger_id}")
 
     command.__doc__ = doc
     decorated: Callable[..., Any] = json_option(cluster(command))
