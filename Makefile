@@ -24,12 +24,14 @@ export PYO3_PYTHON := $(VENV_ABS)/bin/python
 PY_LIBDIR := $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_config_var("LIBDIR") or "")')
 CARGO_TEST_ENV := LD_LIBRARY_PATH="$(PY_LIBDIR)$${LD_LIBRARY_PATH:+:$$LD_LIBRARY_PATH}"
 
-.PHONY: help venv deps build lint test demo bench bench-suite bench-compare bench-builds bench-metrics clean distclean
+.PHONY: help venv deps build lint test demo bench bench-client bench-suite bench-compare bench-builds \
+	bench-metrics clean distclean
 
 help:
 	@echo "make demo   build everything, then run the cluster demo (pybkx demo)"
 	@echo "make test   build everything, lint, run Rust and Python tests"
 	@echo "make bench  storage throughput, restart time, bookie reads/adds vs Apache BookKeeper"
+	@echo "make bench-client   the Python client's appends and reads against the load generator"
 	@echo "make bench-suite    pytest-benchmark suite: micro (codec, CRC32C, journal, index), system"
 	@echo "make bench-compare  pybkx vs the Java bookie side by side -> bench/results/"
 	@echo "                    (BENCH_ARGS=--quick for a short run; see python -m bench.compare -h)"
@@ -106,6 +108,9 @@ bench: venv deps build
 	$(VPY) bench/restart_time.py
 	$(VPY) bench/bookie_reads.py
 	$(VPY) bench/placement_bench.py
+
+bench-client: venv deps build
+	$(VPY) -m bench.client_targets $(BENCH_ARGS)
 
 bench-suite: venv build
 	$(VENV)/bin/pytest bench --benchmark-only

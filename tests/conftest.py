@@ -5,6 +5,7 @@ Owns test setup only; must never leave a LedgerStorage open (it locks its direct
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +22,23 @@ from zookeeper_fixture import zookeeper_server  # noqa: F401
 
 from pybkx._core import LedgerStorage
 from pybkx.bookie import open_ledger_storage
+
+
+@pytest.fixture(scope="session", autouse=True)
+def private_pybkx_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Every test (and every process a test starts) uses a home of its own for ``~/.pybkx``: a
+    test's `pybkx sandbox` never becomes the default cluster of the machine's user, and no
+    metadata URI of the user's shell leaks into a test."""
+    home = tmp_path_factory.mktemp("pybkx-home")
+    saved = {k: os.environ.get(k) for k in ("PYBKX_HOME", "PYBKX_METADATA_URI")}
+    os.environ["PYBKX_HOME"] = str(home)
+    os.environ.pop("PYBKX_METADATA_URI", None)
+    yield home
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
 
 
 @pytest.fixture

@@ -17,12 +17,16 @@ The public API, all importable from here:
 Importing this package starts no thread and opens no file or socket.
 """
 
+import logging
 from importlib.metadata import PackageNotFoundError, version
 
 from pybkx import errors
 from pybkx.client import BookKeeper, Future, LedgerEntry, LedgerHandle, ReadHandle
 from pybkx.config import ClientConfig, ConfigError, ServerConfig
 from pybkx.meta import DigestType
+
+# A library logs; the application decides where records go (none printed by default).
+logging.getLogger("pybkx").addHandler(logging.NullHandler())
 
 try:
     __version__ = version("pybkx")

@@ -288,11 +288,12 @@ def check_quorums(ensemble_size: int, write_quorum_size: int, ack_quorum_size: i
     """Raise IncorrectParameterException unless E >= Qw >= Qa >= 1."""
 
 class LedgerEntry:
-    """One entry read from a ledger."""
+    """One entry read from a ledger. Its payload stays in the buffer the bookie's reply arrived
+    in: ``memoryview(entry)`` (or ``numpy.frombuffer(entry)``, ``pyarrow.py_buffer(entry)``)
+    reads it without a copy; ``payload`` / ``bytes(entry)`` make one ``bytes`` on first use."""
 
     ledger_id: int
     entry_id: int
-    payload: bytes
     last_add_confirmed: int
     """The LAC the writer piggy-backed in this entry."""
     ledger_length: int
@@ -302,11 +303,28 @@ class LedgerEntry:
         self,
         ledger_id: int,
         entry_id: int,
-        payload: bytes,
+        payload: Buffer | bytes | bytearray | memoryview,
         last_add_confirmed: int = -1,
         ledger_length: int = 0,
     ) -> None: ...
+    @property
+    def payload(self) -> bytes:
+        """The payload as ``bytes`` (made once, then kept)."""
+
+    def __bytes__(self) -> bytes: ...
+    def __len__(self) -> int:
+        """The payload's length in bytes."""
+
+    def __buffer__(self, flags: int, /) -> memoryview: ...
+    def __release_buffer__(self, view: memoryview, /) -> None: ...
+
+class SharedBuffer:
+    """Bytes held by Rust, readable through the buffer protocol without a copy (read-only):
+    ``memoryview(buf)``, ``pyarrow.py_buffer(buf)``."""
+
     def __len__(self) -> int: ...
+    def __buffer__(self, flags: int, /) -> memoryview: ...
+    def __release_buffer__(self, view: memoryview, /) -> None: ...
 
 class FailureQueue:
     """Bookie failures of all the writers of one client, in the order they happened."""
@@ -431,6 +449,21 @@ class ReadPlan:
         DigestMatchException (every copy corrupt, naming the bookies).
         """
 
+    def read_columns(
+        self,
+        first: int,
+        last: int,
+        *,
+        batch: bool = True,
+        avoid: list[str] = ...,
+        window: int = 64,
+    ) -> Future:
+        """``read`` packed as columns: the future gives ``(rows, entry_ids, offsets, payloads,
+        batch_ok)``, the columns as ``SharedBuffer``s in Arrow's ``int64`` and ``binary`` layouts
+        (little-endian i64 ids, i32 offsets, payloads back to back). Raises as ``read``, and
+        through the future IncorrectParameterException when the payloads exceed 2 GiB.
+        """
+
 def inject_disk_fault(
     path_prefix: str,
     ops: list[str],
@@ -447,6 +480,9 @@ def inject_disk_fault(
 def remove_disk_fault(fault_id: int) -> None: ...
 def clear_disk_faults() -> None: ...
 def _error_classes() -> list[type[BaseException]]: ...
+def set_log_level(level: int) -> None:
+    """Forward Rust log records at this ``logging`` level and above (default: PYBKX_LOG or
+    WARNING)."""
 def set_metrics_enabled(enabled: bool) -> None:
     """Switch histogram and timing collection on or off for this process (BookKeeper's
     ``enableStatistics``); plain counters keep counting."""

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from pybkx.cli.logs import LOG_FORMAT
+from pybkx.cli import logs
 from pybkx.config import ConfigError, ServerConfig
 
 
@@ -74,9 +74,7 @@ def bookie_command(
     }
     overrides = {key: value for key, value in flags.items() if value is not None}
     # --print-config keeps stdout for the configuration itself.
-    logging.basicConfig(
-        level=logging.INFO, format=LOG_FORMAT, stream=sys.stderr if print_config else sys.stdout
-    )
+    logs.configure(logging.INFO, sys.stderr if print_config else sys.stdout)
     try:
         config = ServerConfig.load(conf_path, overrides, lenient=lenient or print_config)
     except ConfigError as exc:

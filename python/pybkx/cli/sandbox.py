@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from pybkx import errors
-from pybkx.cli.logs import LOG_FORMAT
+from pybkx.cli import logs
 
 
 @click.command("sandbox")
@@ -48,7 +48,7 @@ def sandbox_command(
     all are registered, prints the metadata URI and the bookie addresses, reports a bookie that
     dies, and on Ctrl-C stops them all and exits 0.
     """
-    logging.basicConfig(level=logging.WARNING, format=LOG_FORMAT, stream=sys.stderr)
+    logs.configure(logging.WARNING, sys.stderr)
     from pybkx.tools.sandbox import Sandbox, SandboxError
 
     try:

@@ -4,13 +4,16 @@ ledgers. Per-entry work is the Rust core's; it must never move entries itself.""
 
 from __future__ import annotations
 
+import logging
 import random
 import threading
 from collections.abc import Iterable, Mapping
+from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import Any
 
 from pybkx import errors
 from pybkx._core import BookieClient, FailureQueue, check_quorums
+from pybkx.client.aio import run_blocking
 from pybkx.client.failures import FailureDispatcher
 from pybkx.client.handles import LedgerHandle, ReadHandle
 from pybkx.client.metrics import ensure_registered, timed
@@ -24,11 +27,10 @@ from pybkx.meta import (
     MetadataStore,
     open_metadata_store,
 )
+from pybkx.meta.discovery import describe_default
 from pybkx.placement import EnsemblePlacementPolicy, PlacementPolicyAdherence, create_policy
 
 __all__ = ["BookKeeper"]
-
-import logging
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +51,7 @@ class BookKeeper:
 
     def __init__(self, metadata_service_uri: str | None = None, **conf: Any) -> None:
         self.config = ClientConfig.of(**conf)
+        self._uri_given = metadata_service_uri is not None
         ensure_registered()
         self.store: MetadataStore = open_metadata_store(
             metadata_service_uri, **self.config.store_settings()
@@ -66,6 +69,10 @@ class BookKeeper:
             self.store.close()
             raise
         self.failures = FailureDispatcher(FailureQueue(), self.config.num_worker_threads)
+        # The *_async methods run metadata work here: a bounded pool, threads made on demand.
+        self.executor: Executor = ThreadPoolExecutor(
+            self.config.num_worker_threads, thread_name_prefix="pybkx-client"
+        )
         self._addresses: dict[str, str] = {}
         self._addresses_lock = threading.Lock()
         self._closed = False
@@ -143,11 +150,17 @@ class BookKeeper:
     ) -> LedgerHandle:
         digest = DigestType.parse(digest_type)
         check_quorums(ensemble_size, write_quorum_size, ack_quorum_size)
-        placed = self.placement.new_ensemble(
-            ensemble_size, write_quorum_size, ack_quorum_size, dict(custom_metadata or {}), ()
-        )
+        try:
+            placed = self.placement.new_ensemble(
+                ensemble_size, write_quorum_size, ack_quorum_size, dict(custom_metadata or {}), ()
+            )
+        except errors.NotEnoughBookiesException as exc:
+            raise errors.NotEnoughBookiesException(
+                self._explain_no_bookies(ensemble_size, exc)
+            ) from exc
         if placed.adherence == PlacementPolicyAdherence.FAIL:
-            logger.warning(
+            logger.log(
+                logging.WARNING if self.placement.places_by_topology else logging.DEBUG,
                 "new ensemble %s does not adhere to the placement policy %s",
                 placed.result,
                 type(self.placement).__name__,
@@ -203,6 +216,54 @@ class BookKeeper:
         self._check_open()
         return list(self.store.list_ledgers())
 
+    def _explain_no_bookies(self, wanted: int, exc: Exception) -> str:
+        registered = len(self.store.writable_bookies())
+        text = (
+            f"{wanted} bookies needed, {registered} writable registered in {self.store.uri} ({exc})"
+        )
+        if registered == 0:
+            where = (
+                ""
+                if self._uri_given
+                else f"; with no URI given the client looked at {describe_default()}"
+            )
+            text += (
+                f"{where}. Start bookies (`pybkx sandbox --bookies 3` for a local cluster) or "
+                "pass the cluster's metadataServiceUri to BookKeeper()"
+            )
+        return text
+
+    async def create_ledger_async(
+        self,
+        ensemble_size: int = 3,
+        write_quorum_size: int = 2,
+        ack_quorum_size: int = 2,
+        digest_type: str = "CRC32C",
+        password: bytes = b"",
+        custom_metadata: Mapping[str, bytes] | None = None,
+    ) -> LedgerHandle:
+        """``create_ledger`` for asyncio code."""
+        return await run_blocking(
+            self.executor,
+            self.create_ledger,
+            ensemble_size,
+            write_quorum_size,
+            ack_quorum_size,
+            digest_type,
+            password,
+            custom_metadata,
+        )
+
+    async def open_ledger_async(
+        self, ledger_id: int, password: bytes = b"", recovery: bool = True
+    ) -> ReadHandle:
+        """``open_ledger`` for asyncio code."""
+        return await run_blocking(self.executor, self.open_ledger, ledger_id, password, recovery)
+
+    async def delete_ledger_async(self, ledger_id: int) -> None:
+        """``delete_ledger`` for asyncio code."""
+        await run_blocking(self.executor, self.delete_ledger, ledger_id)
+
     def close(self) -> None:
         """Close bookie connections, the failure dispatcher and the metadata session.
         Idempotent."""
@@ -211,6 +272,7 @@ class BookKeeper:
         self._closed = True
         self._unwatch()
         self.failures.close()
+        self.executor.shutdown(wait=False, cancel_futures=True)
         self.placement.uninitialize()
         self.bookies.close()
         self.store.close()

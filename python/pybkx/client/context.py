@@ -4,6 +4,7 @@ dispatcher. A protocol only, so those parts never import ``BookKeeper`` itself."
 
 from __future__ import annotations
 
+from concurrent.futures import Executor
 from typing import Protocol
 
 from pybkx._core import BookieClient
@@ -23,6 +24,8 @@ class ClientContext(Protocol):
     placement: EnsemblePlacementPolicy
     bookies: BookieClient
     failures: FailureDispatcher
+    executor: Executor
+    """Runs blocking control-plane calls for the ``*_async`` methods (bounded pool)."""
 
     def address_of(self, bookie_id: str) -> str:
         """``host:port`` to connect to for a bookie id."""

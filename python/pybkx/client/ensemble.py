@@ -27,12 +27,14 @@ def replacement_ensemble(
     metadata: LedgerMetadata,
     failed: Sequence[int],
     reasons: Sequence[str],
+    no_return: frozenset[int] = frozenset(),
 ) -> list[str]:
     """The last ensemble of ``metadata`` with a new bookie at each index of ``failed``.
 
     Asks the placement policy; a failed bookie may take its own slot back once it is registered
-    again (BookKeeper would fail the writes instead when no spare exists). Waits up to
-    ``bookieReplacementTimeoutMs`` for candidates. Raises NotEnoughBookiesException.
+    again (BookKeeper would fail the writes instead when no spare exists), except at the indexes
+    in ``no_return`` (a bookie that took its slot back and failed again at once must not loop).
+    Waits up to ``bookieReplacementTimeoutMs`` for candidates. Raises NotEnoughBookiesException.
     """
     deadline = time.monotonic() + bk.config.bookie_replacement_timeout_ms / 1000
     while True:
@@ -56,7 +58,8 @@ def replacement_ensemble(
             writable = bk.store.writable_bookies()
             # The policy never picks the bookie being replaced; a restarted one may return.
             back = [metadata.last_ensemble[i] for i in failed[len(chosen) :]]
-            if all(b in writable for b in back):
+            returnable = not (set(failed[len(chosen) :]) & no_return)
+            if returnable and all(b in writable for b in back):
                 for index, bookie in zip(failed[len(chosen) :], back, strict=True):
                     ensemble[index] = bookie
                 break

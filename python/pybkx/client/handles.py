@@ -12,7 +12,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from pybkx import errors
 from pybkx._core import (
@@ -24,11 +26,16 @@ from pybkx._core import (
     ReadPlan,
     master_key,
 )
+from pybkx.client import arrow
+from pybkx.client.aio import run_blocking
 from pybkx.client.context import ClientContext
 from pybkx.client.ensemble import replacement_ensemble
 from pybkx.client.failures import BookieFailure
 from pybkx.client.metrics import count_ensemble_change
 from pybkx.meta import LedgerMetadata, LedgerState, Versioned
+
+if TYPE_CHECKING:
+    import pyarrow
 
 __all__ = ["LedgerHandle", "ReadHandle", "new_writer"]
 
@@ -38,6 +45,9 @@ logger = logging.getLogger(__name__)
 #: bookie still going down (its registration not yet expired) is not replaced in a tight loop.
 _REFAIL_WINDOW_S = 1.0
 _REFAIL_PAUSE_S = 0.5
+#: A bookie that took its own slot back and failed again within this is not taken back again:
+#: the next change needs another bookie, or fails the writer (never a loop of self-replacement).
+_SELF_RETURN_WINDOW_S = 30.0
 
 
 def _covered(ensemble_size: int, write_quorum: int, ack_quorum: int, known: Sequence[bool]) -> bool:
@@ -202,19 +212,26 @@ class ReadHandle:
 
     def _read(self, first: int, last: int, batch: bool) -> list[LedgerEntry]:
         entries, batch_ok = self.read_entries(first, last, batch=batch).result()
-        if not batch_ok and self._batch_supported and batch:
+        if batch:
+            self._note_batch_support(batch_ok)
+        return list(entries)
+
+    def _note_batch_support(self, batch_ok: bool) -> None:
+        """Stop batching for good once every replica dropped a batch request (BP-62's rule for
+        bookies that predate BATCH_READ_ENTRY)."""
+        if not batch_ok and self._batch_supported:
             logger.info(
                 "ledger %d: bookies do not support batch reads; using single reads", self.ledger_id
             )
             self._batch_supported = False
-        return list(entries)
 
     def _check_confirmed(self, first: int, last: int) -> None:
         if first < 0 or last < first:
             raise errors.IncorrectParameterException(f"bad range {first}..{last}")
-        if last > self._lac:
+        lac = self.last_add_confirmed
+        if last > lac:
             raise errors.ReadException(
-                f"entries up to {last} requested, but the last confirmed is {self._lac}"
+                f"entries up to {last} requested, but the last confirmed is {lac}"
             )
 
     def read(self, first: int, last: int) -> list[LedgerEntry]:
@@ -233,6 +250,33 @@ class ReadHandle:
         self._check_confirmed(first, last)
         return self.read_entries(first, last)
 
+    def read_arrow(self, first: int, last: int) -> pyarrow.RecordBatch:
+        """Entries ``first..last`` (at most up to the LAC and ``MAX_READ_ENTRIES``) as one
+        ``pyarrow.RecordBatch`` of ``ledger_id`` int64, ``entry_id`` int64, ``payload`` binary
+        (see ``pybkx.client.arrow``), batched reads under the hood. The payload column is built
+        once, off the interpreter's thread; no Python object per entry.
+
+        Raises what ``read`` raises, IncorrectParameterException for payloads above 2 GiB in all
+        (read a shorter range), ImportError without pyarrow (``pip install 'pybkx[arrow]'``).
+        """
+        self._check_confirmed(first, last)
+        return self._arrow_batch(self._read_columns(first, last).result())
+
+    async def read_arrow_async(self, first: int, last: int) -> pyarrow.RecordBatch:
+        """``read_arrow`` for asyncio code (the read is awaited, no thread blocks)."""
+        self._check_confirmed(first, last)
+        return self._arrow_batch(await self._read_columns(first, last))
+
+    def _read_columns(self, first: int, last: int) -> Future:
+        return self._read_plan().read_columns(
+            first, last, batch=self._batch_supported, avoid=self._avoided()
+        )
+
+    def _arrow_batch(self, columns: arrow.Columns) -> pyarrow.RecordBatch:
+        rows, entry_ids, offsets, payloads, batch_ok = columns
+        self._note_batch_support(batch_ok)
+        return arrow.record_batch(self.ledger_id, rows, entry_ids, offsets, payloads)
+
     def read_unconfirmed(self, first: int, last: int) -> list[LedgerEntry]:
         """Entries ``first..last`` regardless of the LAC (they may not survive recovery).
         Raises as ``read`` does, but never for the LAC."""
@@ -250,9 +294,10 @@ class ReadHandle:
             raise errors.IncorrectParameterException(
                 f"bad batch read start {start} count {max_count}"
             )
-        if start > self._lac:
-            raise errors.ReadException(f"entry {start} is beyond the LAC {self._lac}")
-        last = min(start + min(max_count, MAX_READ_ENTRIES) - 1, self._lac)
+        lac = self.last_add_confirmed
+        if start > lac:
+            raise errors.ReadException(f"entry {start} is beyond the LAC {lac}")
+        last = min(start + min(max_count, MAX_READ_ENTRIES) - 1, lac)
         md = self.metadata
         if md.ensemble_size != md.write_quorum_size or not self._batch_supported:
             return self._read(start, last, batch=False)
@@ -275,6 +320,91 @@ class ReadHandle:
         """(entry id, LAC, ledger length, payload) of an entry as a bookie stored it, its digest
         checked (and its id, if given). Raises DigestMatchException."""
         return self._read_plan().verify(entry, entry_id)
+
+    # --- iteration and asyncio ----------------------------------------------------------------
+
+    def __len__(self) -> int:
+        """Entries known to be confirmed: ``last_add_confirmed + 1``."""
+        return self.last_add_confirmed + 1
+
+    def __iter__(self) -> Iterator[LedgerEntry]:
+        return self.entries()
+
+    def entries(
+        self,
+        start: int = 0,
+        end: int | None = None,
+        *,
+        batch_entries: int = 1000,
+        read_ahead: int = 2,
+    ) -> Iterator[LedgerEntry]:
+        """Entries ``start..end`` (default: up to the LAC when iteration starts), in order,
+        read ``batch_entries`` at a time with up to ``read_ahead`` further reads in flight
+        (batched reads under the hood where bookies hold whole runs). Raises as ``read``."""
+        last = self.last_add_confirmed if end is None else end
+        if start < 0 or batch_entries <= 0 or read_ahead < 0:
+            raise errors.IncorrectParameterException(
+                f"bad iteration start {start}, batch {batch_entries}, read-ahead {read_ahead}"
+            )
+        if last > self.last_add_confirmed:
+            raise errors.ReadException(
+                f"entries up to {last} requested, but the last confirmed is "
+                f"{self.last_add_confirmed}"
+            )
+        window: deque[Future] = deque()
+        next_first = start
+
+        def fill() -> None:
+            nonlocal next_first
+            while next_first <= last and len(window) <= read_ahead:
+                chunk_last = min(next_first + batch_entries - 1, last)
+                window.append(self.read_entries(next_first, chunk_last, batch=True))
+                next_first = chunk_last + 1
+
+        fill()
+        while window:
+            entries, _ = window.popleft().result()
+            fill()
+            yield from entries
+
+    def __aiter__(self) -> AsyncIterator[LedgerEntry]:
+        return self.aentries()
+
+    async def aentries(
+        self,
+        start: int = 0,
+        end: int | None = None,
+        *,
+        batch_entries: int = 1000,
+        read_ahead: int = 2,
+    ) -> AsyncIterator[LedgerEntry]:
+        """``entries`` for asyncio code (``async for entry in handle``): each read is awaited,
+        no thread is blocked."""
+        last = self.last_add_confirmed if end is None else end
+        if start < 0 or batch_entries <= 0 or read_ahead < 0 or last > self.last_add_confirmed:
+            raise errors.IncorrectParameterException(
+                f"bad iteration {start}..{last} (LAC {self.last_add_confirmed})"
+            )
+        window: deque[Future] = deque()
+        next_first = start
+        while next_first <= last or window:
+            while next_first <= last and len(window) <= read_ahead:
+                chunk_last = min(next_first + batch_entries - 1, last)
+                window.append(self.read_entries(next_first, chunk_last, batch=True))
+                next_first = chunk_last + 1
+            entries, _ = await window.popleft()
+            for entry in entries:
+                yield entry
+
+    async def batch_read_async(
+        self, start: int, max_count: int, max_size: int
+    ) -> list[LedgerEntry]:
+        """``batch_read`` for asyncio code."""
+        return await run_blocking(self.bk.executor, self.batch_read, start, max_count, max_size)
+
+    async def read_last_add_confirmed_async(self) -> int:
+        """``read_last_add_confirmed`` for asyncio code."""
+        return await run_blocking(self.bk.executor, self.read_last_add_confirmed)
 
     def read_last_add_confirmed(self) -> int:
         """Ask the bookies of the last ensemble for the LAC (READ of entry -1, coverage rule)
@@ -356,6 +486,10 @@ class ReadHandle:
     def close(self) -> None:
         """Nothing to release for a read handle; kept for symmetry with LedgerHandle."""
 
+    async def close_async(self) -> None:
+        """``close`` for asyncio code."""
+        await run_blocking(self.bk.executor, self.close)
+
     def __enter__(self) -> ReadHandle:
         return self
 
@@ -374,6 +508,7 @@ class LedgerHandle(ReadHandle):
         self._lock = threading.Lock()
         self._change_lock = threading.Lock()
         self._last_change: dict[int, float] = {}
+        self._returned: dict[int, float] = {}  # when a failed bookie last took its slot back
         self._closing = False
         bk.failures.register(self._writer.writer_id, self._on_bookie_failures)
 
@@ -407,17 +542,11 @@ class LedgerHandle(ReadHandle):
             raise errors.LedgerClosedException(f"ledger {self.ledger_id} is closed")
         return self._writer.append_many(list(payloads))
 
-    def read(self, first: int, last: int) -> list[LedgerEntry]:
-        self._lac = self._writer.last_add_confirmed
-        return super().read(first, last)
-
-    def read_async(self, first: int, last: int) -> Future:
-        self._lac = self._writer.last_add_confirmed
-        return super().read_async(first, last)
-
-    def batch_read(self, start: int, max_count: int, max_size: int) -> list[LedgerEntry]:
-        self._lac = self._writer.last_add_confirmed
-        return super().batch_read(start, max_count, max_size)
+    async def append_many_async(self, payloads: Sequence[bytes | bytearray | memoryview]) -> int:
+        """``append_many`` for asyncio code: the batch moves on the client's bounded executor
+        with the GIL released, so the event loop keeps running. The fastest way to append from
+        asyncio: one await per batch, not per entry. Raises as ``append``."""
+        return await run_blocking(self.bk.executor, self.append_many, payloads)
 
     # --- ensemble changes -------------------------------------------------------------------
 
@@ -446,6 +575,12 @@ class LedgerHandle(ReadHandle):
             return
         first = self._writer.last_add_confirmed + 1
         chosen: list[str] = []
+        now = time.monotonic()
+        no_return = frozenset(
+            i
+            for i in failed
+            if now - self._returned.get(i, -_SELF_RETURN_WINDOW_S) < _SELF_RETURN_WINDOW_S
+        )
 
         def change(md: LedgerMetadata) -> LedgerMetadata:
             if md.state == LedgerState.IN_RECOVERY:
@@ -455,12 +590,16 @@ class LedgerHandle(ReadHandle):
             if md.is_closed:
                 raise errors.LedgerClosedException(f"ledger {self.ledger_id} is closed")
             ids = replacement_ensemble(
-                self.bk, self.ledger_id, md, failed, [failures[i].error for i in failed]
+                self.bk, self.ledger_id, md, failed, [failures[i].error for i in failed], no_return
             )
             chosen[:] = ids
             return md.with_ensemble(first, ids)
 
+        before = list(current)
         self.update_metadata(change)
+        for i in failed:
+            if chosen[i] == before[i]:
+                self._returned[i] = time.monotonic()
         self._writer.change_ensemble(first, [self.bk.address_of(b) for b in chosen])
         count_ensemble_change()
 

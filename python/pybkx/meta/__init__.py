@@ -5,11 +5,10 @@ It picks a backend by URI; it must never hold a backend's logic itself."""
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 from typing import Any
 
 from pybkx.meta.coordination import Election
+from pybkx.meta.discovery import default_embedded_uri, default_metadata_uri
 from pybkx.meta.ledger_metadata import DigestType, LedgerMetadata, LedgerState
 from pybkx.meta.ledgers import MAX_METADATA_RETRIES
 from pybkx.meta.store import MetadataStore
@@ -36,27 +35,23 @@ __all__ = [
     "MetadataStore",
     "Versioned",
     "default_embedded_uri",
+    "default_metadata_uri",
     "open_metadata_store",
 ]
-
-
-def default_embedded_uri() -> str:
-    """Where the embedded store lives when no URI is given: ``$PYBKX_METADATA_DIR``, else
-    ``~/.pybkx/metadata``."""
-    root = os.environ.get("PYBKX_METADATA_DIR") or str(Path.home() / ".pybkx" / "metadata")
-    return "embedded://" + str(Path(root).resolve())
 
 
 def open_metadata_store(uri: str | None = None, **conf: Any) -> MetadataStore:
     """Open the store named by ``uri`` (BookKeeper's ``metadataServiceUri`` spelling).
 
     ``zk+hierarchical://h1:2181;h2:2181/ledgers`` (also ``zk+longhierarchical``, ``zk+null``,
-    ``zk://``) opens ZooKeeper; ``embedded:///abs/dir`` (or None: :func:`default_embedded_uri`)
+    ``zk://``) opens ZooKeeper; ``embedded:///abs/dir`` the single-machine store; None the
+    default (:func:`pybkx.meta.discovery.default_metadata_uri`: ``$PYBKX_METADATA_URI``, a running
+    ``pybkx sandbox``, else ``~/.pybkx/metadata``)
     opens the single-machine store. ``conf`` takes client/server keys such as
     ``zkTimeout`` (ms). Raises ValueError for an unknown scheme, MetaStoreException if the store
     cannot be reached.
     """
-    uri = uri or default_embedded_uri()
+    uri = uri or default_metadata_uri()
     scheme = uri.split("://", 1)[0].lower()
     if scheme.startswith("zk"):
         from pybkx.meta.zookeeper import ZooKeeperMetadataStore

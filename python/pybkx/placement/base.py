@@ -196,6 +196,12 @@ class EnsemblePlacementPolicy(abc.ABC):
     ) -> EnsemblePlacementPolicy:
         """Configure from BookKeeper keys; returns self. Raises ConfigError."""
 
+    @property
+    def places_by_topology(self) -> bool:
+        """Whether ensembles are chosen by a configured network topology: when not, a placement
+        that does not adhere to the policy is expected rather than worth a warning."""
+        return False
+
     @abc.abstractmethod
     def uninitialize(self) -> None:
         """Release what ``initialize`` acquired (listeners); idempotent."""

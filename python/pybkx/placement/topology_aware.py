@@ -99,6 +99,10 @@ class TopologyAwarePolicy(EnsemblePlacementPolicy):
 
     # --- configuration ----------------------------------------------------------------------
 
+    @property
+    def places_by_topology(self) -> bool:
+        return self._mapping is not None
+
     def initialize(
         self,
         conf: Mapping[str, object],
@@ -176,7 +180,7 @@ class TopologyAwarePolicy(EnsemblePlacementPolicy):
                     f"{type(self).__name__} is enforced but no network topology is configured "
                     "(set networkTopologyScriptFileName or reppDnsResolverClass)"
                 )
-            logger.warning(
+            logger.info(
                 "%s: no network topology script configured; every bookie is in %s",
                 type(self).__name__,
                 self.DEFAULT_LOCATION,

@@ -34,6 +34,7 @@ from typing import IO, Final
 from pybkx import errors
 from pybkx.config import PROMETHEUS_STATS_PROVIDER, ConfigError, ServerConfig
 from pybkx.meta import MetadataStore, open_metadata_store
+from pybkx.meta.discovery import clear_sandbox_record, record_sandbox
 
 __all__ = [
     "DEFAULT_BOOKIES",
@@ -358,6 +359,7 @@ class Sandbox:
         previous = {sig: signal.signal(sig, on_signal) for sig in _STOP_SIGNALS}
         try:
             self.start()
+            record_sandbox(self.metadata_uri)  # clients with no URI find this cluster
             kept = "kept" if self._keep_directory else "removed on exit"
             report(f"sandbox directory: {self.directory} ({kept})")
             report(f"metadataServiceUri={self.metadata_uri}")
@@ -381,6 +383,7 @@ class Sandbox:
             report(f"stopping the sandbox ({received[0] if received else 'signal'})")
         finally:
             try:
+                clear_sandbox_record()
                 self.stop()
             finally:
                 for sig, handler in previous.items():

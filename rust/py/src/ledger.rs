@@ -11,16 +11,18 @@ use bytes::Bytes;
 use crossbeam_channel::{Receiver, Sender};
 use pyo3::exceptions::PyOSError;
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyList};
 
 use pybkx_core::digest;
 use pybkx_core::ledger::{
-    self, check_range, BookieFailure, FailureSink, LedgerError, LedgerWriter, ReadEntry,
+    self, check_range, columns, BookieFailure, FailureSink, LedgerError, LedgerWriter, ReadEntry,
     ReadOptions, ReadPlan, Segment, WriterSpec, RECOVERY_ADD_FLAGS,
 };
 use pybkx_core::protocol::FLAG_NONE;
 use pybkx_core::runtime::runtime;
 
+use crate::buffer::{fill_view, PyBuffer};
 use crate::client::{flags_of, PyBookieClient};
 use crate::digest::{digest_manager, verify, VerifiedTuple};
 use crate::errors::{BkError, BkResult, RaisedByPython};
@@ -38,15 +40,17 @@ pub(crate) fn check_quorums(
     Ok(())
 }
 
-/// One entry read from a ledger; see `_core.pyi`.
+/// One entry read from a ledger; see `_core.pyi`. The payload stays the Rust buffer the
+/// bookie's reply arrived in: `memoryview(entry)` lends it without a copy, `entry.payload`
+/// makes one `bytes` on first use and keeps it.
 #[pyclass(name = "LedgerEntry", module = "pybkx._core", frozen, eq)]
 pub(crate) struct PyLedgerEntry {
     #[pyo3(get)]
     ledger_id: i64,
     #[pyo3(get)]
     entry_id: i64,
-    #[pyo3(get)]
-    payload: Py<PyBytes>,
+    data: Bytes,
+    payload: PyOnceLock<Py<PyBytes>>,
     /// The LAC the writer piggy-backed in this entry.
     #[pyo3(get)]
     last_add_confirmed: i64,
@@ -55,13 +59,24 @@ pub(crate) struct PyLedgerEntry {
     ledger_length: i64,
 }
 
+impl PyLedgerEntry {
+    fn from_read(ledger_id: i64, e: &ReadEntry) -> Self {
+        PyLedgerEntry {
+            ledger_id,
+            entry_id: e.entry_id,
+            data: e.payload.clone(),
+            payload: PyOnceLock::new(),
+            last_add_confirmed: e.lac,
+            ledger_length: e.length,
+        }
+    }
+}
+
 impl PartialEq for PyLedgerEntry {
     fn eq(&self, other: &Self) -> bool {
         self.ledger_id == other.ledger_id
             && self.entry_id == other.entry_id
-            && Python::attach(|py| {
-                self.payload.bind(py).as_bytes() == other.payload.bind(py).as_bytes()
-            })
+            && self.data == other.data
     }
 }
 
@@ -72,29 +87,53 @@ impl PyLedgerEntry {
     fn new(
         ledger_id: i64,
         entry_id: i64,
-        payload: Py<PyBytes>,
+        payload: &Bound<'_, PyAny>,
         last_add_confirmed: i64,
         ledger_length: i64,
-    ) -> Self {
-        PyLedgerEntry {
+    ) -> PyResult<Self> {
+        Ok(PyLedgerEntry {
             ledger_id,
             entry_id,
-            payload,
+            data: crate::util::payload(payload)?,
+            payload: PyOnceLock::new(),
             last_add_confirmed,
             ledger_length,
-        }
+        })
     }
 
-    fn __len__(&self, py: Python<'_>) -> usize {
-        self.payload.bind(py).as_bytes().len()
+    /// The payload as `bytes` (made once, on first use).
+    #[getter]
+    fn payload(&self, py: Python<'_>) -> Py<PyBytes> {
+        self.payload
+            .get_or_init(py, || PyBytes::new(py, &self.data).unbind())
+            .clone_ref(py)
     }
 
-    fn __repr__(&self, py: Python<'_>) -> String {
+    fn __bytes__(&self, py: Python<'_>) -> Py<PyBytes> {
+        self.payload(py)
+    }
+
+    fn __len__(&self) -> usize {
+        self.data.len()
+    }
+
+    unsafe fn __getbuffer__(
+        slf: PyRef<'_, Self>,
+        view: *mut pyo3::ffi::Py_buffer,
+        flags: std::os::raw::c_int,
+    ) -> PyResult<()> {
+        // SAFETY: the entry is frozen and owns `data` as long as the view references it.
+        unsafe { fill_view(slf.py(), slf.as_ptr(), &slf.data, view, flags) }
+    }
+
+    unsafe fn __releasebuffer__(&self, _view: *mut pyo3::ffi::Py_buffer) {}
+
+    fn __repr__(&self) -> String {
         format!(
             "LedgerEntry(ledger_id={}, entry_id={}, payload=<{} bytes>)",
             self.ledger_id,
             self.entry_id,
-            self.payload.bind(py).as_bytes().len()
+            self.data.len()
         )
     }
 }
@@ -110,14 +149,7 @@ impl ToPy for ReadResult {
     fn to_py(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         let list = PyList::empty(py);
         for e in &self.entries {
-            let entry = PyLedgerEntry {
-                ledger_id: self.ledger,
-                entry_id: e.entry_id,
-                payload: PyBytes::new(py, &e.payload).unbind(),
-                last_add_confirmed: e.lac,
-                ledger_length: e.length,
-            };
-            list.append(Py::new(py, entry)?)?;
+            list.append(Py::new(py, PyLedgerEntry::from_read(self.ledger, e))?)?;
         }
         Ok((list, self.batch_ok).into_pyobject(py)?.into_any().unbind())
     }
@@ -278,11 +310,15 @@ impl PyLedgerWriter {
         entry_id: Option<i64>,
     ) -> PyResult<Py<Future>> {
         let data = crate::util::payload(payload)?;
-        let (inner, throttle) = (self.inner.clone(), self.throttle);
-        Self::interruptible(py, |interrupt| inner.wait_for_room(throttle, interrupt))?;
         let (fut, completer) = Future::pending(py)?;
-        let inner = self.inner.clone();
-        py.detach(move || inner.append_with_id(entry_id, data, completer.into_done()));
+        let (inner, throttle) = (self.inner.clone(), self.throttle);
+        // One release of the GIL for both the wait for room and the send (which may wait for
+        // room on the connection): half the GIL traffic of a pipelined append.
+        Self::interruptible(py, move |interrupt| {
+            inner.wait_for_room(throttle, interrupt)?;
+            inner.append_with_id(entry_id, data, completer.into_done());
+            Ok(())
+        })?;
         Ok(fut)
     }
 
@@ -434,26 +470,102 @@ impl PyReadPlan {
         master_key: Option<&[u8]>,
         window: usize,
     ) -> PyResult<Py<Future>> {
-        check_range(first, last).map_err(BkError::from)?;
-        let opts = ReadOptions {
-            batch,
-            avoid: avoid.into_iter().collect::<HashSet<_>>(),
-            flags: flags_of(flags)?,
-            master_key: master_key.map(Bytes::copy_from_slice),
-            window,
-        };
+        let opts = read_options(first, last, batch, avoid, flags, master_key, window)?;
+        self.spawn_read(py, first, last, opts, |ledger, entries, batch_ok| {
+            Ok(ReadResult {
+                ledger,
+                entries,
+                batch_ok,
+            })
+        })
+    }
+
+    /// Reads entries `first..=last` as columns; the future gives `(rows, entry_ids, offsets,
+    /// payloads, batch_ok)`, the three columns as `Buffer`s in Arrow's `int64` and `binary`
+    /// layouts. Raises IncorrectParameterException for a bad range, or (through the future)
+    /// for payloads above 2 GiB in all.
+    #[pyo3(signature = (first, last, *, batch = true, avoid = Vec::new(), window = 64))]
+    fn read_columns(
+        &self,
+        py: Python<'_>,
+        first: i64,
+        last: i64,
+        batch: bool,
+        avoid: Vec<String>,
+        window: usize,
+    ) -> PyResult<Py<Future>> {
+        let opts = read_options(first, last, batch, avoid, 0, None, window)?;
+        self.spawn_read(py, first, last, opts, |_, entries, batch_ok| {
+            Ok(ColumnsResult {
+                columns: columns::pack(&entries)?,
+                batch_ok,
+            })
+        })
+    }
+}
+
+impl PyReadPlan {
+    /// Reads `first..=last` on the runtime and completes the future with `finish(ledger,
+    /// entries, batch_ok)`, run there too (off the interpreter's thread).
+    fn spawn_read<T: ToPy + 'static>(
+        &self,
+        py: Python<'_>,
+        first: i64,
+        last: i64,
+        opts: ReadOptions,
+        finish: impl FnOnce(i64, Vec<ReadEntry>, bool) -> Result<T, LedgerError> + Send + 'static,
+    ) -> PyResult<Py<Future>> {
         let rt = runtime().map_err(|e| PyOSError::new_err(e.to_string()))?;
         let (fut, completer) = Future::pending(py)?;
         let (client, plan) = (self.client.clone(), self.plan.clone());
-        let done = completer.into_done::<ReadResult, LedgerError>();
+        let done = completer.into_done::<T, LedgerError>();
         rt.spawn(async move {
             let r = ledger::read_range(&client, &plan, &opts, first, last).await;
-            done(r.map(|(entries, batch_ok)| ReadResult {
-                ledger: plan.ledger_id(),
-                entries,
-                batch_ok,
-            }));
+            done(r.and_then(|(entries, batch_ok)| finish(plan.ledger_id(), entries, batch_ok)));
         });
         Ok(fut)
+    }
+}
+
+/// The options of one read; raises IncorrectParameterException at once for a bad range.
+fn read_options(
+    first: i64,
+    last: i64,
+    batch: bool,
+    avoid: Vec<String>,
+    flags: i64,
+    master_key: Option<&[u8]>,
+    window: usize,
+) -> PyResult<ReadOptions> {
+    check_range(first, last).map_err(BkError::from)?;
+    Ok(ReadOptions {
+        batch,
+        avoid: avoid.into_iter().collect::<HashSet<_>>(),
+        flags: flags_of(flags)?,
+        master_key: master_key.map(Bytes::copy_from_slice),
+        window,
+    })
+}
+
+/// The columns of one read and whether batch reads still look supported.
+struct ColumnsResult {
+    columns: columns::Columns,
+    batch_ok: bool,
+}
+
+impl ToPy for ColumnsResult {
+    fn to_py(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let c = &self.columns;
+        let buffer = |b: &Bytes| Py::new(py, PyBuffer::new(b.clone()));
+        Ok((
+            c.rows,
+            buffer(&c.entry_ids)?,
+            buffer(&c.offsets)?,
+            buffer(&c.payloads)?,
+            self.batch_ok,
+        )
+            .into_pyobject(py)?
+            .into_any()
+            .unbind())
     }
 }

@@ -4,6 +4,7 @@
 //! decides which bookies to use: bookie failures are reported as events, and the control plane
 //! answers with `change_ensemble` after updating the metadata.
 
+pub mod columns;
 pub mod reader;
 pub mod stats;
 pub mod writer;
