@@ -483,6 +483,7 @@ def _error_classes() -> list[type[BaseException]]: ...
 def set_log_level(level: int) -> None:
     """Forward Rust log records at this ``logging`` level and above (default: PYBKX_LOG or
     WARNING)."""
+
 def set_metrics_enabled(enabled: bool) -> None:
     """Switch histogram and timing collection on or off for this process (BookKeeper's
     ``enableStatistics``); plain counters keep counting."""
