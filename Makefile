@@ -15,7 +15,7 @@ PY_SOURCES := python tests bench
 MATURIN_TARGET_DIR := $(CURDIR)/target/maturin
 
 # Debian packages the build or the tests need; `make deps` installs the missing ones (as root).
-APT_PACKAGES ?= zookeeper
+APT_PACKAGES ?= zookeeper tmux
 
 # Every cargo command (and maturin) sees the same interpreter, so pyo3's build script is not
 # re-run when switching between `maturin develop` and `cargo test`.
@@ -25,7 +25,7 @@ PY_LIBDIR := $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_config_
 CARGO_TEST_ENV := LD_LIBRARY_PATH="$(PY_LIBDIR)$${LD_LIBRARY_PATH:+:$$LD_LIBRARY_PATH}"
 
 .PHONY: help venv deps build lint test demo bench bench-client bench-suite bench-compare bench-builds \
-	clean distclean
+	bench-metrics clean distclean
 
 help:
 	@echo "make demo   build everything, then run the cluster demo (pybkx demo)"
@@ -36,6 +36,7 @@ help:
 	@echo "make bench-compare  pybkx vs the Java bookie side by side -> bench/results/"
 	@echo "                    (BENCH_ARGS=--quick for a short run; see python -m bench.compare -h)"
 	@echo "make bench-builds OTHER=DIR   this tree beside another built tree and the Java bookie"
+	@echo "make bench-metrics  adds/s and CPU per add with metrics on vs off, same run"
 	@echo "make venv | deps | build | lint | clean | distclean"
 
 venv: $(DEPS_STAMP)
@@ -52,7 +53,7 @@ $(DEPS_STAMP): pyproject.toml | $(VPY)
 	$(VPY) -m pip install --quiet --disable-pip-version-check -r $(VENV)/requirements-dev.txt
 	touch $@
 
-# Bench-only tools (the `bench` extra: rich, matplotlib, py-spy); `make test` never installs them.
+# Bench-only tools (the `bench` extra: matplotlib, py-spy); `make test` never installs them.
 $(BENCH_STAMP): pyproject.toml | $(DEPS_STAMP)
 	$(VPY) -c 'import tomllib; d = tomllib.load(open("pyproject.toml", "rb")); \
 	    print("\n".join(d["project"]["optional-dependencies"]["bench"]))' \
@@ -117,6 +118,10 @@ bench-suite: venv build
 BENCH_ARGS ?=
 bench-compare: venv deps build $(BENCH_STAMP)
 	$(VPY) -m bench.compare $(BENCH_ARGS)
+
+# What metrics cost: a bookie with them beside one without, rounds interleaved.
+bench-metrics: venv build
+	$(VPY) bench/metrics_overhead.py $(BENCH_ARGS)
 
 # This tree beside another build of pybkx (OTHER=path of a built source tree) and the Java bookie.
 OTHER ?=

@@ -62,8 +62,8 @@ class EngineRun:
 
     @property
     def entries_per_sync(self) -> float:
-        syncs = self.stats_delta.get("journal_syncs", 0)
-        journalled = self.stats_delta.get("journal_entries", self.entries)
+        syncs = self.stats_delta.get("pybkx_journal_syncs", 0)
+        journalled = self.stats_delta.get("pybkx_journal_entries", self.entries)
         return journalled / syncs if syncs else float("nan")
 
     def latency_us(self, q: float) -> float:
@@ -236,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
             disk = statistics.median(disks)
             ratio = statistics.median(ratios) if ratios else float("nan")
             label = mode + (" +flushWhenQueueEmpty" if extra else "")
-            syncs_per_s = run.stats_delta.get("journal_syncs", 0) / run.elapsed_s
+            syncs_per_s = run.stats_delta.get("pybkx_journal_syncs", 0) / run.elapsed_s
             print(
                 f"| {writers} | {size} B | {label} | {fmt(run.entries_per_s)} "
                 f"| {fmt(run.mb_per_s, 2)} | {fmt(run.entries_per_sync, 1)} | {fmt(syncs_per_s)} "
@@ -247,7 +247,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         shutil.rmtree(root, ignore_errors=True)
     print(
-        "\nMB/s counts payload bytes. entries/fsync = Δjournal_entries / Δjournal_syncs. "
+        "\nMB/s counts payload bytes. "
+        "entries/fsync = Δpybkx_journal_entries / Δpybkx_journal_syncs. "
         "disk entries/s: one thread, os.write + os.fdatasync of (payload + "
         f"{RECORD_OVERHEAD_BYTES} B) x entries/fsync into a file grown by fallocate in "
         f"{PREALLOC_BYTES >> 20} MiB steps. A call is one add_entry or one add_entries batch; "

@@ -28,6 +28,34 @@ ALLOWED: dict[str, tuple[str, ...]] = {
         "pybkx._core",
     ),
     "bookie": ("pybkx.bookie", "pybkx.meta", "pybkx.config", "pybkx.errors", "pybkx._core"),
+    "tools": (
+        "pybkx.tools",
+        "pybkx.client",
+        "pybkx.bookie",
+        "pybkx.meta",
+        "pybkx.config",
+        "pybkx.errors",
+        "pybkx._core",
+    ),
+    "admin": (
+        "pybkx.admin",
+        "pybkx.tools",
+        "pybkx.client",
+        "pybkx.bookie",
+        "pybkx.meta",
+        "pybkx.config",
+        "pybkx.errors",
+        "pybkx._core",
+    ),
+    "cli": (
+        "pybkx.cli",
+        "pybkx.tools",
+        "pybkx.admin",
+        "pybkx.bookie",
+        "pybkx.config",
+        "pybkx.errors",
+        "pybkx._core",
+    ),
 }
 
 

@@ -21,6 +21,7 @@ import pybkx._core as core
 from pybkx import errors
 from pybkx._core import LedgerStorage
 from pybkx.config import ClientConfig, ServerConfig
+from pybkx.meta import open_metadata_store
 
 pytestmark = pytest.mark.integration
 
@@ -329,6 +330,8 @@ def test_without_conf_defaults_and_flags_are_enough(tmp_path: Path, start_bookie
 def test_metadata_service_uri_makes_the_bookie_register(tmp_path: Path, start_bookie: Any) -> None:
     port = free_port()
     uri = f"embedded://{tmp_path / 'metadata'}"
+    with open_metadata_store(uri) as store:  # bookies join initialised clusters only
+        store.init_new_cluster()
     conf = write_conf(tmp_path, port, f"metadataServiceUri={uri}\n")
     bookie = start_bookie("--conf", str(conf))
     bookie.wait_listening(port)

@@ -155,10 +155,15 @@ def store_of() -> Iterator[Callable[[str], MetadataStore]]:
 
 @pytest.fixture
 def start(tmp_path: Path) -> Iterator[Start]:
-    """``start(node, *flags, **conf)``: a ``pybkx bookie`` process, killed at teardown."""
+    """``start(node, *flags, initialise=True, **conf)``: a ``pybkx bookie`` process, killed at
+    teardown. Like an operator (and the sandbox), it initialises the node's cluster first unless
+    told not to: a bookie never initialises one itself."""
     started: list[BookieProcess] = []
 
-    def _start(node: Node, *flags: str, **conf: object) -> BookieProcess:
+    def _start(node: Node, *flags: str, initialise: bool = True, **conf: object) -> BookieProcess:
+        if initialise:
+            with open_metadata_store(node.uri, zkTimeout=ZK_TIMEOUT_MS) as store:
+                store.init_new_cluster()
         args = ["--conf", str(node.conf(**conf)), *flags]
         bookie = BookieProcess(args, tmp_path, f"bookie{len(started)}")
         started.append(bookie)
@@ -281,6 +286,7 @@ def test_set_read_only_moves_the_registration_and_back(
 ) -> None:
     node = Node(tmp_path / "b0", embedded_uri)
     store = store_of(embedded_uri)
+    store.init_new_cluster()
     with Bookie(node.config(), drain_timeout_ms=1000) as bookie:
         assert bookie.bookie_id == node.bookie_id
         assert store.writable_bookies() == {node.bookie_id}
@@ -306,6 +312,7 @@ def test_a_forced_read_only_bookie_refuses_to_become_writable(
 ) -> None:
     node = Node(tmp_path / "b0", embedded_uri)
     store = store_of(embedded_uri)
+    store.init_new_cluster()
     with Bookie(node.config(forceReadOnlyBookie="true"), drain_timeout_ms=1000) as bookie:
         assert store.readonly_bookies() == {node.bookie_id}
         with pytest.raises(BookieError, match="forceReadOnlyBookie"):
@@ -421,8 +428,23 @@ def test_a_new_bookie_with_data_but_no_cookie_is_refused(
 
 def test_an_unreachable_metadata_service_fails_in_one_line(tmp_path: Path, start: Start) -> None:
     node = Node(tmp_path / "b0", "zk+hierarchical://127.0.0.1:1/ledgers")
-    refused = start(node, zkTimeout=1000)
+    refused = start(node, initialise=False, zkTimeout=1000)
     one_line_failure(refused, "metadata store", "127.0.0.1:1")
+
+
+def test_a_bookie_refuses_an_uninitialised_metadata_root(
+    tmp_path: Path, cluster_uri: str, start: Start, store_of: Callable[[str], MetadataStore]
+) -> None:
+    node = Node(tmp_path / "b0", cluster_uri)
+    refused = start(node, initialise=False)
+    line = one_line_failure(refused, "not initialised", "pybkx shell initnewcluster")
+    assert cluster_uri in line
+    store = store_of(cluster_uri)
+    assert not store.is_initialized()  # the bookie created nothing: no cluster of its own
+    assert not node.ledgers.exists()  # refused before the storage opened
+    assert shell("initnewcluster", "--uri", cluster_uri).returncode == 0
+    started = start(node, initialise=False)
+    wait_registered(store, started, node.bookie_id, ro=False)
 
 
 # --- shell -----------------------------------------------------------------------------------

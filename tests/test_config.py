@@ -5,14 +5,18 @@ Owns ServerConfig parsing and its hand-off to LedgerStorage/BookieServer; must n
 
 from __future__ import annotations
 
+import json
 import logging
 import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from pybkx._core import BookieServer, LedgerStorage
 from pybkx.config import ConfigError, ServerConfig, parse_properties
+from pybkx.config.bookkeeper_keys import NOT_IMPLEMENTED
 
 MIB = 1 << 20
 
@@ -149,28 +153,113 @@ def test_a_bk_server_conf_with_many_keys_parses(tmp_path: Path) -> None:
 # --- unknown keys ----------------------------------------------------------------------------
 
 
-def test_unknown_keys_are_kept_and_listed_in_one_line(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+def test_bookkeeper_keys_pybkx_does_not_implement_are_kept_and_noted_one_per_line(
+    tmp_path: Path,
 ) -> None:
-    conf = write(tmp_path / "x.conf", "gcWaitTime=600000\nfooBar = baz\nbookiePort=3181\n")
-    with caplog.at_level(logging.INFO, logger="pybkx.config"):
-        config = ServerConfig.from_file(conf)
-    assert dict(config.extra) == {"gcWaitTime": "600000", "fooBar": "baz"}
-    lines = [r for r in caplog.records if r.name.startswith("pybkx.config")]
-    assert len(lines) == 1
-    assert "fooBar" in lines[0].getMessage()
-    assert "gcWaitTime" in lines[0].getMessage()
+    conf = write(
+        tmp_path / "x.conf",
+        "gcWaitTime=600000\nnumAddWorkerThreads=8\nbookiePort=3181\nzkLedgersRootPath=/x\n",
+    )
+    config = ServerConfig.from_file(conf)
+    assert dict(config.extra) == {"gcWaitTime": "600000", "numAddWorkerThreads": "8"}
+    notes = config.notes()
+    assert len(notes) == 2
+    assert notes[0].startswith(f"gcWaitTime=600000 ({conf}:1) is not implemented: ")
+    assert "garbage collection" in notes[0]
+    assert notes[1].startswith(f"numAddWorkerThreads=8 ({conf}:2) is not implemented: ")
+    assert "tokio" in notes[1]
+    # zkLedgersRootPath is used (it builds the metadata URI with zkServers): no note.
+    assert not any("zkLedgersRootPath" in n for n in notes)
 
 
-def test_a_misspelt_key_is_named_with_the_key_it_resembles(
+def test_a_misspelt_key_is_refused_naming_the_closest_key_and_the_line(tmp_path: Path) -> None:
+    conf = write(tmp_path / "x.conf", "bookiePort=3181\njournalMaxGroupWaitMsec=5\n")
+    with pytest.raises(ConfigError) as refused:
+        ServerConfig.from_file(conf)
+    message = str(refused.value)
+    assert f"unknown key journalMaxGroupWaitMsec in {conf}:2" in message
+    assert "did you mean journalMaxGroupWaitMSec?" in message
+    assert "--lenient" in message
+
+
+def test_a_misspelt_bookkeeper_key_pybkx_does_not_implement_is_named_too(tmp_path: Path) -> None:
+    conf = write(tmp_path / "x.conf", "gcWaitTim=1000\n")
+    with pytest.raises(ConfigError, match="did you mean gcWaitTime"):
+        ServerConfig.from_file(conf)
+
+
+def test_a_key_of_no_known_system_is_refused(tmp_path: Path) -> None:
+    conf = write(tmp_path / "x.conf", "fooBarBaz=1\n")
+    with pytest.raises(ConfigError, match=r"fooBarBaz .*not a BookKeeper or pybkx key"):
+        ServerConfig.from_file(conf)
+
+
+def test_lenient_warns_once_per_misspelt_key_and_ignores_it(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    conf = write(tmp_path / "x.conf", "journalMaxGroupWaitMsec=5\n")
+    conf = write(tmp_path / "x.conf", "journalMaxGroupWaitMsec=5\nfooBar=1\n")
     with caplog.at_level(logging.WARNING, logger="pybkx.config"):
-        config = ServerConfig.from_file(conf)
+        config = ServerConfig.from_file(conf, lenient=True)
     assert config.journal_max_group_wait_ms == 2  # not applied: the key is not BookKeeper's
     warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
-    assert any("did you mean journalMaxGroupWaitMSec" in w for w in warnings), warnings
+    assert len(warnings) == 2, warnings
+    assert "did you mean journalMaxGroupWaitMSec" in warnings[0]
+
+
+def test_origins_name_the_line_the_command_line_or_the_default(tmp_path: Path) -> None:
+    conf = write(tmp_path / "x.conf", "# c\nbookiePort=3999\njournalSyncData=false\n")
+    config = ServerConfig.load(conf, {"journalSyncData": "true"})
+    assert config.origin("bookiePort") == f"{conf}:2"
+    assert config.origin("journalSyncData") == "command line"
+    assert config.origin("journalQueueSize") == "default"
+    rows = {key: (value, origin) for key, value, origin, _ in config.describe()}
+    assert rows["bookiePort"] == (3999, f"{conf}:2")
+    assert rows["journalSyncData"] == (True, "command line")
+
+
+def test_print_config_shows_each_value_with_its_source(tmp_path: Path) -> None:
+    conf = write(tmp_path / "x.conf", "bookiePort=3999\ngcWaitTime=5\ntypoKey=1\n")
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pybkx",
+            "bookie",
+            "--conf",
+            str(conf),
+            "--port",
+            "4000",
+            "--print-config",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr
+    rows = {row["key"]: row for row in json.loads(run.stdout)}
+    assert rows["bookiePort"]["value"] == 4000
+    assert rows["bookiePort"]["source"] == "command line"
+    assert rows["journalQueueSize"]["source"] == "default"
+    assert rows["gcWaitTime"]["source"] == f"{conf}:2"
+    assert rows["gcWaitTime"]["note"].startswith("not implemented: ")
+    assert "unknown key" in rows["typoKey"]["note"]
+    table = subprocess.run(
+        [sys.executable, "-m", "pybkx", "bookie", "--conf", str(conf), "--print-config"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert table.returncode == 0, table.stderr
+    assert "bookiePort" in table.stdout and f"{conf.name}:1" in table.stdout
+
+
+def test_every_bookkeeper_key_is_implemented_or_says_what_pybkx_does_instead() -> None:
+    implemented = set(ServerConfig.known_keys())
+    assert not implemented & set(NOT_IMPLEMENTED)
+    assert all(note.strip() for note in NOT_IMPLEMENTED.values())
 
 
 def test_keyword_arguments_refuse_unknown_keys_with_a_suggestion() -> None:

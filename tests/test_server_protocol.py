@@ -128,7 +128,21 @@ def expect_closed(c: Conn) -> None:
 
 
 def protocol_errors(server: BookieServer) -> int:
-    return server.stats()["protocol_errors"]
+    return server.stats()["pybkx_server_protocol_errors"]
+
+
+def requests_taken(server: BookieServer, op: str) -> int:
+    """Requests of ``op`` ("ADD_ENTRY", "READ_ENTRY") the server decoded: those in progress
+    plus those answered (the count of its ``*_REQUEST`` summary, both outcomes)."""
+    taken = 0
+    for name, _, _, _, value in server.metrics():
+        if name == f"bookkeeper_server_{op}_IN_PROGRESS":
+            assert isinstance(value, int)
+            taken += value
+        elif name == f"bookkeeper_server_{op}_REQUEST":
+            assert isinstance(value, dict)
+            taken += value["true"][1] + value["false"][1]
+    return taken
 
 
 # ---------------------------------------------------------------------------------------------
@@ -668,7 +682,7 @@ def test_pending_adds_limit(make_server: MakeServer, storage: LedgerStorage) -> 
         assert set(codes) <= {EOK, ETOOMANYREQUESTS}, codes
         assert codes[ETOOMANYREQUESTS] >= 1, codes
         assert codes[EOK] >= 1, codes
-        assert server.stats()["rejected_requests"] == codes[ETOOMANYREQUESTS]
+        assert server.stats()["bookkeeper_server_ADD_ENTRY_REJECTED"] == codes[ETOOMANYREQUESTS]
         for r in responses:
             stored = c.call(read_request(70, r.entry)).rc
             assert stored == (EOK if r.rc == EOK else ENOENTRY)
@@ -704,17 +718,17 @@ def test_a_client_that_never_reads_costs_the_bookie_a_bounded_buffer(
     n = 200  # 200 MiB of responses asked for
     with Conn(server.port, timeout=30, rcvbuf=64 * 1024) as stuck:
         stuck.send(b"".join(read_request(81, i % 4) for i in range(n)))
-        wait_for(lambda: server.stats()["connections_paused"] >= 1)
+        wait_for(lambda: server.stats()["pybkx_server_connections_paused"] >= 1)
         time.sleep(0.5)
         stats = server.stats()
         # At most the high-water mark plus the response that crossed it stay queued.
-        assert stats["response_bytes_queued"] <= high + (1 << 20) + 4096, stats
-        assert stats["read_entry_requests"] < n, stats  # it stopped reading the requests
+        assert stats["pybkx_server_response_bytes_queued"] <= high + (1 << 20) + 4096, stats
+        assert requests_taken(server, "READ_ENTRY") < n, stats  # it stopped reading requests
         with Conn(server.port) as other:  # other clients are served meanwhile
             assert other.call(read_request(81, 0)).body == big[0]
         responses = collect(stuck, n)  # reading again lets it finish
     assert [r.rc for r in responses] == [EOK] * n
-    assert server.stats()["response_bytes_queued"] == 0
+    assert server.stats()["pybkx_server_response_bytes_queued"] == 0
 
 
 def wait_for(condition: Callable[[], bool], timeout: float = 20.0) -> None:
@@ -762,7 +776,7 @@ def stop_while_pipelining(
             threads.append(threading.Thread(target=reader))
         for thread in threads:
             thread.start()
-        wait_for(lambda: server.stats()["add_entry_requests"] > 1000)
+        wait_for(lambda: requests_taken(server, "ADD_ENTRY") > 1000)
         stopper = threading.Thread(target=server.stop)
         stopper.start()
         if client_reads:
@@ -782,7 +796,7 @@ def stop_while_pipelining(
         responses.append(parse_response(tail[at : at + 4 + length]))
         at += 4 + length
     partial = len(tail) - at
-    taken = server.stats()["add_entry_requests"] - 1
+    taken = requests_taken(server, "ADD_ENTRY") - 1
     print(
         f"stop(): {sent_upto} adds sent, {taken} taken, {len(responses)} answered before the"
         f" close (+{partial} bytes of a cut frame)"

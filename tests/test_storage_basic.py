@@ -361,22 +361,26 @@ def test_directories_accept_comma_separated_strings(
 def test_stats_counts_journal_work(storage: LedgerStorage) -> None:
     before = storage.stats()
     for key in (
-        "journal_entries",
-        "journal_bytes",
-        "journal_syncs",
-        "journal_groups",
-        "checkpoints",
+        "pybkx_journal_entries",
+        "pybkx_journal_bytes",
+        "pybkx_journal_syncs",
+        "pybkx_journal_groups",
+        "pybkx_storage_checkpoints",
+        "bookie_journal_JOURNAL_WRITE_BYTES",
     ):
         assert key in before
     add_range(storage, LEDGER, range(10))
     after = storage.stats()
-    assert after["journal_entries"] - before["journal_entries"] >= 10
-    assert after["journal_bytes"] - before["journal_bytes"] >= sum(
-        len(payload(LEDGER, e)) for e in range(10)
+    assert after["pybkx_journal_entries"] - before["pybkx_journal_entries"] >= 10
+    payload_bytes = sum(len(payload(LEDGER, e)) for e in range(10))
+    assert after["pybkx_journal_bytes"] - before["pybkx_journal_bytes"] >= payload_bytes
+    written = (
+        after["bookie_journal_JOURNAL_WRITE_BYTES"] - before["bookie_journal_JOURNAL_WRITE_BYTES"]
     )
-    assert after["journal_syncs"] > before["journal_syncs"]
+    assert written == payload_bytes
+    assert after["pybkx_journal_syncs"] > before["pybkx_journal_syncs"]
     storage.checkpoint()
-    assert storage.stats()["checkpoints"] > after["checkpoints"]
+    assert storage.stats()["pybkx_storage_checkpoints"] > after["pybkx_storage_checkpoints"]
 
 
 # --- lifecycle ----------------------------------------------------------------------------

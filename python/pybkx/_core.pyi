@@ -13,6 +13,19 @@ class _Buffer(Protocol):
 
 Buffer = bytes | bytearray | memoryview | _Buffer
 
+HistogramSnapshot = tuple[list[tuple[int | None, int]], int, int]
+"""``(buckets, count, sum)``: ``(inclusive upper bound, count)`` per bucket, ascending, None
+for +Inf. A log-linear histogram lists only buckets holding values; one with fixed bounds lists
+them all."""
+
+MetricValue = int | float | HistogramSnapshot | dict[str, HistogramSnapshot]
+"""A number (counter, gauge; the core gives ints), a snapshot (histogram) or
+``{"true": ok, "false": failed}`` (summary, by outcome)."""
+
+Metric = tuple[str, str, str, dict[str, str], MetricValue]
+"""``(name, kind, unit, labels, value)``: kind "counter", "gauge", "summary" or "histogram";
+unit "us" (latency in microseconds), "bytes" or "count"."""
+
 class _StorageConfig(Protocol):
     """What ``LedgerStorage`` reads: the storage attributes of ``pybkx.config.ServerConfig``."""
 
@@ -136,13 +149,20 @@ class LedgerStorage:
     def checkpoint(self) -> None:
         """Flush entry logs and index, record the journal mark, and remove covered journals."""
 
+    def journal_marks(self) -> list[tuple[int, int]]:
+        """Per journal directory, ``(journal file id, offset)`` up to which its records are
+        durable and applied (BookKeeper's last log mark)."""
+
     def entry_log_ledgers(self) -> dict[int, dict[int, int]]:
         """Per entry log id: ``{ledger_id: bytes}`` (the ledgers map kept for garbage
         collection)."""
 
     def stats(self) -> dict[str, int]:
-        """Counters: journal_entries, journal_records, journal_bytes, journal_groups,
-        journal_syncs, journal_rollovers, entry_log_rollovers, checkpoints, ledgers."""
+        """Counters and gauges of ``metrics()`` by name (journals added up)."""
+
+    def metrics(self) -> list[Metric]:
+        """Every metric of the storage and its journals (``journalIndex`` label), read now:
+        BookKeeper's ``bookie_*`` and ``bookie_journal_*`` names, pybkx's ``pybkx_*``."""
 
     def close(self) -> None:
         """Drain the journal, checkpoint, release the directories. Idempotent."""
@@ -181,8 +201,12 @@ class BookieServer:
         Idempotent. The storage stays open: close it afterwards."""
 
     def stats(self) -> dict[str, int]:
-        """Counters: connections, requests per operation, rejections, protocol errors, response
-        bytes queued, connections paused for unread responses."""
+        """Counters and gauges of ``metrics()`` by name."""
+
+    def metrics(self) -> list[Metric]:
+        """Every metric of the server, read now: BookKeeper's ``bookkeeper_server_*`` request
+        stats, BP-62's batch-read histograms, pybkx's ``pybkx_server_*`` (connections,
+        protocol errors, response bytes queued, pauses)."""
 
 class BookieClient:
     """Pipelined V2 connections to bookies (one per bookie, reconnected on demand), on the
@@ -459,6 +483,15 @@ def _error_classes() -> list[type[BaseException]]: ...
 def set_log_level(level: int) -> None:
     """Forward Rust log records at this ``logging`` level and above (default: PYBKX_LOG or
     WARNING)."""
+
+def set_metrics_enabled(enabled: bool) -> None:
+    """Switch histogram and timing collection on or off for this process (BookKeeper's
+    ``enableStatistics``); plain counters keep counting."""
+
+def metrics_enabled() -> bool: ...
+def client_metrics() -> list[Metric]:
+    """The metrics of every client of this process: ``bookkeeper_client_ADD_ENTRY``,
+    ``bookkeeper_client_READ_ENTRY`` (summaries), ``bookkeeper_client_NUM_PENDING_ADD``."""
 
 # Benchmark tools: present in development builds (cargo feature "bench").
 

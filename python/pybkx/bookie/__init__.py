@@ -1,7 +1,16 @@
 """The bookie: the process that serves ledgers (storage, server, registration, cookies) and
 opening its storage from BookKeeper's keys. Control plane only; the bytes are the Rust core's."""
 
-from pybkx.bookie.process import DRAIN_TIMEOUT_MS, Bookie, BookieError
+from pybkx.bookie.gc import GarbageCollector, GcRun
+from pybkx.bookie.process import DRAIN_TIMEOUT_MS, Bookie, BookieError, BookieService
 from pybkx.bookie.storage import open_ledger_storage
 
-__all__ = ["DRAIN_TIMEOUT_MS", "Bookie", "BookieError", "open_ledger_storage"]
+__all__ = [
+    "DRAIN_TIMEOUT_MS",
+    "Bookie",
+    "BookieError",
+    "BookieService",
+    "GarbageCollector",
+    "GcRun",
+    "open_ledger_storage",
+]

@@ -8,15 +8,18 @@ import logging
 import signal
 import socket
 import threading
+from collections.abc import Sequence
 from types import FrameType, TracebackType
+from typing import Protocol
 
 from pybkx import errors
 from pybkx._core import BookieServer, LedgerStorage
 from pybkx.bookie.cookies import check_and_stamp_cookie
+from pybkx.bookie.gc import GarbageCollector
 from pybkx.config import ConfigError, ServerConfig
-from pybkx.meta import BookieServiceInfo, MetadataStore, open_metadata_store
+from pybkx.meta import BookieServiceInfo, Endpoint, MetadataStore, open_metadata_store
 
-__all__ = ["DRAIN_TIMEOUT_MS", "Bookie", "BookieError"]
+__all__ = ["DRAIN_TIMEOUT_MS", "Bookie", "BookieError", "BookieService"]
 
 logger = logging.getLogger(__name__)
 
@@ -29,6 +32,20 @@ _SIGNAL_POLL_S = 0.5
 
 class BookieError(Exception):
     """The bookie could not start or stop cleanly; the message is one line for the operator."""
+
+
+class BookieService(Protocol):
+    """Something that runs beside a bookie (its admin HTTP server, say): started once the bookie
+    serves and before it registers, stopped before it stops serving."""
+
+    name: str
+
+    def start(self, bookie: Bookie) -> Endpoint | None:
+        """Start; return the endpoint to publish in the bookie's registration, if any. Raises
+        BookieError (the bookie then stops and fails to start)."""
+
+    def stop(self) -> None:
+        """Stop; idempotent, never raises."""
 
 
 def _event(level: int, event: str, /, **fields: object) -> None:
@@ -77,19 +94,31 @@ class Bookie:
 
     ``run()`` is the whole life of ``pybkx bookie``; ``start()``/``stop()`` (or ``with``) drive it
     step by step. With ``metadataServiceUri`` (or the legacy ``zkServers``) the bookie joins that
-    cluster: it initialises the cluster if it is new, checks or stamps its cookie before opening
-    the storage, and registers (writable, or read-only with ``forceReadOnlyBookie``) once it
-    listens. Without one it serves standalone: no cookie, no registration.
+    cluster, which must be initialised (``pybkx shell initnewcluster``): it checks or stamps its
+    cookie before opening the storage, starts its ``services`` (the admin HTTP server, say) once
+    it listens, and registers (writable, or read-only with ``forceReadOnlyBookie``) with the
+    endpoints they publish. Without one it serves standalone: no cookie, no registration.
     """
 
-    def __init__(self, config: ServerConfig, *, drain_timeout_ms: int = DRAIN_TIMEOUT_MS) -> None:
+    def __init__(
+        self,
+        config: ServerConfig,
+        *,
+        drain_timeout_ms: int = DRAIN_TIMEOUT_MS,
+        services: Sequence[BookieService] = (),
+    ) -> None:
         self.config = config
         self.drain_timeout_ms = drain_timeout_ms
+        self.services = tuple(services)
         self._storage: LedgerStorage | None = None
         self._server: BookieServer | None = None
         self._store: MetadataStore | None = None
+        self._gc: GarbageCollector | None = None
         self._bookie_id: str | None = None
         self._registered = False
+        self._endpoints: tuple[Endpoint, ...] = ()
+        self._started_services: list[BookieService] = []
+        self._stopping = False
         # Serialises read-only moves with stop(): the server mode and the registration move
         # together.
         self._state_lock = threading.Lock()
@@ -133,14 +162,25 @@ class Bookie:
         """True while normal adds are refused (EREADONLY). Raises BookieError if not running."""
         return self.server.is_read_only()
 
+    @property
+    def shutting_down(self) -> bool:
+        """True once ``stop()`` began."""
+        return self._stopping
+
+    @property
+    def garbage_collector(self) -> GarbageCollector | None:
+        """The collector of ledgers whose metadata is gone; None when standalone."""
+        return self._gc
+
     # --- life cycle
 
     def start(self) -> None:
         """Check the cookie, open the storage (replaying its journal), start serving, register.
 
-        Raises BookieError with one line for the operator: bad identity, unreachable metadata
-        store, a cookie mismatch (the line starts with ``InvalidCookieException``), storage or
-        listening failures. Nothing stays open after a failed start.
+        Raises BookieError with one line for the operator: bad identity, unreachable or
+        uninitialised metadata store, a cookie mismatch (the line starts with
+        ``InvalidCookieException``), storage, listening or service failures. Nothing stays open
+        after a failed start.
         """
         if self._server is not None:
             raise BookieError("the bookie is already running")
@@ -151,6 +191,7 @@ class Bookie:
         except ConfigError as exc:
             raise BookieError(str(exc)) from None
         self._note_what_is_not_implemented()
+        self._stopping = False
 
         uri = config.metadata_uri()
         store: MetadataStore | None = None
@@ -171,13 +212,20 @@ class Bookie:
         registration_error: BookieError | None = None
         with self._state_lock:
             self._storage, self._server, self._store = storage, server, store
+            if store is not None:
+                self._gc = GarbageCollector(storage, store)
             if bookie_id is None:
                 try:
                     bookie_id = config.bookie_identity(server.port)
                 except ConfigError:  # resolution changed since the check above; keep serving
                     bookie_id = f"{host}:{server.port}"
             self._bookie_id = bookie_id
-            if store is not None:
+        try:
+            self._start_services()
+        except BookieError as exc:
+            registration_error = exc
+        if registration_error is None and store is not None:
+            with self._state_lock:
                 try:
                     self._register(store, server.is_read_only())
                 except BookieError as exc:
@@ -192,7 +240,7 @@ class Bookie:
             bookie_id=self._bookie_id,
             listen=f"{host}:{server.port}",
             read_only=server.is_read_only(),
-            ledgers=_stats(storage).get("ledgers", "?"),
+            ledgers=_stats(storage).get("bookie_gc_ACTIVE_LEDGER_TOTAL", "?"),
             max_frame_size=config.netty_max_frame_size_bytes,
             max_pending_adds=config.max_pending_add_requests_per_thread,
             max_pending_reads=config.max_pending_read_requests_per_thread,
@@ -239,9 +287,11 @@ class Bookie:
         store is closed anyway); a failed unregistration is only logged, since the registration
         ends with the store's session.
         """
+        self._stopping = True
         with self._state_lock:
             server, storage, store = self._server, self._storage, self._store
             self._server = self._storage = self._store = None
+            self._gc = None
             registered, self._registered = self._registered, False
         try:
             if store is not None and registered:
@@ -255,6 +305,7 @@ class Bookie:
                     )
                 else:
                     _event(logging.INFO, "bookie unregistered", bookie_id=self._bookie_id)
+            self._stop_services()
             if server is not None:
                 _event(logging.INFO, "stopping server", drain_timeout_ms=self.drain_timeout_ms)
                 try:
@@ -326,11 +377,37 @@ class Bookie:
     # --- helpers
 
     def _note_what_is_not_implemented(self) -> None:
-        if self.config.http_server_enabled:
-            _event(
-                logging.WARNING,
-                "httpServerEnabled=true accepted, but the HTTP admin server is not implemented yet",
-            )
+        """One line per BookKeeper setting pybkx takes differently, with what it does instead."""
+        for note in self.config.notes():
+            logger.warning("%s", note)
+
+    def _start_services(self) -> None:
+        """Start the services in order; the endpoints they publish join the registration.
+        Raises BookieError (those already started are stopped again)."""
+        endpoints: list[Endpoint] = []
+        for service in self.services:
+            try:
+                endpoint = service.start(self)
+            except BookieError:
+                self._stop_services()
+                raise
+            self._started_services.append(service)
+            if endpoint is not None:
+                endpoints.append(endpoint)
+        self._endpoints = tuple(endpoints)
+
+    def _stop_services(self) -> None:
+        while self._started_services:
+            service = self._started_services.pop()
+            try:
+                service.stop()
+            except Exception as exc:  # a service must not keep the bookie from stopping
+                _event(
+                    logging.ERROR,
+                    "stopping a service failed",
+                    service=service.name,
+                    error=f"{type(exc).__name__}: {exc}",
+                )
 
     def _identity(self, port: int) -> str:
         """``bookieId`` if configured, else ``host:port`` (BookKeeper's address rule)."""
@@ -355,12 +432,13 @@ class Bookie:
                 f"cannot open the metadata store {uri}: {type(exc).__name__}: {exc}"
             ) from None
         try:
-            if store.init_new_cluster():
-                _event(
-                    logging.INFO,
-                    "initialised a new cluster",
-                    metadata=uri,
-                    instance_id=store.instance_id(),
+            if not store.is_initialized():
+                # As BookKeeper: a bookie never creates a cluster, so a wrong root path fails
+                # here instead of starting an empty cluster of its own.
+                raise BookieError(
+                    f"the metadata at {uri} is not initialised (no cluster there): check "
+                    f"metadataServiceUri/zkLedgersRootPath in {config.source}, or create the "
+                    f"cluster with `pybkx shell initnewcluster --uri {uri}`"
                 )
             check = check_and_stamp_cookie(store, config, bookie_id)
         except errors.InvalidCookieException as exc:
@@ -388,8 +466,13 @@ class Bookie:
         bookie_id = self.bookie_id
         try:
             host, _, port = self.config.bookie_address(self.port).rpartition(":")
+            info = BookieServiceInfo.for_address(host, int(port))
             store.register_bookie(
-                bookie_id, read_only, BookieServiceInfo.for_address(host, int(port))
+                bookie_id,
+                read_only,
+                BookieServiceInfo(
+                    endpoints=info.endpoints + self._endpoints, properties=info.properties
+                ),
             )
         except (ConfigError, errors.BKException) as exc:
             _event(

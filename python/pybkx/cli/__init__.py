@@ -9,6 +9,7 @@ from pybkx.cli.bookie import bookie_command
 from pybkx.cli.demo import demo, storage_demo
 from pybkx.cli.sandbox import sandbox_command
 from pybkx.cli.shell import shell
+from pybkx.cli.top import top_command
 
 __all__ = ["main"]
 
@@ -19,5 +20,5 @@ def main() -> None:
     """pybkx: a replicated log store that speaks Apache BookKeeper's protocol."""
 
 
-for command in (demo, storage_demo, bookie_command, sandbox_command, shell):
+for command in (demo, storage_demo, bookie_command, sandbox_command, shell, top_command):
     main.add_command(command)

@@ -1,5 +1,8 @@
-"""``pybkx shell``: cluster administration and file inspection, as BookKeeper's shell.
-It parses and prints; the commands' work is in ``pybkx.tools.shell`` and the core."""
+"""``pybkx shell``: cluster administration and file inspection, as BookKeeper's shell: the
+cluster (initnewcluster, metaformat, cookie, updateledgers), bookies (listbookies, bookieinfo,
+bookiesanity, lastmark), ledgers (listledgers, ledgermetadata, readledger, deleteledger,
+simpletest) and files (readjournal). It parses and prints (tables, or JSON with ``--json``);
+the work is in ``pybkx.tools``."""
 
 from __future__ import annotations
 
@@ -11,6 +14,9 @@ import click
 
 from pybkx import errors
 from pybkx._core import scan_journal
+from pybkx.cli.shell_bookies import BOOKIE_COMMANDS
+from pybkx.cli.shell_ledgers import LEDGER_COMMANDS
+from pybkx.cli.shell_options import cluster, confirmed, resolve_uri
 
 
 @click.group()
@@ -18,15 +24,14 @@ def shell() -> None:
     """Administer a cluster and inspect bookie files (like BookKeeper's shell)."""
 
 
-_URI_HELP = "metadataServiceUri: zk+hierarchical://host:port/ledgers or embedded:///abs/dir"
-
-
 @shell.command()
-@click.option("--uri", required=True, help=_URI_HELP)
-def initnewcluster(uri: str) -> None:
-    """Initialise a new cluster's metadata (fails if one exists)."""
+@cluster
+def initnewcluster(uri: str | None, conf_path: Path | None) -> None:
+    """Initialise a new cluster's metadata (fails if one exists). Bookies refuse to start on a
+    metadata root that is not initialised."""
     from pybkx.tools.shell import ShellError, init_new_cluster
 
+    uri = resolve_uri(uri, conf_path)
     try:
         instance_id = init_new_cluster(uri)
     except ShellError as exc:
@@ -35,9 +40,9 @@ def initnewcluster(uri: str) -> None:
 
 
 @shell.command()
-@click.option("--uri", required=True, help=_URI_HELP)
-@click.option("--force", is_flag=True, help="Do not ask for confirmation.")
-def metaformat(uri: str, force: bool) -> None:
+@cluster
+@click.option("--force", "-f", is_flag=True, help="Do not ask for confirmation.")
+def metaformat(uri: str | None, conf_path: Path | None, force: bool) -> None:
     """Delete all ledgers, registrations and cookies, then initialise afresh.
 
     Asks for confirmation unless --force. Bookies that had joined refuse to start until their
@@ -45,16 +50,11 @@ def metaformat(uri: str, force: bool) -> None:
     """
     from pybkx.tools.shell import ShellError, meta_format
 
-    if not force:
-        try:
-            confirmed = click.confirm(
-                f"Format the metadata at {uri}? Every ledger and cookie is deleted", err=True
-            )
-        except click.Abort:  # no answer (stdin closed): end the prompt's line
-            click.echo(err=True)
-            confirmed = False
-        if not confirmed:
-            raise click.ClickException("metaformat not confirmed: nothing changed (use --force)")
+    uri = resolve_uri(uri, conf_path)
+    if not force and not confirmed(
+        f"Format the metadata at {uri}? Every ledger and cookie is deleted"
+    ):
+        raise click.ClickException("metaformat not confirmed: nothing changed (use --force)")
     try:
         instance_id = meta_format(uri)
     except ShellError as exc:
@@ -92,3 +92,7 @@ def readjournal(path: Path) -> None:
     kinds = Counter(str(record.get("kind")) for record in records if record.get("kind") != "end")
     summary = ", ".join(f"{n} {kind}" for kind, n in sorted(kinds.items())) or "none"
     click.echo(f"{kinds.total()} records: {summary}")
+
+
+for _command in (*BOOKIE_COMMANDS, *LEDGER_COMMANDS):
+    shell.add_command(_command)

@@ -16,6 +16,7 @@ from pybkx._core import BookieClient, FailureQueue, check_quorums
 from pybkx.client.aio import run_blocking
 from pybkx.client.failures import FailureDispatcher
 from pybkx.client.handles import LedgerHandle, ReadHandle
+from pybkx.client.metrics import ensure_registered, timed
 from pybkx.client.recovery import recover
 from pybkx.config import ClientConfig
 from pybkx.meta import (
@@ -51,6 +52,7 @@ class BookKeeper:
     def __init__(self, metadata_service_uri: str | None = None, **conf: Any) -> None:
         self.config = ClientConfig.of(**conf)
         self._uri_given = metadata_service_uri is not None
+        ensure_registered()
         self.store: MetadataStore = open_metadata_store(
             metadata_service_uri, **self.config.store_settings()
         )
@@ -127,6 +129,25 @@ class BookKeeper:
         (digest type), MetaStoreException, ClientClosedException.
         """
         self._check_open()
+        with timed("LEDGER_CREATE"):
+            return self._create_ledger(
+                ensemble_size,
+                write_quorum_size,
+                ack_quorum_size,
+                digest_type,
+                password,
+                custom_metadata,
+            )
+
+    def _create_ledger(
+        self,
+        ensemble_size: int,
+        write_quorum_size: int,
+        ack_quorum_size: int,
+        digest_type: str,
+        password: bytes,
+        custom_metadata: Mapping[str, bytes] | None,
+    ) -> LedgerHandle:
         digest = DigestType.parse(digest_type)
         check_quorums(ensemble_size, write_quorum_size, ack_quorum_size)
         try:
@@ -173,19 +194,22 @@ class BookKeeper:
         password), LedgerRecoveryException, MetaStoreException, ClientClosedException.
         """
         self._check_open()
-        versioned = self.store.read_ledger_metadata(ledger_id)
-        if versioned.value.password != password:
-            raise errors.UnauthorizedAccessException(f"wrong password for ledger {ledger_id}")
-        handle = ReadHandle(self, ledger_id, versioned)
-        if recovery and not versioned.value.is_closed:
-            recover(handle)
-        return handle
+        with timed("LEDGER_OPEN"):
+            versioned = self.store.read_ledger_metadata(ledger_id)
+            if versioned.value.password != password:
+                raise errors.UnauthorizedAccessException(f"wrong password for ledger {ledger_id}")
+            handle = ReadHandle(self, ledger_id, versioned)
+            if recovery and not versioned.value.is_closed:
+                with timed("LEDGER_RECOVER"):
+                    recover(handle)
+            return handle
 
     def delete_ledger(self, ledger_id: int) -> None:
         """Delete the ledger's metadata (bookies drop its data). Raises
         NoSuchLedgerExistsOnMetadataServerException, ClientClosedException."""
         self._check_open()
-        self.store.remove_ledger_metadata(ledger_id)
+        with timed("LEDGER_DELETE"):
+            self.store.remove_ledger_metadata(ledger_id)
 
     def list_ledgers(self) -> list[int]:
         """Every ledger id of the cluster, ascending. Raises MetaStoreException."""

@@ -31,6 +31,7 @@ from pybkx.client.aio import run_blocking
 from pybkx.client.context import ClientContext
 from pybkx.client.ensemble import replacement_ensemble
 from pybkx.client.failures import BookieFailure
+from pybkx.client.metrics import count_ensemble_change
 from pybkx.meta import LedgerMetadata, LedgerState, Versioned
 
 if TYPE_CHECKING:
@@ -600,6 +601,7 @@ class LedgerHandle(ReadHandle):
             if chosen[i] == before[i]:
                 self._returned[i] = time.monotonic()
         self._writer.change_ensemble(first, [self.bk.address_of(b) for b in chosen])
+        count_ensemble_change()
 
     # --- closing ----------------------------------------------------------------------------
 

@@ -6,7 +6,20 @@ whose attributes the Rust core reads directly (one set of defaults, here)."""
 
 from pybkx.config.client import ClientConfig
 from pybkx.config.properties import parse_properties
-from pybkx.config.server import MAX_LOG_SIZE_LIMIT, ServerConfig
+from pybkx.config.server import (
+    MAX_LOG_SIZE_LIMIT,
+    NULL_STATS_PROVIDER,
+    PROMETHEUS_STATS_PROVIDER,
+    ServerConfig,
+)
 from pybkx.config.values import ConfigError
 
-__all__ = ["MAX_LOG_SIZE_LIMIT", "ClientConfig", "ConfigError", "ServerConfig", "parse_properties"]
+__all__ = [
+    "MAX_LOG_SIZE_LIMIT",
+    "NULL_STATS_PROVIDER",
+    "PROMETHEUS_STATS_PROVIDER",
+    "ClientConfig",
+    "ConfigError",
+    "ServerConfig",
+    "parse_properties",
+]

@@ -60,6 +60,10 @@ class ClientConfig(KeyedConfig):
         default_factory=lambda: MappingProxyType({}), hash=False, repr=False
     )
     """Keys this class does not own (placement policy, metadata store), as given."""
+    origins: Mapping[str, str] = field(
+        default_factory=lambda: MappingProxyType({}), compare=False, repr=False
+    )
+    """Key -> where its value came from."""
     source: str = field(default="ClientConfig()", compare=False)
 
     def __post_init__(self) -> None:

@@ -15,12 +15,13 @@ import ipaddress
 import logging
 import os
 import socket
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import ClassVar, Final
 
+from pybkx.config.bookkeeper_keys import NOT_IMPLEMENTED
 from pybkx.config.network import interface_ipv4, interface_names, is_ip
 from pybkx.config.properties import read_file
 from pybkx.config.values import (
@@ -37,12 +38,29 @@ from pybkx.config.values import (
     setting,
 )
 
-__all__ = ["MAX_LOG_SIZE_LIMIT", "ServerConfig"]
+__all__ = ["MAX_LOG_SIZE_LIMIT", "NULL_STATS_PROVIDER", "PROMETHEUS_STATS_PROVIDER", "ServerConfig"]
 
 logger = logging.getLogger(__name__)
 
 MAX_LOG_SIZE_LIMIT: Final = (1 << 32) - 1 - 64 * MIB
 """Largest ``logSizeLimit`` the Rust entry log accepts (its offsets are 32-bit)."""
+
+
+NULL_STATS_PROVIDER: Final = "org.apache.bookkeeper.stats.NullStatsProvider"
+"""BookKeeper's default ``statsProviderClass``: no metrics."""
+PROMETHEUS_STATS_PROVIDER: Final = (
+    "org.apache.bookkeeper.stats.prometheus.PrometheusMetricsProvider"
+)
+"""The provider BookKeeper's shipped ``bk_server.conf`` names: Prometheus metrics."""
+
+
+def _text(default: str) -> Callable[[object], str]:
+    """A string; blank means ``default``."""
+
+    def parse(value: object) -> str:
+        return optional_str(value) or default
+
+    return parse
 
 
 def _root_path(value: object) -> str:
@@ -60,6 +78,7 @@ class ServerConfig(KeyedConfig):
     LEGACY_KEYS: ClassVar[Mapping[str, str]] = MappingProxyType(
         {"journalDirectory": "journalDirectories"}
     )
+    FOREIGN_KEYS: ClassVar[Mapping[str, str]] = NOT_IMPLEMENTED
 
     # --- network and identity
     bookie_port: int = setting("bookiePort", 3181, integer(0, 65535))
@@ -150,14 +169,46 @@ class ServerConfig(KeyedConfig):
     # --- state
     read_only_mode_enabled: bool = setting("readOnlyModeEnabled", True, boolean)
     force_read_only_bookie: bool = setting("forceReadOnlyBookie", False, boolean)
+
+    # --- metrics and the admin HTTP server (BookKeeper's keys and defaults, and pybkx's bounds)
+    enable_statistics: bool = setting("enableStatistics", True, boolean)
+    stats_provider_class: str = setting(
+        "statsProviderClass", NULL_STATS_PROVIDER, _text(NULL_STATS_PROVIDER)
+    )
+    """Metrics are collected and exported (in Prometheus format) unless this is BookKeeper's
+    NullStatsProvider (its default) or ``enableStatistics=false``."""
+    prometheus_stats_http_enable: bool = setting("prometheusStatsHttpEnable", True, boolean)
+    prometheus_stats_http_address: str = setting(
+        "prometheusStatsHttpAddress", "0.0.0.0", _text("0.0.0.0")
+    )
+    prometheus_stats_http_port: int = setting("prometheusStatsHttpPort", 8000, integer(0, 65535))
+    """Where ``/metrics`` is served when the admin HTTP server is off (0: any free port)."""
+    prometheus_stats_latency_rollover_seconds: int = setting(
+        "prometheusStatsLatencyRolloverSeconds", 60, integer(1)
+    )
+    """Latency quantiles cover the last complete window of this many seconds."""
     http_server_enabled: bool = setting("httpServerEnabled", False, boolean)
-    """Accepted for bk_server.conf compatibility; the HTTP admin server is not implemented yet."""
+    http_server_host: str = setting("httpServerHost", "0.0.0.0", _text("0.0.0.0"))
+    http_server_port: int = setting("httpServerPort", 8080, integer(0, 65535))
+    """The admin HTTP server (0: any free port; the bookie registers the one it got)."""
+    http_server_threads: int = setting("httpServerThreads", 4, integer(1, 64))
+    """Requests the admin HTTP server handles at once (a pybkx key)."""
+    http_server_max_connections: int = setting("httpServerMaxConnections", 100, integer(1, 10_000))
+    """Open connections the admin HTTP server accepts before refusing more (a pybkx key)."""
+    http_server_max_request_bytes: int = setting(
+        "httpServerMaxRequestBytes", 1 * MIB, integer(1, 1 << 30)
+    )
+    """Largest request body the admin HTTP server reads (a pybkx key)."""
 
     # --- not settings
     extra: Mapping[str, object] = field(
         default_factory=lambda: MappingProxyType({}), hash=False, repr=False
     )
     """Keys pybkx does not use (yet), as given."""
+    origins: Mapping[str, str] = field(
+        default_factory=lambda: MappingProxyType({}), compare=False, repr=False
+    )
+    """Key -> where its value came from (``file:line``, ``command line``)."""
     source: str = field(default="ServerConfig()", compare=False)
     """Where the values came from, for messages: a file path, ``command line``, or both."""
 
@@ -190,14 +241,19 @@ class ServerConfig(KeyedConfig):
     # --- construction
 
     @classmethod
-    def from_file(cls, path: str | os.PathLike[str]) -> ServerConfig:
+    def from_file(cls, path: str | os.PathLike[str], *, lenient: bool = False) -> ServerConfig:
         """Read a BookKeeper properties file (``bk_server.conf`` syntax) or, for ``*.toml``, a
-        TOML file with the same flat key names. Unknown keys are kept in ``extra`` and logged
-        once, with the closest known key for a likely misspelling."""
+        TOML file with the same flat key names.
+
+        BookKeeper keys pybkx does not implement are kept in ``extra`` (``not_implemented()``
+        says what pybkx does instead). Any other unknown key is misspelt: ConfigError naming the
+        closest known key, unless ``lenient`` (then logged as a warning and ignored).
+        """
         p = Path(path)
         values, lines = read_file(p)
         config = cls().with_overrides(values, source=str(p), lines=lines)
-        config._warn_unknown_keys()
+        for problem in config.check_keys(lenient=lenient):
+            logger.warning("%s; ignored (--lenient)", problem)
         return config
 
     @classmethod
@@ -207,33 +263,43 @@ class ServerConfig(KeyedConfig):
         overrides: Mapping[str, object] | None = None,
         *,
         overrides_source: str = "command line",
+        lenient: bool = False,
     ) -> ServerConfig:
         """The file's configuration (BookKeeper's defaults without one), then ``overrides``."""
-        config = cls() if path is None else cls.from_file(path)
+        config = cls() if path is None else cls.from_file(path, lenient=lenient)
         if overrides:
             config = config.with_overrides(overrides, source=overrides_source)
         return config
 
     @classmethod
     def of(cls, **values: object) -> ServerConfig:
-        """From BookKeeper keys given as keyword arguments (programmatic use: an unknown key is
+        """From BookKeeper keys given as keyword arguments (programmatic use: a misspelt key is
         an error naming the closest known one). Raises ConfigError."""
         return cls().with_overrides(values, source="keyword arguments", strict=True)
 
-    def _warn_unknown_keys(self) -> None:
-        for key, hint in self.unknown_keys():
-            if hint is not None:
-                logger.warning(
-                    "%s: unknown key %s (did you mean %s?); ignored", self.source, key, hint
-                )
-        plain = [key for key, hint in self.unknown_keys() if hint is None]
-        if plain:
-            logger.info(
-                "%s: keeping %d key(s) pybkx does not use yet: %s",
-                self.source,
-                len(plain),
-                ", ".join(plain),
+    def notes(self) -> list[str]:
+        """One line per setting pybkx takes differently from BookKeeper: each BookKeeper key
+        given that pybkx does not implement, and values pybkx does not support, with what it
+        does instead (the bookie logs them at start)."""
+        lines = [
+            f"{key}={value} ({self.origin(key)}) is not implemented: {note}"
+            for key, value, note in self.not_implemented()
+        ]
+        provider = self.stats_provider_class
+        if provider not in (NULL_STATS_PROVIDER, PROMETHEUS_STATS_PROVIDER):
+            lines.append(
+                f"statsProviderClass={provider} ({self.origin('statsProviderClass')}) is not "
+                "implemented: metrics are exported in Prometheus format"
             )
+        return lines
+
+    # --- metrics
+
+    @property
+    def collects_metrics(self) -> bool:
+        """Whether metrics are recorded and exported: ``enableStatistics`` and a stats provider
+        other than BookKeeper's NullStatsProvider."""
+        return self.enable_statistics and self.stats_provider_class != NULL_STATS_PROVIDER
 
     # --- views
 

@@ -174,15 +174,23 @@ def keyed_fields(cls: type) -> Mapping[str, dataclasses.Field[Any]]:
     )
 
 
+DEFAULT_ORIGIN: Final = "default"
+
+
 class KeyedConfig:
     """Base of the configuration dataclasses: parse once, by key, with messages naming the key
     and where the value came from. Subclasses are frozen dataclasses with ``setting`` fields, an
-    ``extra`` mapping (keys they do not use, kept as given) and a ``source`` string."""
+    ``extra`` mapping (keys they do not use, kept as given), an ``origins`` mapping (key -> where
+    its value came from) and a ``source`` string."""
 
     #: Keys that are BookKeeper's old names for a field's key: old -> new.
     LEGACY_KEYS: ClassVar[Mapping[str, str]] = MappingProxyType({})
+    #: BookKeeper keys this configuration does not implement -> what pybkx does instead. They
+    #: are kept in ``extra``; any other key that is not a field's is misspelt (or foreign).
+    FOREIGN_KEYS: ClassVar[Mapping[str, str]] = MappingProxyType({})
 
     extra: Mapping[str, object]
+    origins: Mapping[str, str]
     source: str
 
     def _parse_fields(self) -> None:
@@ -195,12 +203,24 @@ class KeyedConfig:
             except InvalidValue as exc:
                 raise ConfigError(f"invalid {f.metadata['key']} in {self.source}: {exc}") from None
             object.__setattr__(self, f.name, value)  # normalised, e.g. a list becomes a tuple
-        if not isinstance(self.extra, MappingProxyType):
-            object.__setattr__(self, "extra", MappingProxyType(dict(self.extra)))
+        for name in ("extra", "origins"):
+            value = getattr(self, name)
+            if not isinstance(value, MappingProxyType):
+                object.__setattr__(self, name, MappingProxyType(dict(value)))
 
     @classmethod
     def known_keys(cls) -> frozenset[str]:
         return frozenset(keyed_fields(cls)) | frozenset(cls.LEGACY_KEYS)
+
+    @classmethod
+    def suggestion(cls, key: str) -> str | None:
+        """The known key (implemented or not) that ``key`` most likely means."""
+        return closest(key, cls.known_keys() | frozenset(cls.FOREIGN_KEYS))
+
+    def origin(self, key: str) -> str:
+        """Where ``key``'s value came from: ``file:line``, ``command line``, ... or
+        ``default``."""
+        return self.origins.get(key, DEFAULT_ORIGIN)
 
     def with_overrides(
         self,
@@ -212,11 +232,12 @@ class KeyedConfig:
     ) -> Self:
         """A copy with ``values`` (BookKeeper key -> value) applied over this one.
 
-        Unknown keys are kept in ``extra``; with ``strict`` they are an error naming the
-        closest known key. Raises ConfigError.
+        Keys that are not a field's are kept in ``extra``; with ``strict``, one that is not
+        in ``FOREIGN_KEYS`` either is an error naming the closest known key. Raises ConfigError.
         """
         lines = dict(lines or {})
         values = dict(values)
+        origins = dict(self.origins)
         fields_by_key = keyed_fields(type(self))
         for old, new in self.LEGACY_KEYS.items():
             legacy = values.pop(old, None)
@@ -227,26 +248,32 @@ class KeyedConfig:
         changes: dict[str, Any] = {}
         extra = dict(self.extra)
         for key, raw in values.items():
+            where = f"{source}:{lines[key]}" if key in lines else source
             f = fields_by_key.get(key)
             if f is None:
-                if strict:
-                    hint = closest(key, self.known_keys())
+                if strict and key not in self.FOREIGN_KEYS:
+                    hint = self.suggestion(key)
                     raise ConfigError(
                         f"unknown configuration key {key!r} in {source}"
                         + (f"; did you mean {hint!r}?" if hint else "")
                     )
                 extra[key] = raw
+                origins[key] = where
                 continue
             try:
                 changes[f.name] = f.metadata["parse"](raw)
             except InvalidValue as exc:
-                where = f"{source}:{lines[key]}" if key in lines else source
                 raise ConfigError(f"invalid {key} in {where}: {exc}") from None
+            origins[key] = where
         combined = (
             source if self.source == f"{type(self).__name__}()" else f"{self.source} + {source}"
         )
         return dataclasses.replace(  # type: ignore[type-var]
-            self, **changes, extra=MappingProxyType(extra), source=combined
+            self,
+            **changes,
+            extra=MappingProxyType(extra),
+            origins=MappingProxyType(origins),
+            source=combined,
         )
 
     def settings(self) -> dict[str, object]:
@@ -258,9 +285,53 @@ class KeyedConfig:
         return out
 
     def unknown_keys(self) -> list[tuple[str, str | None]]:
-        """Keys kept in ``extra`` with the closest known key (None if none is close)."""
-        known = self.known_keys()
-        return [(key, closest(key, known)) for key in sorted(self.extra)]
+        """Keys in ``extra`` that are neither a field's nor in ``FOREIGN_KEYS`` (misspelt, or
+        of another system), each with the closest known key (None if none is close)."""
+        return [
+            (key, self.suggestion(key))
+            for key in self.extra  # in the order given (file order)
+            if key not in self.FOREIGN_KEYS
+        ]
+
+    def not_implemented(self) -> list[tuple[str, object, str]]:
+        """``(key, value, what pybkx does instead)`` for every ``FOREIGN_KEYS`` key given."""
+        return [
+            (key, self.extra[key], self.FOREIGN_KEYS[key])
+            for key in self.extra
+            if key in self.FOREIGN_KEYS
+        ]
+
+    def check_keys(self, *, lenient: bool = False) -> list[str]:
+        """Refuse misspelt keys: raises ConfigError naming each with the closest known key
+        (and where it was set). With ``lenient``, returns those messages instead, for the
+        caller to log as warnings."""
+        problems = [
+            f"unknown key {key} in {self.origin(key)}"
+            + (f" (did you mean {hint}?)" if hint else " (not a BookKeeper or pybkx key)")
+            for key, hint in self.unknown_keys()
+        ]
+        if problems and not lenient:
+            raise ConfigError(
+                "; ".join(problems) + ": fix the key, or start with --lenient to ignore it"
+            )
+        return problems
+
+    def describe(self) -> list[tuple[str, object, str, str]]:
+        """The effective configuration: ``(key, value, origin, note)`` for every setting, then
+        for every other key given (with what pybkx does instead of a key it does not
+        implement, or that it is unknown)."""
+        rows: list[tuple[str, object, str, str]] = []
+        for key, value in self.settings().items():
+            rows.append((key, value, self.origin(key), ""))
+        for key in sorted(self.extra):
+            note = self.FOREIGN_KEYS.get(key)
+            if note is None:
+                hint = self.suggestion(key)
+                note = "unknown key, ignored" + (f" (did you mean {hint}?)" if hint else "")
+            else:
+                note = f"not implemented: {note}"
+            rows.append((key, self.extra[key], self.origin(key), note))
+        return rows
 
 
 def _blank(value: object) -> bool:

@@ -32,7 +32,7 @@ from types import FrameType, TracebackType
 from typing import IO, Final
 
 from pybkx import errors
-from pybkx.config import ConfigError, ServerConfig
+from pybkx.config import PROMETHEUS_STATS_PROVIDER, ConfigError, ServerConfig
 from pybkx.meta import MetadataStore, open_metadata_store
 from pybkx.meta.discovery import clear_sandbox_record, record_sandbox
 
@@ -123,6 +123,8 @@ class _Slot:
     index: int
     port: int
     directory: Path
+    http_port: int
+    """Its admin HTTP server (``/metrics`` and BookKeeper's admin API)."""
     process: subprocess.Popen[bytes] | None = None
     log_file: IO[bytes] | None = None
     reported: bool = False
@@ -202,6 +204,11 @@ class Sandbox:
     def bookie_addresses(self) -> list[str]:
         """``host:port`` of every bookie (also its bookie id), by index, running or not."""
         return [slot.address for slot in self._slots]
+
+    @property
+    def admin_urls(self) -> list[str]:
+        """``http://host:port`` of every bookie's admin HTTP server, by index."""
+        return [f"http://{HOST}:{slot.http_port}" for slot in self._slots]
 
     @property
     def metadata_store(self) -> MetadataStore:
@@ -357,7 +364,10 @@ class Sandbox:
             report(f"sandbox directory: {self.directory} ({kept})")
             report(f"metadataServiceUri={self.metadata_uri}")
             for slot in self._slots:
-                report(f"bookie {slot.index}: {slot.address} (log {slot.log_path})")
+                report(
+                    f"bookie {slot.index}: {slot.address} admin http://{HOST}:{slot.http_port} "
+                    f"(log {slot.log_path})"
+                )
             report(f"sandbox ready: {self.bookies} bookies registered; Ctrl-C to stop")
             while not stop_requested.wait(_RUN_POLL_S):
                 for index, code in self.poll():
@@ -406,29 +416,39 @@ class Sandbox:
 
     def _plan_slots(self) -> list[_Slot]:
         """A slot per bookie: ``base_port + i``, else the port of a kept configuration, else a
-        free port."""
+        free port; its admin HTTP port likewise kept, else free."""
         directory = self.directory
         dirs = [directory / f"bookie-{i}" for i in range(self.bookies)]
         ports: list[int | None] = []
+        http_ports: list[int | None] = []
         for i, bookie_dir in enumerate(dirs):
-            if self.base_port is not None:
-                ports.append(self.base_port + i)
-                continue
-            ports.append(self._kept_port(bookie_dir / _CONF_NAME))
-        fresh = iter(_free_ports(sum(1 for p in ports if p is None)))
+            kept = self._kept_ports(bookie_dir / _CONF_NAME)
+            ports.append(self.base_port + i if self.base_port is not None else kept[0])
+            http_ports.append(kept[1])
+        wanted = sum(1 for p in ports + http_ports if p is None)
+        fresh = iter(_free_ports(wanted))
         return [
-            _Slot(i, port if port is not None else next(fresh), bookie_dir)
-            for i, (port, bookie_dir) in enumerate(zip(ports, dirs, strict=True))
+            _Slot(
+                i,
+                port if port is not None else next(fresh),
+                bookie_dir,
+                http_port if http_port is not None else next(fresh),
+            )
+            for i, (port, http_port, bookie_dir) in enumerate(
+                zip(ports, http_ports, dirs, strict=True)
+            )
         ]
 
     @staticmethod
-    def _kept_port(conf_path: Path) -> int | None:
+    def _kept_ports(conf_path: Path) -> tuple[int | None, int | None]:
+        """The bookie and admin HTTP ports of a kept configuration."""
         if not conf_path.exists():
-            return None
+            return None, None
         try:
-            return ServerConfig.from_file(conf_path).bookie_port
+            kept = ServerConfig.from_file(conf_path, lenient=True)
         except ConfigError as exc:
             raise SandboxError(f"cannot reuse {conf_path}: {exc}") from None
+        return kept.bookie_port, kept.http_server_port if kept.http_server_enabled else None
 
     def _write_conf(self, slot: _Slot) -> None:
         settings: dict[str, object] = {
@@ -439,6 +459,10 @@ class Sandbox:
             "ledgerDirectories": str(slot.directory / "ledgers"),
             "metadataServiceUri": self.metadata_uri,
             "journalPreAllocSizeMB": 1,
+            "httpServerEnabled": "true",
+            "httpServerHost": HOST,
+            "httpServerPort": slot.http_port,
+            "statsProviderClass": PROMETHEUS_STATS_PROVIDER,
             **self.conf,
         }
         lines = [f"# pybkx sandbox bookie {slot.index}: generated, rewritten on every start"]

@@ -227,8 +227,8 @@ def run_storage_demo(
                     raise _mismatch(lid, n - 1, data, payloads(lid, n - 1))
         report("reopen: the storage reopens and every ledger's last entry reads back intact")
 
-        journal_entries = stats.get("journal_entries", 0)
-        journal_syncs = stats.get("journal_syncs", 0)
+        journal_entries = stats.get("pybkx_journal_entries", 0)
+        journal_syncs = stats.get("pybkx_journal_syncs", 0)
         per_sync = f"{journal_entries / journal_syncs:,.1f}" if journal_syncs else "n/a"
         report(
             f"journal: {journal_entries} entries, {journal_syncs} fsyncs = "

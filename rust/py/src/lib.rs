@@ -13,6 +13,7 @@ mod faults;
 mod future;
 mod ledger;
 mod logs;
+mod metrics;
 mod server;
 mod storage;
 mod util;
@@ -58,6 +59,9 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(faults::clear_disk_faults, m)?)?;
     m.add_function(wrap_pyfunction!(_error_classes, m)?)?;
     m.add_function(wrap_pyfunction!(logs::set_log_level, m)?)?;
+    m.add_function(wrap_pyfunction!(metrics::set_metrics_enabled, m)?)?;
+    m.add_function(wrap_pyfunction!(metrics::metrics_enabled, m)?)?;
+    m.add_function(wrap_pyfunction!(metrics::client_metrics, m)?)?;
     #[cfg(feature = "bench")]
     {
         m.add_function(wrap_pyfunction!(bench::run_load, m)?)?;

@@ -4,9 +4,8 @@ use std::time::Duration;
 
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
+use pyo3::types::{PyDict, PyList};
 
-use pybkx_core::metrics::Stats;
 use pybkx_core::server::{BookieServer, StartError};
 
 use crate::config::server_config;
@@ -63,6 +62,10 @@ impl PyBookieServer {
     }
 
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        crate::util::snapshot_dict(py, self.inner.stats().snapshot())
+        crate::metrics::flat_dict(py, &self.inner.metrics())
+    }
+
+    fn metrics<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        crate::metrics::metrics_list(py, self.inner.metrics())
     }
 }

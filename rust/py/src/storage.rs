@@ -191,6 +191,14 @@ impl PyLedgerStorage {
         Ok(())
     }
 
+    fn journal_marks(&self) -> Vec<(u64, u64)> {
+        self.inner
+            .journal_marks()
+            .into_iter()
+            .map(|m| (m.file_id, m.offset))
+            .collect()
+    }
+
     fn checkpoint(&self, py: Python<'_>) -> BkResult<()> {
         py.detach(|| self.inner.checkpoint())?;
         Ok(())
@@ -210,7 +218,11 @@ impl PyLedgerStorage {
     }
 
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        crate::util::snapshot_dict(py, self.inner.stats())
+        crate::metrics::flat_dict(py, &self.inner.metrics())
+    }
+
+    fn metrics<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        crate::metrics::metrics_list(py, self.inner.metrics())
     }
 
     fn close(&self, py: Python<'_>) -> BkResult<()> {

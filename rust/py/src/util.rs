@@ -77,15 +77,3 @@ impl SignalCheck {
         self.raised.lock().take()
     }
 }
-
-/// A core counter snapshot as a dict.
-pub(crate) fn snapshot_dict<'py>(
-    py: Python<'py>,
-    snapshot: pybkx_core::metrics::Snapshot,
-) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
-    let d = pyo3::types::PyDict::new(py);
-    for (k, v) in snapshot {
-        d.set_item(k, v)?;
-    }
-    Ok(d)
-}

@@ -42,6 +42,14 @@ pub const KERNELS: &[(&str, &str)] = &[
         "decode_batch_read_response",
         "decode one BATCH_READ_ENTRY response body of 100 entries",
     ),
+    (
+        "histogram_record",
+        "record one value into a latency histogram (the metrics' hot-path cost)",
+    ),
+    (
+        "timing",
+        "one timing: a clock read at start and end, recorded into a histogram",
+    ),
 ];
 
 fn add_request(entry: Bytes) -> Request {
@@ -157,6 +165,23 @@ pub fn run(kernel: &str, payload_size: usize, iterations: u64) -> Result<Duratio
             for _ in 0..iterations {
                 black_box(decode_response(black_box(body.clone())).ok());
             }
+        }
+        "histogram_record" => {
+            let h = crate::metrics::Histogram::new(crate::metrics::Unit::Micros);
+            started = Instant::now();
+            for i in 0..iterations {
+                h.record(black_box(i & 0xffff));
+            }
+            black_box(h.snapshot());
+        }
+        "timing" => {
+            let h = crate::metrics::Histogram::new(crate::metrics::Unit::Micros);
+            started = Instant::now();
+            for _ in 0..iterations {
+                let t = crate::metrics::start();
+                h.record_since(black_box(t));
+            }
+            black_box(h.snapshot());
         }
         other => {
             let known: Vec<&str> = KERNELS.iter().map(|(k, _)| *k).collect();

@@ -6,11 +6,13 @@
 
 pub mod columns;
 pub mod reader;
+pub mod stats;
 pub mod writer;
 
 pub use reader::{
     check_range, read_range, ReadEntry, ReadOptions, ReadPlan, Segment, MAX_READ_ENTRIES,
 };
+pub use stats::{client_stats, ClientStats};
 pub use writer::{AppendDone, BookieFailure, FailureSink, LedgerWriter, WriterSpec};
 
 use crate::client::ClientError;

@@ -178,6 +178,21 @@ pub async fn read_range(
     first: i64,
     last: i64,
 ) -> Result<(Vec<ReadEntry>, bool), LedgerError> {
+    let started = crate::metrics::start();
+    let result = read_range_untimed(client, plan, opts, first, last).await;
+    super::stats::client_stats()
+        .read_entry
+        .record_since(result.is_ok(), started);
+    result
+}
+
+async fn read_range_untimed(
+    client: &Arc<BookieClient>,
+    plan: &ReadPlan,
+    opts: &ReadOptions,
+    first: i64,
+    last: i64,
+) -> Result<(Vec<ReadEntry>, bool), LedgerError> {
     check_range(first, last)?;
     let mut out = Vec::with_capacity(((last - first + 1) as usize).min(INITIAL_CAPACITY));
     let mut next = first;

@@ -8,11 +8,12 @@
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::{Arc, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use parking_lot::{Condvar, Mutex, MutexGuard};
 
+use super::stats::client_stats;
 use super::{check_quorums, write_set, LedgerError};
 use crate::client::{BookieClient, ClientError, ReplyResult};
 use crate::digest::{DigestManager, ENTRY_HEADER_LEN};
@@ -44,6 +45,8 @@ struct PendingAdd {
     /// Which ensemble indexes acknowledged (write-set members only).
     acked: Vec<bool>,
     done: Option<AppendDone>,
+    /// When the append was handed over (None with metrics off).
+    started: Option<Instant>,
 }
 
 struct WriterState {
@@ -227,7 +230,9 @@ impl LedgerWriter {
                 length,
                 acked: vec![false; self.e],
                 done: Some(done),
+                started: crate::metrics::start(),
             });
+            client_stats().pending_adds.inc();
             write_set(entry, self.e, self.qw)
                 .filter(|i| !st.failed.contains(i))
                 .map(|i| {
@@ -392,6 +397,8 @@ impl LedgerWriter {
         if !st.failed.is_empty() {
             return; // an ensemble change is due: nothing completes until it is done
         }
+        let mut now = None;
+        let stats = client_stats();
         while let Some(front) = st.pending.front() {
             if front.acked.iter().filter(|a| **a).count() < self.qa {
                 break;
@@ -401,6 +408,11 @@ impl LedgerWriter {
             };
             st.lac = p.entry;
             st.lac_length = p.length;
+            stats.pending_adds.dec();
+            if p.started.is_some() {
+                let at = *now.get_or_insert_with(Instant::now);
+                stats.add_entry.record_between(true, p.started, at);
+            }
             if let Some(d) = p.done.take() {
                 done.appends.push((d, Ok(p.entry)));
             }
@@ -523,7 +535,11 @@ fn fail_all(st: &mut WriterState, error: LedgerError, done: &mut Completions) {
     if st.fatal.is_none() {
         st.fatal = Some(error.clone());
     }
+    let stats = client_stats();
+    let now = Instant::now();
     for mut p in st.pending.drain(..) {
+        stats.pending_adds.dec();
+        stats.add_entry.record_between(false, p.started, now);
         if let Some(d) = p.done.take() {
             done.appends.push((d, Err(error.clone())));
         }

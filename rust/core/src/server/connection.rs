@@ -15,7 +15,7 @@
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -24,8 +24,8 @@ use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch};
 
-use super::outbox::{Outbox, Reply, Slot, Usage};
-use super::{v2, Shared};
+use super::outbox::{Outbox, Reply, Slot, Timed, Usage};
+use super::{v2, ServerStats, Shared};
 use crate::net::write_all_chunks;
 use crate::protocol::{self, OutFrames, ProtocolError};
 
@@ -45,7 +45,7 @@ pub(super) async fn serve_connection(
 ) {
     let _ = stream.set_nodelay(true);
     let (mut reader, writer) = stream.into_split();
-    let (tx, rx) = mpsc::unbounded_channel::<Reply>();
+    let (tx, rx) = mpsc::unbounded_channel::<(Reply, Timed)>();
     let usage = Arc::new(Usage::default());
     let outbox = Outbox {
         tx,
@@ -62,6 +62,8 @@ pub(super) async fn serve_connection(
     let mut buf = BytesMut::with_capacity(64 * 1024);
     let mut first_frame = true;
     let mut stopping = false;
+    // When the bytes in `buf` arrived: one clock read per socket read, shared by its frames.
+    let mut received = None;
     'conn: loop {
         loop {
             // Checked before every request, so one read of many requests cannot queue more
@@ -88,7 +90,7 @@ pub(super) async fn serve_connection(
                         break 'conn;
                     }
                     first_frame = false;
-                    if let Err(e) = v2::handle_frame(body, &outbox) {
+                    if let Err(e) = v2::handle_frame(body, &outbox, received) {
                         close_for(&shared, peer, &e);
                         break 'conn;
                     }
@@ -103,7 +105,7 @@ pub(super) async fn serve_connection(
         tokio::select! {
             read = reader.read_buf(&mut buf) => match read {
                 Ok(0) => break,
-                Ok(_) => {}
+                Ok(_) => received = crate::metrics::start(),
                 Err(e) => {
                     log::debug!("connection from {peer}: {e}");
                     break;
@@ -143,46 +145,108 @@ fn close_for(shared: &Shared, peer: SocketAddr, why: &ProtocolError) {
 
 async fn write_responses(
     mut writer: OwnedWriteHalf,
-    mut rx: mpsc::UnboundedReceiver<Reply>,
+    mut rx: mpsc::UnboundedReceiver<(Reply, Timed)>,
     usage: Arc<Usage>,
     shared: Arc<Shared>,
     peer: SocketAddr,
 ) {
     let mut frames = OutFrames::default();
     let mut broken = false;
+    let mut written: Vec<Written> = Vec::new();
     while let Some(first) = rx.recv().await {
         let mut released = Released::default();
-        released.note(&first);
-        first.encode(&mut frames);
+        written.clear();
+        note(&first, &mut released, &mut written, &mut frames);
         while frames.len() < MAX_WRITE_BATCH {
             match rx.try_recv() {
-                Ok(r) => {
-                    released.note(&r);
-                    r.encode(&mut frames);
-                }
+                Ok(r) => note(&r, &mut released, &mut written, &mut frames),
                 Err(_) => break,
             }
         }
         let chunks = frames.take();
         if !broken {
-            if let Err(e) = write_all_chunks(&mut writer, &chunks).await {
+            let started = crate::metrics::start();
+            let result = write_all_chunks(&mut writer, &chunks).await;
+            shared
+                .stats
+                .channel_write
+                .record_since(result.is_ok(), started);
+            if let Err(e) = result {
                 log::debug!("writing to {peer}: {e}");
                 // Keep draining so that completions never block, but stop writing.
                 broken = true;
             }
         }
+        time_requests(&shared.stats, &written, broken);
         usage.adds.fetch_sub(released.adds, Ordering::AcqRel);
         usage.reads.fetch_sub(released.reads, Ordering::AcqRel);
         usage
             .queued_bytes
             .fetch_sub(released.bytes, Ordering::AcqRel);
-        shared
-            .stats
-            .response_bytes_queued
-            .sub(released.bytes as u64);
+        let stats = &shared.stats;
+        stats.response_bytes_queued.sub(released.bytes as u64);
+        stats.add_entry_in_progress.sub(released.adds as u64);
+        stats.read_entry_in_progress.sub(released.reads as u64);
         usage.drained.notify_one();
     }
     let _ = writer.shutdown().await;
+}
+
+fn note(
+    (reply, timed): &(Reply, Timed),
+    released: &mut Released,
+    written: &mut Vec<Written>,
+    frames: &mut OutFrames,
+) {
+    released.note(reply);
+    if let Some(received) = timed.received {
+        written.push(Written {
+            received,
+            slot: reply.slot(),
+            batch: reply.is_batch_read(),
+            fencing: timed.fencing,
+            ok: reply.succeeded(),
+            bytes: reply.wire_len() as u64,
+        });
+    }
+    reply.encode(frames);
+}
+
+/// A response just written, for its request's latency.
+struct Written {
+    received: Instant,
+    slot: Slot,
+    batch: bool,
+    fencing: bool,
+    ok: bool,
+    bytes: u64,
+}
+
+/// Records the request latencies of a written batch: one clock read for the whole batch. A
+/// response that could not be written (the connection broke) counts as failed.
+fn time_requests(stats: &ServerStats, written: &[Written], broken: bool) {
+    if written.is_empty() {
+        return;
+    }
+    let now = Instant::now();
+    for w in written {
+        let ok = w.ok && !broken;
+        let at = Some(w.received);
+        match w.slot {
+            Slot::Add => stats.add_entry_request.record_between(ok, at, now),
+            Slot::Read => {
+                stats.read_entry_request.record_between(ok, at, now);
+                if w.fencing {
+                    stats.read_entry_fence_request.record_between(ok, at, now);
+                }
+                if w.batch {
+                    stats.batch_read_entry_request.record_between(at, now);
+                    stats.batch_read_entry_response_size.record(w.bytes);
+                }
+            }
+            Slot::None => {}
+        }
+    }
 }
 
 /// What a written batch gives back to the connection's limits.

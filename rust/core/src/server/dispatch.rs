@@ -63,9 +63,16 @@ pub(super) fn add_entry(shared: &Shared, add: Add, reply: impl Fn() -> Done<Stat
     if let Err(StorageError::QueueFull) = result {
         // The journal is saturated: wait for room on this thread, which stops this connection
         // from reading more requests (TCP backpressure) while other tasks move elsewhere.
+        let stats = &shared.stats;
+        stats.add_entry_blocked.inc();
+        let blocked = crate::metrics::start();
         result = tokio::task::block_in_place(|| {
             storage.add_entry(ledger, entry, &master_key, body, recovery, done(reply()))
         });
+        stats.add_entry_blocked.dec();
+        stats
+            .add_entry_blocked_wait
+            .record_since(result.is_ok(), blocked);
     }
     if let Err(err) = result {
         reply()(status_of(&err));
@@ -122,7 +129,7 @@ pub(super) fn run_read<T: Send + 'static>(
     let Some(master_key) = fencing else {
         return reply(read());
     };
-    shared.stats.read_entry_fence_requests.inc();
+    let stats = &shared.stats;
     let Some(key) = master_key else {
         return reply(Err(Status::Unauthorized));
     };
@@ -140,11 +147,22 @@ pub(super) fn run_read<T: Send + 'static>(
     if let Err(e) = fence {
         return reply(Err(status_of(&e)));
     }
-    match read() {
+    let reading = crate::metrics::start();
+    let read = read();
+    stats
+        .read_entry_fence_read
+        .record_since(read.is_ok(), reading);
+    match read {
         Err(status) => reply(Err(status)),
         Ok(value) => {
+            let shared = shared.clone();
+            let waiting = crate::metrics::start();
             tokio::spawn(async move {
                 let durable = matches!(fenced_rx.await, Ok(Ok(())));
+                shared
+                    .stats
+                    .read_entry_fence_wait
+                    .record_since(durable, waiting);
                 reply(if durable { Ok(value) } else { Err(Status::Io) });
             });
         }

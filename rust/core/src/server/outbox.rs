@@ -5,6 +5,7 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Instant;
 
 use tokio::sync::{mpsc, Notify};
 
@@ -15,6 +16,21 @@ use crate::protocol::{self, OutFrames};
 /// A response on its way to the writer, in the protocol version of its request.
 pub(super) enum Reply {
     V2(V2Response),
+}
+
+/// When a request was decoded (None with metrics off) and whether it fences, so that its
+/// response can be timed once written.
+#[derive(Clone, Copy, Default)]
+pub(super) struct Timed {
+    pub(super) received: Option<Instant>,
+    pub(super) fencing: bool,
+}
+
+impl Timed {
+    /// A request that arrived at `received` (None with metrics off).
+    pub(super) fn at(received: Option<Instant>, fencing: bool) -> Timed {
+        Timed { received, fencing }
+    }
 }
 
 /// Which in-flight limit a reply releases.
@@ -41,6 +57,23 @@ impl Reply {
         }
     }
 
+    /// Whether the response reports success (EOK).
+    pub(super) fn succeeded(&self) -> bool {
+        match self {
+            Reply::V2(
+                V2Response::Add { rc, .. }
+                | V2Response::Read { rc, .. }
+                | V2Response::BatchRead { rc, .. },
+            ) => *rc == crate::protocol::rc::EOK,
+            Reply::V2(V2Response::Auth { .. }) => true,
+        }
+    }
+
+    /// Whether it answers a batch read.
+    pub(super) fn is_batch_read(&self) -> bool {
+        matches!(self, Reply::V2(V2Response::BatchRead { .. }))
+    }
+
     pub(super) fn encode(&self, out: &mut OutFrames) {
         match self {
             Reply::V2(r) => protocol::v2::encode_response(r, out),
@@ -61,7 +94,7 @@ pub(super) struct Usage {
 /// The sending side of a connection, cloned into every pending completion.
 #[derive(Clone)]
 pub(super) struct Outbox {
-    pub(super) tx: mpsc::UnboundedSender<Reply>,
+    pub(super) tx: mpsc::UnboundedSender<(Reply, Timed)>,
     pub(super) usage: Arc<Usage>,
     pub(super) shared: Arc<Shared>,
 }
@@ -79,21 +112,34 @@ impl Outbox {
             Slot::Read => (&self.usage.reads, self.shared.cfg.max_pending_reads),
             Slot::None => return true,
         };
+        let stats = &self.shared.stats;
+        let (in_progress, rejected) = match slot {
+            Slot::Add => (&stats.add_entry_in_progress, &stats.add_entry_rejected),
+            _ => (&stats.read_entry_in_progress, &stats.read_entry_rejected),
+        };
+        in_progress.inc();
         let admitted = count.fetch_add(1, Ordering::AcqRel) < max;
         if !admitted {
-            self.shared.stats.rejected_requests.inc();
+            rejected.inc();
         }
         admitted
     }
 
-    /// Queues a response. Fails silently only when the connection is gone: nothing to answer.
-    pub(super) fn send(&self, reply: Reply) {
+    /// Queues a response to a request decoded at `timed`. Fails silently only when the
+    /// connection is gone: nothing to answer.
+    pub(super) fn send(&self, reply: Reply, timed: Timed) {
         let n = reply.wire_len();
         self.usage.queued_bytes.fetch_add(n, Ordering::AcqRel);
         self.shared.stats.response_bytes_queued.add(n as u64);
-        if self.tx.send(reply).is_err() {
+        let slot = reply.slot();
+        if self.tx.send((reply, timed)).is_err() {
             self.usage.queued_bytes.fetch_sub(n, Ordering::AcqRel);
             self.shared.stats.response_bytes_queued.sub(n as u64);
+            match slot {
+                Slot::Add => self.shared.stats.add_entry_in_progress.dec(),
+                Slot::Read => self.shared.stats.read_entry_in_progress.dec(),
+                Slot::None => {}
+            }
         }
     }
 

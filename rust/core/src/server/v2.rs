@@ -2,10 +2,12 @@
 //! the version-neutral [`dispatch`](super::dispatch), and answer with V2 responses. It never
 //! touches storage itself.
 
+use std::time::Instant;
+
 use bytes::Bytes;
 
 use super::dispatch::{self, Add};
-use super::outbox::{Outbox, Reply, Slot};
+use super::outbox::{Outbox, Reply, Slot, Timed};
 use crate::protocol::v2::{
     decode_request, AuthMessage, PacketHeader, Request, Response, CURRENT_PROTOCOL_VERSION,
     RESPONSE_HEADER_LEN,
@@ -20,8 +22,8 @@ use crate::storage::RangeLimits;
 /// counts it against `maxSize`.
 const BATCH_RESPONSE_FIXED_LEN: usize = 4 + RESPONSE_HEADER_LEN + 8;
 
-fn send(outbox: &Outbox, r: Response) {
-    outbox.send(Reply::V2(r));
+fn send(outbox: &Outbox, r: Response, timed: Timed) {
+    outbox.send(Reply::V2(r), timed);
 }
 
 /// Admits a request against the connection's in-flight limit (it counts until its response is
@@ -38,14 +40,19 @@ fn admit(outbox: &Outbox, slot: Slot, header: PacketHeader) -> Result<(), Status
     Ok(())
 }
 
-/// Decodes one V2 frame and runs it. A frame that does not decode closes the connection.
-pub(super) fn handle_frame(body: Bytes, outbox: &Outbox) -> Result<(), ProtocolError> {
+/// Decodes one V2 frame that arrived at `received` (None with metrics off) and runs it. A frame
+/// that does not decode closes the connection.
+pub(super) fn handle_frame(
+    body: Bytes,
+    outbox: &Outbox,
+    received: Option<Instant>,
+) -> Result<(), ProtocolError> {
     let req = decode_request(body)?;
-    handle(req, outbox);
+    handle(req, outbox, received);
     Ok(())
 }
 
-fn handle(req: Request, outbox: &Outbox) {
+fn handle(req: Request, outbox: &Outbox, received: Option<Instant>) {
     let shared = outbox.shared();
     let header = req.header();
     match req {
@@ -56,7 +63,7 @@ fn handle(req: Request, outbox: &Outbox) {
             body,
             ..
         } => {
-            shared.stats.add_entry_requests.inc();
+            let timed = Timed::at(received, false);
             let reply = move |status: Status| Response::Add {
                 version: header.version,
                 rc: status.v2_code(),
@@ -64,15 +71,15 @@ fn handle(req: Request, outbox: &Outbox) {
                 entry,
             };
             if let Err(status) = admit(outbox, Slot::Add, header) {
-                return send(outbox, reply(status));
+                return send(outbox, reply(status), timed);
             }
             if shared.read_only.load(std::sync::atomic::Ordering::Relaxed)
                 && !header.has(FLAG_HIGH_PRIORITY)
             {
-                return send(outbox, reply(Status::ReadOnly));
+                return send(outbox, reply(Status::ReadOnly), timed);
             }
             if ledger < 0 || entry < 0 {
-                return send(outbox, reply(Status::BadRequest));
+                return send(outbox, reply(Status::BadRequest), timed);
             }
             let add = Add {
                 ledger: ledger as u64,
@@ -83,7 +90,13 @@ fn handle(req: Request, outbox: &Outbox) {
             };
             dispatch::add_entry(shared, add, || {
                 let outbox = outbox.clone();
-                Box::new(move |status| send(&outbox, reply(status)))
+                Box::new(move |status| {
+                    let stats = &outbox.shared().stats;
+                    stats
+                        .add_entry
+                        .record_since(status == Status::Ok, timed.received);
+                    send(&outbox, reply(status), timed)
+                })
             });
         }
         Request::Read {
@@ -92,7 +105,7 @@ fn handle(req: Request, outbox: &Outbox) {
             master_key,
             ..
         } => {
-            shared.stats.read_entry_requests.inc();
+            let timed = Timed::at(received, header.has(FLAG_DO_FENCING));
             let reply = move |r: Result<Bytes, Status>| {
                 let (status, body) = match r {
                     Ok(body) => (Status::Ok, body),
@@ -107,7 +120,7 @@ fn handle(req: Request, outbox: &Outbox) {
                 }
             };
             if let Err(status) = admit(outbox, Slot::Read, header) {
-                return send(outbox, reply(Err(status)));
+                return send(outbox, reply(Err(status)), timed);
             }
             let storage = shared.storage.clone();
             let out = outbox.clone();
@@ -116,7 +129,14 @@ fn handle(req: Request, outbox: &Outbox) {
                 ledger,
                 fencing(header, master_key),
                 move || dispatch::read_entry(&storage, ledger, entry),
-                Box::new(move |r| send(&out, reply(r))),
+                Box::new(move |r| {
+                    let stats = &out.shared().stats;
+                    stats.read_entry.record_since(r.is_ok(), timed.received);
+                    if entry == -1 && matches!(r, Err(Status::NoEntry)) {
+                        stats.read_last_entry_noentry_error.inc();
+                    }
+                    send(&out, reply(r), timed)
+                }),
             );
         }
         Request::BatchRead {
@@ -128,7 +148,7 @@ fn handle(req: Request, outbox: &Outbox) {
             master_key,
             ..
         } => {
-            shared.stats.batch_read_entry_requests.inc();
+            let timed = Timed::at(received, header.has(FLAG_DO_FENCING));
             let reply = move |r: Result<Vec<Bytes>, Status>| {
                 let (status, entries) = match r {
                     Ok(entries) => (Status::Ok, entries),
@@ -144,7 +164,7 @@ fn handle(req: Request, outbox: &Outbox) {
                 }
             };
             if let Err(status) = admit(outbox, Slot::Read, header) {
-                return send(outbox, reply(Err(status)));
+                return send(outbox, reply(Err(status)), timed);
             }
             let max_size = usize::try_from(max_size)
                 .unwrap_or(0)
@@ -161,7 +181,11 @@ fn handle(req: Request, outbox: &Outbox) {
                 ledger,
                 fencing(header, master_key),
                 move || dispatch::read_range(&storage, ledger, start_entry, limits),
-                Box::new(move |r| send(&out, reply(r))),
+                Box::new(move |r| {
+                    let stats = &out.shared().stats;
+                    stats.read_entry.record_since(r.is_ok(), timed.received);
+                    send(&out, reply(r), timed)
+                }),
             );
         }
         Request::Auth { message, .. } => {
@@ -180,6 +204,7 @@ fn handle(req: Request, outbox: &Outbox) {
                         payload: Bytes::new(),
                     },
                 },
+                Timed::default(),
             );
         }
     }

@@ -29,7 +29,7 @@ impl Inner {
         for (j, journal) in self.journals.iter().enumerate() {
             journal.remove_old_files(marks[j].file_id, self.cfg.journal.max_backups)?;
         }
-        self.checkpoints.inc();
+        self.stats.checkpoints.inc();
         Ok(())
     }
 

@@ -49,6 +49,8 @@ pub struct EntryLogger {
     next_id: Mutex<u32>,
     files: RwLock<HashMap<u32, Arc<LogFile>>>,
     pub rollovers: Counter,
+    /// Entry data appended to logs.
+    pub written_bytes: Counter,
 }
 
 impl EntryLogger {
@@ -71,6 +73,7 @@ impl EntryLogger {
             next_id: Mutex::new(next_id),
             files: RwLock::new(HashMap::new()),
             rollovers: Counter::default(),
+            written_bytes: Counter::default(),
         })
     }
 
@@ -103,6 +106,7 @@ impl EntryLogger {
         out: &mut Vec<Location>,
     ) -> Result<()> {
         let mut guard = self.active.lock();
+        let mut written = 0u64;
         for (ledger, entry, data) in entries {
             let size = (ENTRY_RECORD_OVERHEAD + data.len()) as u64;
             let must_roll = match guard.as_ref() {
@@ -127,10 +131,12 @@ impl EntryLogger {
             log.end += size;
             *log.ledgers.entry(ledger).or_insert(0) += size;
             out.push(Location::new(log.id, offset, (16 + data.len()) as u32));
+            written += data.len() as u64;
             if log.buf.len() >= self.write_buffer {
                 log.write_buf()?;
             }
         }
+        self.written_bytes.add(written);
         Ok(())
     }
 

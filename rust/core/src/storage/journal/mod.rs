@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use crossbeam_channel::{bounded, Sender};
+use crossbeam_channel::{bounded, Receiver, Sender};
 use parking_lot::Mutex;
 
 pub use file::{journal_path, list_journal_ids};
@@ -30,7 +30,7 @@ use crate::config::JournalConfig;
 use crate::done::Done;
 use crate::error::{IoContext, Result, StorageError};
 use crate::fs;
-use crate::metrics::Counter;
+use crate::metrics::{Counter, Metric, OpStats, Unit};
 use file::{JournalFile, OpenJournal};
 use syncer::Syncer;
 use writer::Writer;
@@ -51,9 +51,35 @@ pub trait Applier: Send + Sync + 'static {
 /// Called exactly once with the outcome of a request (never called if `submit` returned an error).
 pub type Completion = Done<Result<()>>;
 
-/// Counters of one journal.
-#[derive(Debug, Default)]
+/// The metrics of one journal, under BookKeeper's names (`JournalStats`, scope
+/// `bookie_journal`; the storage labels them with `journalIndex`) and pybkx's own.
+#[derive(Debug)]
 pub struct JournalStats {
+    /// Entries: enqueued -> durable and applied (or failed).
+    pub add_entry: OpStats,
+    /// Requests: enqueued -> taken by the journal thread.
+    pub queue_latency: OpStats,
+    /// Writing one group to the file.
+    pub flush_latency: OpStats,
+    /// Forming one group: its first request taken -> the group handed to the sync thread.
+    pub process_time: OpStats,
+    /// A group handed to the sync thread -> taken by it.
+    pub force_write_enqueue: OpStats,
+    /// One fdatasync.
+    pub sync: OpStats,
+    /// Creating a journal file.
+    pub creation: OpStats,
+    /// Entries and bytes of each group.
+    pub force_write_batch_entries: OpStats,
+    pub force_write_batch_bytes: OpStats,
+    /// Entries made durable by one sync.
+    pub force_write_grouping: OpStats,
+    /// Why groups ended: the group wait passed, the size thresholds, the queue ran empty.
+    pub flush_max_wait: Counter,
+    pub flush_max_outstanding_bytes: Counter,
+    pub flush_empty_queue: Counter,
+    /// Entry payload bytes journalled.
+    pub write_bytes: Counter,
     pub entries: Counter,
     pub records: Counter,
     pub bytes: Counter,
@@ -62,13 +88,54 @@ pub struct JournalStats {
     pub rollovers: Counter,
 }
 
-crate::named_stats!(JournalStats, "journal_" {
-    entries,
-    records,
-    bytes,
-    groups,
-    syncs,
-    rollovers
+impl Default for JournalStats {
+    fn default() -> Self {
+        JournalStats {
+            add_entry: OpStats::latency(),
+            queue_latency: OpStats::latency(),
+            flush_latency: OpStats::latency(),
+            process_time: OpStats::latency(),
+            force_write_enqueue: OpStats::latency(),
+            sync: OpStats::latency(),
+            creation: OpStats::latency(),
+            force_write_batch_entries: OpStats::new(Unit::Count),
+            force_write_batch_bytes: OpStats::new(Unit::Bytes),
+            force_write_grouping: OpStats::new(Unit::Count),
+            flush_max_wait: Counter::default(),
+            flush_max_outstanding_bytes: Counter::default(),
+            flush_empty_queue: Counter::default(),
+            write_bytes: Counter::default(),
+            entries: Counter::default(),
+            records: Counter::default(),
+            bytes: Counter::default(),
+            groups: Counter::default(),
+            syncs: Counter::default(),
+            rollovers: Counter::default(),
+        }
+    }
+}
+
+crate::named_stats!(JournalStats {
+    add_entry => "bookie_journal_JOURNAL_ADD_ENTRY",
+    queue_latency => "bookie_journal_JOURNAL_QUEUE_LATENCY",
+    flush_latency => "bookie_journal_JOURNAL_FLUSH_LATENCY",
+    process_time => "bookie_journal_JOURNAL_PROCESS_TIME_LATENCY",
+    force_write_enqueue => "bookie_journal_JOURNAL_FORCE_WRITE_ENQUEUE",
+    sync => "bookie_journal_JOURNAL_SYNC",
+    creation => "bookie_journal_JOURNAL_CREATION_LATENCY",
+    force_write_batch_entries => "bookie_journal_JOURNAL_FORCE_WRITE_BATCH_ENTRIES",
+    force_write_batch_bytes => "bookie_journal_JOURNAL_FORCE_WRITE_BATCH_BYTES",
+    force_write_grouping => "bookie_journal_JOURNAL_FORCE_WRITE_GROUPING_TOTAL",
+    flush_max_wait => "bookie_journal_JOURNAL_NUM_FLUSH_MAX_WAIT",
+    flush_max_outstanding_bytes => "bookie_journal_JOURNAL_NUM_FLUSH_MAX_OUTSTANDING_BYTES",
+    flush_empty_queue => "bookie_journal_JOURNAL_NUM_FLUSH_EMPTY_QUEUE",
+    write_bytes => "bookie_journal_JOURNAL_WRITE_BYTES",
+    entries => "pybkx_journal_entries",
+    records => "pybkx_journal_records",
+    bytes => "pybkx_journal_bytes",
+    groups => "pybkx_journal_groups",
+    syncs => "pybkx_journal_syncs",
+    rollovers => "pybkx_journal_rollovers",
 });
 
 struct Request {
@@ -86,6 +153,8 @@ enum Msg {
 /// Handle of one running journal.
 pub struct Journal {
     tx: Sender<Msg>,
+    /// The sync thread's queue, only to read its length.
+    sync_queue: Receiver<Group>,
     thread: Mutex<Option<JoinHandle<()>>>,
     dir: PathBuf,
     pub stats: Arc<JournalStats>,
@@ -111,6 +180,12 @@ struct Group {
     end: u64,
     ops: Vec<JournalOp>,
     dones: Vec<Completion>,
+    /// Per completion: when its request was enqueued, and whether it is an entry.
+    enqueued: Vec<(Instant, bool)>,
+    /// Entries in the group.
+    entries: u64,
+    /// When the group was handed to the sync thread (None with metrics off).
+    handed: Option<Instant>,
 }
 
 /// Bounds the groups written but not yet synced; the writer waits when the sync thread lags.
@@ -135,6 +210,7 @@ impl Journal {
         let (to_sync, sync_rx) = bounded(MAX_GROUPS_IN_FLIGHT);
         let stats = Arc::new(JournalStats::default());
         let failure = Arc::new(Failure::default());
+        let sync_queue = sync_rx.clone();
         let syncer = Syncer {
             index,
             sync_data: cfg.sync_data,
@@ -161,6 +237,10 @@ impl Journal {
             file,
             ops: Vec::new(),
             dones: Vec::new(),
+            enqueued: Vec::new(),
+            group_started: None,
+            clock: None,
+            since_clock: 0,
             keyed: HashSet::new(),
             oldest: None,
             entries_since_flush: 0,
@@ -173,6 +253,7 @@ impl Journal {
             .ctx(|| "spawning journal thread".to_string())?;
         Ok(Journal {
             tx,
+            sync_queue,
             thread: Mutex::new(Some(thread)),
             dir,
             stats,
@@ -211,6 +292,19 @@ impl Journal {
             crossbeam_channel::TrySendError::Full(_) => StorageError::QueueFull,
             crossbeam_channel::TrySendError::Disconnected(_) => StorageError::Closed,
         })
+    }
+
+    /// This journal's metrics, queue lengths included (BookKeeper types those as counters).
+    pub fn export(&self, out: &mut Vec<Metric>) {
+        crate::metrics::Export::export(&*self.stats, out);
+        out.push(Metric::counter(
+            "bookie_journal_JOURNAL_QUEUE_SIZE",
+            self.tx.len() as u64,
+        ));
+        out.push(Metric::counter(
+            "bookie_journal_JOURNAL_FORCE_WRITE_QUEUE_SIZE",
+            self.sync_queue.len() as u64,
+        ));
     }
 
     /// Writes, syncs and completes everything queued, then stops the threads. Idempotent.

@@ -8,6 +8,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError};
 use super::file::JournalFile;
 use super::{Applier, Failure, Group, JournalStats, Mark, MAX_GROUPS_IN_FLIGHT};
 use crate::error::Result;
+use crate::metrics;
 
 /// The force-write thread: syncs written groups (once for all that are ready), applies them in
 /// order and completes their callers.
@@ -48,6 +49,14 @@ impl Syncer {
                     Err(_) => break,
                 }
             }
+            if let Some(picked) = metrics::start() {
+                for g in &groups {
+                    self.stats
+                        .force_write_enqueue
+                        .ok
+                        .record_between(g.handed, picked);
+                }
+            }
             self.complete(groups);
         }
         self.sync_unsynced();
@@ -72,9 +81,11 @@ impl Syncer {
                 };
                 let mut ops = Vec::with_capacity(groups.iter().map(|g| g.ops.len()).sum());
                 let mut dones = Vec::with_capacity(groups.iter().map(|g| g.dones.len()).sum());
+                let mut enqueued = Vec::with_capacity(dones.capacity());
                 for g in groups {
                     ops.extend(g.ops);
                     dones.extend(g.dones);
+                    enqueued.extend(g.enqueued);
                 }
                 let applied = self.applier.apply(self.index, &ops, mark);
                 if let Err(e) = &applied {
@@ -82,32 +93,58 @@ impl Syncer {
                     self.failure.set(e.clone());
                 }
                 drop(ops);
-                for done in dones {
-                    done(applied.clone());
-                }
+                let now = self.time_entries(&enqueued, applied.is_ok());
+                // Completions (a server's response, say) time themselves with the same clock
+                // read as the group.
+                metrics::with_now(now, || {
+                    for done in dones {
+                        done(applied.clone());
+                    }
+                });
                 return;
             }
         };
         for g in groups {
-            for done in g.dones {
-                done(result.clone());
+            let now = self.time_entries(&g.enqueued, false);
+            metrics::with_now(now, || {
+                for done in g.dones {
+                    done(result.clone());
+                }
+            });
+        }
+    }
+
+    /// `JOURNAL_ADD_ENTRY` for the entries just completed: one clock read for all of them,
+    /// returned for their completions (None with metrics off).
+    fn time_entries(
+        &self,
+        enqueued: &[(std::time::Instant, bool)],
+        ok: bool,
+    ) -> Option<std::time::Instant> {
+        let now = metrics::start()?;
+        for (at, is_entry) in enqueued {
+            if *is_entry {
+                self.stats.add_entry.record_between(ok, Some(*at), now);
             }
         }
+        Some(now)
     }
 
     /// One fdatasync per file for all the groups (several files only around a rollover).
     fn make_durable(&mut self, groups: &[Group]) -> Result<()> {
         let mut synced: Option<&Arc<JournalFile>> = None;
+        let mut entries = 0u64;
         for g in groups {
             let changed_file = synced.is_none_or(|f| !Arc::ptr_eq(f, &g.file));
             if self.sync_data {
                 if changed_file {
                     if let Some(prev) = synced {
-                        prev.sync()?;
-                        self.stats.syncs.inc();
+                        self.sync_file(prev, entries)?;
+                        entries = 0;
                     }
                     synced = Some(&g.file);
                 }
+                entries += g.entries;
             } else if let Some(prev) = &self.unsynced {
                 // Without per-group syncs, a journal is still synced once it is complete.
                 if !Arc::ptr_eq(prev, &g.file) {
@@ -119,20 +156,29 @@ impl Syncer {
             }
         }
         if let Some(last) = synced {
-            last.sync()?;
-            self.stats.syncs.inc();
+            self.sync_file(last, entries)?;
         }
         Ok(())
+    }
+
+    /// One timed fdatasync that made `entries` entries durable.
+    fn sync_file(&self, file: &JournalFile, entries: u64) -> Result<()> {
+        let syncing = metrics::start();
+        let result = file.sync();
+        self.stats.sync.record_since(result.is_ok(), syncing);
+        if result.is_ok() {
+            self.stats.syncs.inc();
+            self.stats.force_write_grouping.ok.record(entries);
+        }
+        result
     }
 
     fn sync_unsynced(&mut self) {
         let Some(file) = self.unsynced.take() else {
             return;
         };
-        match file.sync() {
-            Ok(()) => {
-                self.stats.syncs.inc();
-            }
+        match self.sync_file(&file, 0) {
+            Ok(()) => {}
             Err(e) => {
                 log::error!("journal {}: {e}", self.index);
                 self.failure.set(e);

@@ -14,6 +14,20 @@ use super::file::OpenJournal;
 use super::{Completion, Failure, Group, JournalOp, JournalStats, Msg, Request};
 use crate::config::JournalConfig;
 use crate::error::StorageError;
+use crate::metrics::{self, micros};
+
+/// Requests taken per clock read for queue latencies (an error of at most the time to take
+/// this many, a few microseconds, for a tenth of the reads).
+const CLOCK_EVERY: usize = 16;
+
+/// Why a group ended, for BookKeeper's `JOURNAL_NUM_FLUSH_*` counters.
+#[derive(Clone, Copy)]
+enum FlushReason {
+    MaxWait,
+    OutstandingBytes,
+    EmptyQueue,
+    Shutdown,
+}
 
 /// The journal thread: takes requests, forms groups by BookKeeper's rules, writes them.
 pub(super) struct Writer {
@@ -28,6 +42,14 @@ pub(super) struct Writer {
     pub(super) buf: Vec<u8>,
     pub(super) ops: Vec<JournalOp>,
     pub(super) dones: Vec<Completion>,
+    /// Per completion of the group: when its request was enqueued, and whether it is an entry.
+    pub(super) enqueued: Vec<(Instant, bool)>,
+    /// When the group's first request was taken (None with metrics off).
+    pub(super) group_started: Option<Instant>,
+    /// A recent clock read for queue latencies, and requests taken since: the clock is read
+    /// again every `CLOCK_EVERY` requests, not for each.
+    pub(super) clock: Option<Instant>,
+    pub(super) since_clock: usize,
     /// Ledgers whose key record has been written by this process.
     pub(super) keyed: HashSet<u64>,
     pub(super) oldest: Option<Instant>,
@@ -39,37 +61,40 @@ pub(super) struct Writer {
 impl Writer {
     pub(super) fn run(mut self) {
         while !self.stopping {
-            let msg = if self.ops.is_empty() {
-                self.rx.recv().ok()
-            } else if self.cfg.flush_when_queue_empty {
-                match self.rx.try_recv() {
-                    Ok(m) => Some(m),
-                    Err(TryRecvError::Empty) => {
-                        self.flush();
+            let msg = match self.rx.try_recv() {
+                Ok(m) => Some(m),
+                Err(TryRecvError::Disconnected) => None,
+                Err(TryRecvError::Empty) => {
+                    // Whatever comes next arrives after a wait: read the clock again for it.
+                    self.clock = None;
+                    if self.ops.is_empty() {
+                        self.rx.recv().ok()
+                    } else if self.cfg.flush_when_queue_empty {
+                        self.flush(FlushReason::EmptyQueue);
                         continue;
+                    } else {
+                        let deadline =
+                            self.oldest.unwrap_or_else(Instant::now) + self.cfg.max_group_wait;
+                        match self.rx.recv_deadline(deadline) {
+                            Ok(m) => Some(m),
+                            Err(RecvTimeoutError::Timeout) => {
+                                self.drain_ready();
+                                self.flush(FlushReason::MaxWait);
+                                continue;
+                            }
+                            Err(RecvTimeoutError::Disconnected) => None,
+                        }
                     }
-                    Err(TryRecvError::Disconnected) => None,
-                }
-            } else {
-                let deadline = self.oldest.unwrap_or_else(Instant::now) + self.cfg.max_group_wait;
-                match self.rx.recv_deadline(deadline) {
-                    Ok(m) => Some(m),
-                    Err(RecvTimeoutError::Timeout) => {
-                        self.drain_ready();
-                        self.flush();
-                        continue;
-                    }
-                    Err(RecvTimeoutError::Disconnected) => None,
                 }
             };
             match msg {
                 Some(Msg::Req(req)) => {
                     self.add(req);
-                    if self.group_is_due() {
+                    if let Some(reason) = self.group_is_due() {
                         // Requests that waited in the queue while the previous group was being
                         // written are already past the group wait: take all that are ready.
                         self.drain_ready();
-                        self.flush();
+                        self.flush(reason);
                     }
                 }
                 Some(Msg::Shutdown) | None => self.stopping = true,
@@ -80,7 +105,7 @@ impl Writer {
         while let Ok(Msg::Req(req)) = self.rx.try_recv() {
             self.add(req);
         }
-        self.flush();
+        self.flush(FlushReason::Shutdown);
         drop(self.to_sync.take());
         if let Some(syncer) = self.syncer.take() {
             if syncer.join().is_err() {
@@ -109,20 +134,34 @@ impl Writer {
         }
     }
 
-    fn group_is_due(&self) -> bool {
+    /// Whether the group must end now, and why.
+    fn group_is_due(&self) -> Option<FlushReason> {
         let cfg = &self.cfg;
-        (cfg.buffered_entries_threshold > 0
+        if (cfg.buffered_entries_threshold > 0
             && self.entries_since_flush >= cfg.buffered_entries_threshold)
             || self.bytes_since_flush >= cfg.buffered_writes_threshold
-            || self
-                .oldest
-                .is_some_and(|t| t.elapsed() >= cfg.max_group_wait)
+        {
+            return Some(FlushReason::OutstandingBytes);
+        }
+        self.oldest
+            .is_some_and(|t| t.elapsed() >= cfg.max_group_wait)
+            .then_some(FlushReason::MaxWait)
     }
 
     fn add(&mut self, req: Request) {
         if let Some(err) = self.failure.get() {
             (req.done)(Err(err));
             return;
+        }
+        if self.clock.is_none() || self.since_clock >= CLOCK_EVERY {
+            self.clock = metrics::start();
+            self.since_clock = 0;
+        }
+        self.since_clock += 1;
+        if let Some(now) = self.clock {
+            let waited = micros(now.saturating_duration_since(req.enqueued));
+            self.stats.queue_latency.ok.record(waited);
+            self.group_started.get_or_insert(now);
         }
         let before = self.buf.len();
         let ledger = req.op.ledger();
@@ -136,12 +175,17 @@ impl Writer {
             }
         }
         req.op.encode(&mut self.buf);
-        if let JournalOp::Entry { .. } = req.op {
+        let is_entry = if let JournalOp::Entry { data, .. } = &req.op {
             self.entries_since_flush += 1;
-        }
+            self.stats.write_bytes.add(data.len() as u64);
+            true
+        } else {
+            false
+        };
         self.bytes_since_flush += self.buf.len() - before;
         self.ops.push(req.op);
         self.dones.push(req.done);
+        self.enqueued.push((req.enqueued, is_entry));
         self.oldest.get_or_insert(req.enqueued);
         if self.buf.len() >= self.cfg.write_buffer_size {
             self.write_out();
@@ -162,21 +206,45 @@ impl Writer {
     }
 
     /// Ends the current group: writes it and hands it to the sync thread.
-    fn flush(&mut self) {
+    fn flush(&mut self, reason: FlushReason) {
         if self.ops.is_empty() {
             return;
         }
+        let writing = metrics::start();
+        let failed_before = self.failure.get().is_some();
         self.write_out();
         let s = &self.stats;
+        s.flush_latency
+            .record_since(!failed_before && self.failure.get().is_none(), writing);
+        match reason {
+            FlushReason::MaxWait => s.flush_max_wait.inc(),
+            FlushReason::OutstandingBytes => s.flush_max_outstanding_bytes.inc(),
+            FlushReason::EmptyQueue => s.flush_empty_queue.inc(),
+            FlushReason::Shutdown => {}
+        }
         s.groups.inc();
         s.entries.add(self.entries_since_flush as u64);
         s.records.add(self.ops.len() as u64);
         s.bytes.add(self.bytes_since_flush as u64);
+        s.force_write_batch_entries
+            .ok
+            .record(self.entries_since_flush as u64);
+        s.force_write_batch_bytes
+            .ok
+            .record(self.bytes_since_flush as u64);
+        let handed = metrics::start();
+        let started = self.group_started.take();
+        if let Some(at) = handed {
+            s.process_time.ok.record_between(started, at);
+        }
         let group = Group {
             file: self.file.file.clone(),
             end: self.file.written,
             ops: std::mem::take(&mut self.ops),
             dones: std::mem::take(&mut self.dones),
+            enqueued: std::mem::take(&mut self.enqueued),
+            entries: self.entries_since_flush as u64,
+            handed,
         };
         if let Some(to_sync) = &self.to_sync {
             if let Err(returned) = to_sync.send(group) {
@@ -197,7 +265,10 @@ impl Writer {
     }
 
     fn roll_over(&mut self) {
-        match OpenJournal::create(&self.dir, self.file.file.id + 1, self.cfg.prealloc_size) {
+        let creating = metrics::start();
+        let created = OpenJournal::create(&self.dir, self.file.file.id + 1, self.cfg.prealloc_size);
+        self.stats.creation.record_since(created.is_ok(), creating);
+        match created {
             Ok(file) => {
                 self.file = file;
                 self.stats.rollovers.inc();

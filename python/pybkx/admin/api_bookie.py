@@ -1,0 +1,180 @@
+"""The admin endpoints about this bookie: ``/heartbeat``, ``/metrics``,
+``/api/v1/config/server_config`` and ``/api/v1/bookie/*`` (info, state, read-only, readiness,
+last log mark, disk files, garbage collection), with BookKeeper's paths, JSON shapes and status
+codes. It answers requests; it never changes the bookie except through the bookie's own methods.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from pybkx.admin.bookie_metrics import is_entry_log, is_journal
+from pybkx.admin.context import AdminContext
+from pybkx.admin.http import HttpError, Request, Response
+from pybkx.admin.prometheus import CONTENT_TYPE
+from pybkx.bookie import BookieError
+from pybkx.tools.bookies import disk_info
+
+__all__ = ["bookie_routes"]
+
+Handler = Callable[[Request], Response]
+
+
+def require(request: Request, *methods: str) -> None:
+    """BookKeeper answers a method an endpoint does not support with 404."""
+    if request.method not in methods:
+        raise HttpError(404, f"{request.method} is not supported here; use {' or '.join(methods)}")
+
+
+def _files(dirs: tuple[str, ...] | None, wanted: Callable[[str], bool]) -> str:
+    """BookKeeper's listing: the names of the wanted files, each followed by a tab."""
+    names: list[str] = []
+    for d in dirs or ():
+        try:
+            names += sorted(e.name for e in os.scandir(Path(d) / "current") if wanted(e.name))
+        except OSError:
+            continue
+    return "".join(f"{name}\t" for name in names)
+
+
+def bookie_routes(ctx: AdminContext) -> dict[str, Handler]:
+    bookie = ctx.bookie
+
+    def heartbeat(request: Request) -> Response:
+        return Response.text("OK\n")
+
+    def metrics(request: Request) -> Response:
+        if request.method != "GET":
+            raise HttpError(403, f"{request.method} is forbidden. Should be GET method")
+        return Response.text(ctx.metrics_text(), content_type=CONTENT_TYPE)
+
+    def server_config(request: Request) -> Response:
+        if request.method == "PUT":
+            raise HttpError(
+                403,
+                "pybkx does not change its configuration while running: edit the "
+                "configuration file and restart the bookie",
+            )
+        require(request, "GET")
+        config = bookie.config
+        shown = {key: _text(value) for key, value in config.settings().items()}
+        shown.update({key: _text(value) for key, value in config.extra.items()})
+        return Response(200, shown)
+
+    def info(request: Request) -> Response:
+        require(request, "GET")
+        space = disk_info(bookie.config.ledger_directories)
+        return Response(200, {"freeSpace": space.free, "totalSpace": space.total})
+
+    def state(request: Request) -> Response:
+        require(request, "GET")
+        running = bookie.running
+        read_only = _read_only_or(True)
+        return Response(
+            200,
+            {
+                "running": running,
+                "readOnly": read_only,
+                "shuttingDown": bookie.shutting_down,
+                "availableForHighPriorityWrites": running and not bookie.shutting_down,
+            },
+        )
+
+    def _read_only_or(default: bool) -> bool:
+        try:
+            return bookie.read_only
+        except BookieError:
+            return default
+
+    def read_only(request: Request) -> Response:
+        require(request, "GET", "PUT")
+        if request.method == "PUT":
+            body = request.json_body()
+            if not isinstance(body, dict) or not isinstance(body.get("readOnly"), bool):
+                raise HttpError(400, 'expected a JSON body {"readOnly": true|false}')
+            try:
+                bookie.set_read_only(body["readOnly"])
+            except BookieError as exc:
+                raise HttpError(400, str(exc)) from None
+        return Response(200, {"readOnly": _read_only_or(True)})
+
+    def is_ready(request: Request) -> Response:
+        require(request, "GET")
+        if bookie.running and not bookie.shutting_down:
+            return Response.text("OK")
+        return Response.text("Bookie is not fully started yet", status=503)
+
+    def last_log_mark(request: Request) -> Response:
+        require(request, "GET")
+        marks = bookie.storage.journal_marks()
+        return Response(
+            200,
+            {
+                f"LastLogMark: Journal Id - {file_id}({file_id:x}.txn)": f"Pos - {offset}"
+                for file_id, offset in marks
+            },
+        )
+
+    def list_disk_file(request: Request) -> Response:
+        require(request, "GET")
+        config = bookie.config
+        listings = {
+            "journal": ("journal files", _files(config.journal_directories, is_journal)),
+            "entrylog": ("entrylog files", _files(config.ledger_directories, is_entry_log)),
+            "index": (
+                "index files",
+                _files(
+                    config.index_directories or config.ledger_directories[:1],
+                    lambda name: name == "index.log",
+                ),
+            ),
+        }
+        wanted = request.param("file_type")
+        chosen = [wanted] if wanted in listings else list(listings)
+        return Response(200, {listings[k][0]: listings[k][1] for k in chosen})
+
+    def gc(request: Request) -> Response:
+        require(request, "GET", "PUT")
+        collector = bookie.garbage_collector
+        if request.method == "GET":
+            running = collector is not None and collector.running
+            return Response(200, {"is_in_force_gc": str(running).lower()})
+        body = request.json_body()
+        if body is not None and not isinstance(body, dict):
+            raise HttpError(400, 'expected a JSON body {"forceMajor": .., "forceMinor": ..}')
+        if collector is None:
+            raise HttpError(404, "this bookie runs standalone: there is no metadata to compare")
+        collector.run()
+        return Response(200, f"Triggered GC on BookieServer: {bookie.bookie_id}")
+
+    def gc_details(request: Request) -> Response:
+        require(request, "GET")
+        collector = bookie.garbage_collector
+        if collector is None:
+            raise HttpError(404, "this bookie runs standalone: it collects no garbage")
+        return Response(200, [collector.details()])
+
+    return {
+        "/heartbeat": heartbeat,
+        "/metrics": metrics,
+        "/api/v1/config/server_config": server_config,
+        "/api/v1/bookie/info": info,
+        "/api/v1/bookie/state": state,
+        "/api/v1/bookie/state/readonly": read_only,
+        "/api/v1/bookie/is_ready": is_ready,
+        "/api/v1/bookie/last_log_mark": last_log_mark,
+        "/api/v1/bookie/list_disk_file": list_disk_file,
+        "/api/v1/bookie/gc": gc,
+        "/api/v1/bookie/gc_details": gc_details,
+    }
+
+
+def _text(value: object) -> str:
+    """A setting as BookKeeper shows it: a string, lists comma-separated."""
+    if isinstance(value, list | tuple):
+        return ",".join(str(v) for v in value)
+    if isinstance(value, bool):
+        return str(value).lower()
+    return "" if value is None else str(value)

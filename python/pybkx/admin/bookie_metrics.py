@@ -1,0 +1,96 @@
+"""A bookie's metrics at one moment: the Rust server's and storage's read-outs, plus the gauges
+BookKeeper computes from the bookie's state and disks (``SERVER_STATUS``, directory counts and
+usage, entry-log totals). It gathers; it never formats (``prometheus``) nor records.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pybkx.bookie import Bookie, BookieError
+
+if TYPE_CHECKING:
+    from pybkx._core import Metric
+
+__all__ = ["bookie_metrics", "dir_usage_percent", "is_entry_log", "is_journal"]
+
+_UNSAFE = re.compile(r"[^a-zA-Z0-9_]")
+_ENTRY_LOG = re.compile(r"[0-9a-f]+\.log")
+_JOURNAL = re.compile(r"[0-9a-f]+\.txn")
+
+
+def is_entry_log(name: str) -> bool:
+    """Entry logs are named by their hex id, as BookKeeper's (``1a.log``)."""
+    return _ENTRY_LOG.fullmatch(name) is not None
+
+
+def is_journal(name: str) -> bool:
+    return _JOURNAL.fullmatch(name) is not None
+
+
+def dir_usage_percent(path: str) -> float | None:
+    """How full the file system holding ``path`` is, in percent (None if it cannot be read)."""
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return None
+    total = st.f_blocks * st.f_frsize
+    if total == 0:
+        return None
+    free = st.f_bavail * st.f_frsize
+    return 100.0 * (total - free) / total
+
+
+def _gauge(name: str, value: int) -> Metric:
+    return (name, "gauge", "count", {}, value)
+
+
+def _entry_logs(ledger_dirs: tuple[str, ...]) -> tuple[int, int]:
+    """Number and total size of the entry logs in the ledger directories."""
+    count = size = 0
+    for d in ledger_dirs:
+        try:
+            entries = list(os.scandir(Path(d) / "current"))
+        except OSError:
+            continue
+        for entry in entries:
+            if is_entry_log(entry.name):
+                try:
+                    size += entry.stat().st_size
+                except OSError:
+                    continue
+                count += 1
+    return count, size
+
+
+def bookie_metrics(bookie: Bookie) -> list[Metric]:
+    """Every metric of a running bookie. Raises BookieError if it is not running."""
+    server, storage = bookie.server, bookie.storage
+    config = bookie.config
+    out: list[Metric] = [*server.metrics(), *storage.metrics()]
+    try:
+        read_only = bookie.read_only
+    except BookieError:
+        read_only = True
+    out.append(_gauge("bookie_SERVER_STATUS", 0 if read_only else 1))
+    out.append(_gauge("bookie_JOURNAL_DIRS", len(config.journal_directories)))
+    out.append(_gauge("bookie_JOURNAL_QUEUE_MAX_SIZE", config.journal_queue_size))
+    scopes = [("ledger", config.ledger_directories)]
+    if config.index_directories:
+        scopes.append(("index", config.index_directories))
+    for scope, dirs in scopes:
+        # pybkx writes to every directory whatever its usage (no disk checker yet).
+        out.append(_gauge(f"bookie_{scope}_num_dirs", len(dirs)))
+        out.append(_gauge(f"bookie_{scope}_writable_dirs", len(dirs)))
+        for d in dirs:
+            usage = dir_usage_percent(d)
+            if usage is not None:
+                name = f"bookie_{scope}_dir_{_UNSAFE.sub('_', d)}_usage"
+                out.append((name, "gauge", "percent", {}, usage))
+    logs, log_bytes = _entry_logs(config.ledger_directories)
+    out.append(_gauge("bookie_gc_ACTIVE_ENTRY_LOG_TOTAL", logs))
+    out.append(_gauge("bookie_gc_ACTIVE_ENTRY_LOG_SPACE_BYTES", log_bytes))
+    return out

@@ -1,0 +1,242 @@
+"""HTTP plumbing of the admin server: a waitress WSGI server in a thread of its own with bounded
+threads, connections and request bodies, and a small router that turns handlers' results and
+errors into responses. Every failure becomes a status code and a JSON error, never a traceback.
+It owns requests and responses; it never knows what an endpoint does.
+
+Why waitress: a production WSGI server in pure Python with no dependencies, maintained by the
+Pylons project, whose limits (worker threads, open connections, request body size, idle
+timeout) are settings; the admin API is small and infrequent, so a thread pool serving WSGI fits
+it better than an event loop or a framework.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from http import HTTPStatus
+from typing import Any
+from urllib.parse import parse_qsl
+
+import waitress
+
+from pybkx import errors
+
+__all__ = ["HttpError", "HttpServer", "Request", "Response", "Router"]
+
+logger = logging.getLogger(__name__)
+
+_STOP_TIMEOUT_S = 5.0
+_IDLE_TIMEOUT_S = 30
+
+
+class HttpError(Exception):
+    """A request that cannot be served: its status and a one-line reason for the JSON body."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True)
+class Request:
+    method: str
+    path: str
+    params: Mapping[str, str]
+    body: bytes
+
+    def param(self, name: str, default: str | None = None) -> str | None:
+        return self.params.get(name, default)
+
+    def int_param(self, name: str, default: int | None = None) -> int | None:
+        """A whole-number query parameter. Raises HttpError 400 if it is not one."""
+        raw = self.params.get(name)
+        if raw is None:
+            return default
+        try:
+            return int(raw)
+        except ValueError:
+            raise HttpError(400, f"{name} must be a whole number, got {raw!r}") from None
+
+    def json_body(self) -> Any:
+        """The body as JSON (None when empty). Raises HttpError 400 if it is not JSON."""
+        if not self.body.strip():
+            return None
+        try:
+            return json.loads(self.body)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise HttpError(400, f"the request body is not JSON: {exc}") from None
+
+
+@dataclass(frozen=True)
+class Response:
+    status: int = 200
+    body: Any = None
+    """JSON-encodable (sent as JSON), or ``str`` sent as text when ``content_type`` says so."""
+    content_type: str = "application/json"
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def text(cls, text: str, status: int = 200, content_type: str = "text/plain") -> Response:
+        return cls(status, text, content_type)
+
+    def encoded(self) -> bytes:
+        if self.content_type == "application/json":
+            return (json.dumps(self.body, indent=2) + "\n").encode()
+        return str(self.body).encode()
+
+
+Handler = Callable[[Request], Response]
+
+_METHODS = frozenset({"GET", "PUT", "POST", "DELETE", "HEAD"})
+
+
+def _status_line(status: int) -> str:
+    try:
+        return f"{status} {HTTPStatus(status).phrase}"
+    except ValueError:
+        return f"{status} Unknown"
+
+
+def _error_status(exc: errors.BKException) -> int:
+    """The status of a BookKeeper error a handler let through."""
+    if isinstance(
+        exc,
+        errors.NoSuchLedgerExistsOnMetadataServerException
+        | errors.NoSuchLedgerExistsException
+        | errors.NoSuchEntryException
+        | errors.BookieHandleNotAvailableException
+        | errors.CookieNotFoundException,
+    ):
+        return 404
+    if isinstance(exc, errors.IncorrectParameterException):
+        return 400
+    return 500
+
+
+class Router:
+    """A WSGI application dispatching ``path`` to a handler; the handler checks the method.
+
+    BookKeeper answers a wrong method or a missing parameter with 404 and an unknown path with
+    404; pybkx does the same, with a JSON body ``{"error": ...}``.
+    """
+
+    def __init__(self, routes: Mapping[str, Handler], max_body_bytes: int) -> None:
+        self._routes = dict(routes)
+        self._max_body_bytes = max_body_bytes
+
+    @property
+    def paths(self) -> list[str]:
+        return sorted(self._routes)
+
+    def __call__(
+        self, environ: dict[str, Any], start_response: Callable[..., Any]
+    ) -> Iterable[bytes]:
+        response = self._respond(environ)
+        body = response.encoded()
+        headers = [("Content-Type", response.content_type), ("Content-Length", str(len(body)))]
+        headers += list(response.headers.items())
+        start_response(_status_line(response.status), headers)
+        return [b""] if environ.get("REQUEST_METHOD") == "HEAD" else [body]
+
+    def _respond(self, environ: dict[str, Any]) -> Response:
+        method = str(environ.get("REQUEST_METHOD", "GET")).upper()
+        path = str(environ.get("PATH_INFO", "/")) or "/"
+        if len(path) > 1:
+            path = path.rstrip("/")
+        try:
+            if method not in _METHODS:
+                raise HttpError(405, f"method {method} is not supported")
+            handler = self._routes.get(path)
+            if handler is None:
+                raise HttpError(404, f"no endpoint {path}; see /api/v1 for the list")
+            request = Request(
+                method=method,
+                path=path,
+                params=dict(parse_qsl(str(environ.get("QUERY_STRING", "")))),
+                body=self._body(environ),
+            )
+            return handler(request)
+        except HttpError as exc:
+            return Response(exc.status, {"error": str(exc)})
+        except errors.BKException as exc:
+            return Response(_error_status(exc), {"error": f"{type(exc).__name__}: {exc}"})
+        except Exception as exc:
+            logger.exception("admin API %s %s failed", method, path)
+            return Response(500, {"error": f"internal error: {type(exc).__name__}: {exc}"})
+
+    def _body(self, environ: dict[str, Any]) -> bytes:
+        try:
+            length = int(environ.get("CONTENT_LENGTH") or 0)
+        except ValueError:
+            raise HttpError(400, "bad Content-Length") from None
+        if length > self._max_body_bytes:
+            raise HttpError(413, f"request body over {self._max_body_bytes} bytes")
+        stream = environ.get("wsgi.input")
+        return stream.read(length) if stream is not None and length > 0 else b""
+
+
+class HttpServer:
+    """A waitress server bound at construction and served by a thread of its own.
+
+    Raises OSError if ``host:port`` cannot be bound.
+    """
+
+    def __init__(
+        self,
+        app: Callable[..., Iterable[bytes]],
+        host: str,
+        port: int,
+        *,
+        name: str,
+        threads: int,
+        max_connections: int,
+        max_request_bytes: int,
+    ) -> None:
+        self.name = name
+        self._server = waitress.create_server(
+            app,
+            host=host,
+            port=port,
+            threads=threads,
+            connection_limit=max_connections,
+            max_request_body_size=max_request_bytes,
+            channel_timeout=_IDLE_TIMEOUT_S,
+            ident="pybkx",
+            clear_untrusted_proxy_headers=True,
+        )
+        self.host = host
+        self.port = int(self._server.effective_port)
+        self._thread = threading.Thread(target=self._run, name=f"pybkx-{name}", daemon=True)
+        self._stopped = False
+
+    def _run(self) -> None:
+        try:
+            self._server.run()
+        except Exception:  # the loop ends when its sockets close; anything else is a bug
+            logger.exception("%s stopped with an error", self.name)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Close the listening socket and every connection, stop the worker threads.
+        Idempotent; bounded by a few seconds."""
+        if self._stopped:
+            return
+        self._stopped = True
+        server = self._server
+
+        def close_all() -> None:  # runs in the server's loop thread
+            for channel in list(server._map.values()):
+                channel.close()
+
+        with contextlib.suppress(OSError):  # the trigger is gone: the loop already ended
+            server.trigger.pull_trigger(close_all)
+        self._thread.join(_STOP_TIMEOUT_S)
+        if self._thread.is_alive():
+            logger.warning("%s: loop still running after %.0fs", self.name, _STOP_TIMEOUT_S)
+        server.task_dispatcher.shutdown(timeout=_STOP_TIMEOUT_S)

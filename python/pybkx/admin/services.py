@@ -1,0 +1,122 @@
+"""The HTTP services a bookie runs beside its RPC server, as BookKeeper runs them: the admin
+server (``httpServerEnabled``: every endpoint, ``/metrics`` included, published in the bookie's
+registration as ``httpserver``), or else, when metrics are collected and
+``prometheusStatsHttpEnable`` is on, a server for ``/metrics`` alone on
+``prometheusStatsHttpPort``. It starts and stops them; the endpoints live in ``api_*``.
+"""
+
+from __future__ import annotations
+
+import abc
+import logging
+
+from pybkx.admin.api_bookie import bookie_routes
+from pybkx.admin.api_ledgers import ledger_routes
+from pybkx.admin.context import AdminContext
+from pybkx.admin.http import HttpServer, Router
+from pybkx.bookie import Bookie, BookieError, BookieService
+from pybkx.config import ConfigError, ServerConfig
+from pybkx.meta import Endpoint
+
+__all__ = ["AdminHttpService", "MetricsHttpService", "services_for"]
+
+logger = logging.getLogger(__name__)
+
+
+class _HttpService(abc.ABC):
+    """One HTTP server over a set of routes made for the bookie it starts with."""
+
+    name = "http"
+    publish_as: str | None = None
+
+    def __init__(self) -> None:
+        self._server: HttpServer | None = None
+        self._context: AdminContext | None = None
+
+    @property
+    def port(self) -> int:
+        """The bound port (differs from the configured one only for port 0)."""
+        if self._server is None:
+            raise BookieError(f"the {self.name} is not running")
+        return self._server.port
+
+    @abc.abstractmethod
+    def _address(self, config: ServerConfig) -> tuple[str, int]:
+        """Where to listen."""
+
+    @abc.abstractmethod
+    def _routes(self, ctx: AdminContext) -> Router:
+        """The application to serve."""
+
+    def start(self, bookie: Bookie) -> Endpoint | None:
+        config = bookie.config
+        host, port = self._address(config)
+        ctx = AdminContext(bookie)
+        try:
+            server = HttpServer(
+                self._routes(ctx),
+                host,
+                port,
+                name=self.name,
+                threads=config.http_server_threads,
+                max_connections=config.http_server_max_connections,
+                max_request_bytes=config.http_server_max_request_bytes,
+            )
+        except OSError as exc:
+            raise BookieError(
+                f"cannot start the {self.name} on {host}:{port}: {exc.strerror or exc}"
+            ) from None
+        server.start()
+        self._server, self._context = server, ctx
+        logger.info("%s serving on http://%s:%d", self.name, host, server.port)
+        if self.publish_as is None:
+            return None
+        try:
+            advertised = bookie.config.bookie_address(bookie.port).rpartition(":")[0]
+        except ConfigError:
+            advertised = host
+        return Endpoint(self.publish_as, server.port, advertised, "http")
+
+    def stop(self) -> None:
+        server, ctx = self._server, self._context
+        self._server = self._context = None
+        if server is not None:
+            server.stop()
+        if ctx is not None:
+            ctx.close()
+
+
+class AdminHttpService(_HttpService):
+    """BookKeeper's admin HTTP API on ``httpServerHost:httpServerPort``."""
+
+    name = "admin HTTP server"
+    publish_as = "httpserver"
+
+    def _address(self, config: ServerConfig) -> tuple[str, int]:
+        return config.http_server_host, config.http_server_port
+
+    def _routes(self, ctx: AdminContext) -> Router:
+        routes = {**bookie_routes(ctx), **ledger_routes(ctx)}
+        return Router(routes, ctx.bookie.config.http_server_max_request_bytes)
+
+
+class MetricsHttpService(_HttpService):
+    """``/metrics`` alone on ``prometheusStatsHttpAddress:prometheusStatsHttpPort``."""
+
+    name = "Prometheus metrics server"
+
+    def _address(self, config: ServerConfig) -> tuple[str, int]:
+        return config.prometheus_stats_http_address, config.prometheus_stats_http_port
+
+    def _routes(self, ctx: AdminContext) -> Router:
+        routes = bookie_routes(ctx)
+        return Router({"/metrics": routes["/metrics"]}, 0)
+
+
+def services_for(config: ServerConfig) -> list[BookieService]:
+    """The HTTP services a bookie with ``config`` runs, as BookKeeper decides them."""
+    if config.http_server_enabled:
+        return [AdminHttpService()]
+    if config.collects_metrics and config.prometheus_stats_http_enable:
+        return [MetricsHttpService()]
+    return []

@@ -1,0 +1,66 @@
+"""The options ``pybkx shell`` commands share: which cluster (``--uri`` or a bookie's
+``--conf``), ``--json``, and turning failures into one-line errors. Parsing only."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+__all__ = ["cluster", "confirmed", "failed", "json_option", "resolve_uri"]
+
+_URI_HELP = "metadataServiceUri: zk+hierarchical://host:port/ledgers or embedded:///abs/dir"
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def cluster(command: _F) -> _F:
+    """``--uri`` or ``--conf`` (a bookie's configuration naming its metadataServiceUri)."""
+    command = click.option(
+        "--conf",
+        "conf_path",
+        type=click.Path(dir_okay=False, path_type=Path),
+        help="A bookie's configuration file; its metadataServiceUri is used.",
+    )(command)
+    return click.option("--uri", help=_URI_HELP)(command)
+
+
+def json_option(command: _F) -> _F:
+    return click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")(
+        command
+    )
+
+
+def resolve_uri(uri: str | None, conf_path: Path | None) -> str:
+    """The metadata URI from --uri, else from --conf. Raises ClickException."""
+    if uri:
+        return uri
+    if conf_path is None:
+        raise click.UsageError("give --uri or --conf")
+    from pybkx.config import ConfigError, ServerConfig
+
+    try:
+        found = ServerConfig.from_file(conf_path, lenient=True).metadata_uri()
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from None
+    if found is None:
+        raise click.ClickException(f"{conf_path} names no metadataServiceUri or zkServers")
+    return found
+
+
+def failed(exc: Exception | str) -> click.ClickException:
+    return click.ClickException(str(exc))
+
+
+def confirmed(question: str) -> bool:
+    """Ask on stderr; no answer (stdin closed) is no. The prompt's line always ends, so that
+    an error after it stands on a line of its own."""
+    try:
+        answer = click.confirm(question, err=True)
+    except click.Abort:
+        answer = False
+    if not sys.stdin.isatty():
+        click.echo(err=True)
+    return answer

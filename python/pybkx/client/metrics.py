@@ -1,0 +1,107 @@
+"""The client's metrics in the process's ``prometheus_client`` registry, under BookKeeper's
+client names (``bookkeeper_client_*``): add and read latency from the Rust core (every client of
+the process together), ledger create/open/delete/recover latency and ensemble changes from here.
+Registered once, when the first ``BookKeeper`` is made. It exports; it never decides anything.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from prometheus_client import REGISTRY, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from pybkx._core import client_metrics
+
+__all__ = ["count_ensemble_change", "ensure_registered", "timed"]
+
+# Powers of two microseconds, shown in milliseconds: 32 µs .. 67 s. The core's buckets split
+# every power of two exactly, so counts at these bounds are exact.
+_BOUNDS_US = [1 << k for k in range(5, 27)]
+_BOUNDS_MS = [b / 1000 for b in _BOUNDS_US]
+
+_lock = threading.Lock()
+_registered = False
+_ensemble_changes: Counter | None = None
+_ledger_ops: dict[str, Histogram] = {}
+
+LEDGER_OPS = ("LEDGER_CREATE", "LEDGER_OPEN", "LEDGER_DELETE", "LEDGER_RECOVER")
+"""BookKeeper's per-ledger client operations, timed here."""
+
+
+class _CoreCollector(Collector):
+    """Reads the core's client metrics at each scrape."""
+
+    def collect(self) -> Iterator[Metric]:
+        for name, kind, _unit, _labels, value in client_metrics():
+            if kind == "gauge" and isinstance(value, int):
+                yield GaugeMetricFamily(name, f"{name} (pybkx core)", value=value)
+            elif kind == "summary" and isinstance(value, dict):
+                family = HistogramMetricFamily(
+                    name, f"{name} latency in milliseconds", labels=["success"]
+                )
+                for success in ("true", "false"):
+                    buckets, _count, total_us = value[success]
+                    family.add_metric([success], _cumulative(buckets), sum_value=total_us / 1000)
+                yield family
+
+
+def _cumulative(buckets: list[tuple[int | None, int]]) -> list[tuple[str, float]]:
+    """The core's bucket counts as cumulative counts at the export bounds (and +Inf)."""
+    out: list[tuple[str, float]] = []
+    seen = 0
+    i = 0
+    for bound_us, bound_ms in zip(_BOUNDS_US, _BOUNDS_MS, strict=True):
+        while i < len(buckets):
+            upper, count = buckets[i]
+            if upper is None or upper >= bound_us:
+                break
+            seen += count
+            i += 1
+        out.append((repr(bound_ms), float(seen)))
+    out.append(("+Inf", float(sum(count for _, count in buckets))))
+    return out
+
+
+def ensure_registered() -> None:
+    """Register the client's metrics in the default registry (once per process)."""
+    global _registered, _ensemble_changes
+    with _lock:
+        if _registered:
+            return
+        REGISTRY.register(_CoreCollector())
+        _ensemble_changes = Counter(
+            "bookkeeper_client_NUM_ENSEMBLE_CHANGE",
+            "Ensemble changes: failed bookies replaced in a ledger being written",
+        )
+        for op in LEDGER_OPS:
+            _ledger_ops[op] = Histogram(
+                f"bookkeeper_client_{op}",
+                f"{op} latency in milliseconds",
+                ["success"],
+                buckets=_BOUNDS_MS,
+            )
+        _registered = True
+
+
+def count_ensemble_change() -> None:
+    if _ensemble_changes is not None:
+        _ensemble_changes.inc()
+
+
+@contextmanager
+def timed(op: str) -> Iterator[None]:
+    """Times a ledger operation (one of ``LEDGER_OPS``) into its histogram."""
+    started = time.monotonic()
+    success = "false"
+    try:
+        yield
+        success = "true"
+    finally:
+        histogram = _ledger_ops.get(op)
+        if histogram is not None:
+            histogram.labels(success).observe((time.monotonic() - started) * 1000)

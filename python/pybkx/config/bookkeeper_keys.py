@@ -1,0 +1,327 @@
+"""The keys of Apache BookKeeper 4.17's bookie configuration that pybkx does not implement, each
+with what pybkx does instead. Data only: it never reads a file or decides what to log.
+
+Taken from BookKeeper's ``ServerConfiguration`` and ``AbstractConfiguration`` key constants, the
+shipped ``conf/bk_server.conf`` and ``PrometheusMetricsProvider``; the interop tests check the
+list against the real classes. Keys pybkx implements are ``setting`` fields of ``ServerConfig``
+and are not listed here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Final
+
+__all__ = ["NOT_IMPLEMENTED"]
+
+# (what pybkx does instead, the keys it answers for)
+_GROUPS: Final[tuple[tuple[str, tuple[str, ...]], ...]] = (
+    (
+        "pybkx has one storage (journal, entry logs, in-memory index): the ledger-storage "
+        "choice and DbLedgerStorage/SortedLedgerStorage tuning do not apply",
+        (
+            "ledgerStorageClass",
+            "sortedLedgerStorageEnabled",
+            "skipListSizeLimit",
+            "skipListArenaChunkSize",
+            "skipListArenaMaxAllocSize",
+            "numOfMemtableFlushThreads",
+            "pageSize",
+            "pageLimit",
+            "openFileLimit",
+            "fileInfoCacheInitialCapacity",
+            "fileInfoMaxIdleTime",
+            "fileInfoFormatVersionToWrite",
+            "readBufferSizeBytes",
+            "flushEntrylogBytes",
+            "entryLogFilePreallocationEnabled",
+            "entryLogPerLedgerEnabled",
+            "entryLogPerLedgerCounterLimitsMultFactor",
+            "entrylogMapAccessExpiryTimeInSeconds",
+            "maximumNumberOfActiveEntryLogs",
+            "defaultRocksdbConf",
+            "entryLocationRocksdbConf",
+            "ledgerMetadataRocksdbConf",
+            "maxOperationNumbersInSingleRocksdbWriteBatch",
+            "dbStorage_writeCacheMaxSizeMb",
+            "dbStorage_readAheadCacheMaxSizeMb",
+            "dbStorage_readAheadCacheBatchSize",
+            "dbStorage_readAheadCacheBatchBytesSize",
+            "dbStorage_rocksDB_blockCacheSize",
+            "dbStorage_rocksDB_blockSize",
+            "dbStorage_rocksDB_bloomFilterBitsPerKey",
+            "dbStorage_rocksDB_checksum_type",
+            "dbStorage_rocksDB_format_version",
+            "dbStorage_rocksDB_logPath",
+            "dbStorage_rocksDB_maxSizeInLevel1MB",
+            "dbStorage_rocksDB_numFilesInLevel0",
+            "dbStorage_rocksDB_numLevels",
+            "dbStorage_rocksDB_sstSizeInMB",
+            "dbStorage_rocksDB_writeBufferSizeMB",
+            "dbStorage_directIOEntryLoggerMaxFdCacheTimeSeconds",
+            "dbStorage_directIOEntryLoggerReadBufferSizeMB",
+            "dbStorage_directIOEntryLoggerTotalReadBufferSizeMB",
+            "dbStorage_directIOEntryLoggerTotalWriteBufferSizeMB",
+        ),
+    ),
+    (
+        "no garbage collection or compaction yet: entry logs are kept; PUT "
+        "/api/v1/bookie/gc drops local ledgers whose metadata is gone",
+        (
+            "gcWaitTime",
+            "gcOverreplicatedLedgerWaitTime",
+            "gcOverreplicatedLedgerMaxConcurrentRequests",
+            "gcMetadataOpRateLimit",
+            "gcEntryLogMetadataCacheEnabled",
+            "gcEntryLogMetadataCachePath",
+            "verifyMetadataOnGC",
+            "useTargetEntryLogSizeForGc",
+            "isForceGCAllowWhenNoSpace",
+            "forceAllowCompaction",
+            "majorCompactionInterval",
+            "majorCompactionThreshold",
+            "majorCompactionMaxTimeMillis",
+            "minorCompactionInterval",
+            "minorCompactionThreshold",
+            "minorCompactionMaxTimeMillis",
+            "compactionRate",
+            "compactionRateByEntries",
+            "compactionRateByBytes",
+            "compactionMaxOutstandingRequests",
+            "isThrottleByBytes",
+            "useTransactionalCompaction",
+            "entryLocationCompactionInterval",
+        ),
+    ),
+    (
+        "no disk checker yet: the bookie never turns read-only by itself when a disk fills",
+        (
+            "diskUsageThreshold",
+            "diskUsageWarnThreshold",
+            "diskUsageLwmThreshold",
+            "diskCheckInterval",
+            "readOnlyModeOnAnyDiskFullEnabled",
+            "minUsableSizeForEntryLogCreation",
+            "minUsableSizeForIndexFileCreation",
+            "minUsableSizeForHighPriorityWrites",
+            "allowStorageExpansion",
+            "allowMultipleDirsUnderSameDiskPartition",
+            "persistBookieStatusEnabled",
+        ),
+    ),
+    (
+        "AutoRecovery is not implemented yet: ledgers on a lost bookie are not re-replicated",
+        (
+            "autoRecoveryDaemonEnabled",
+            "auditorPeriodicCheckInterval",
+            "auditorPeriodicBookieCheckInterval",
+            "auditorPeriodicPlacementPolicyCheckInterval",
+            "auditorReplicasCheckInterval",
+            "auditorLedgerVerificationPercentage",
+            "auditorMaxNumberOfConcurrentOpenLedgerOperations",
+            "auditorAcquireConcurrentOpenLedgerOperationsTimeOutMSec",
+            "lostBookieRecoveryDelay",
+            "openLedgerRereplicationGracePeriod",
+            "underreplicatedLedgerRecoveryGracePeriod",
+            "lockReleaseOfFailedLedgerGracePeriod",
+            "rwRereplicateBackoffMs",
+            "rereplicationEntryBatchSize",
+            "replicationRateByBytes",
+            "inFlightReadEntryNumInLedgerChecker",
+            "repairedPlacementPolicyNotAdheringBookieEnabled",
+            "storeSystemTimeAsLedgerUnderreplicatedMarkTime",
+            "bookieDeathWatchInterval",
+        ),
+    ),
+    (
+        "requests run on one tokio runtime (a thread per core) and journal threads of their "
+        "own: BookKeeper's thread pools and their throttles do not exist",
+        (
+            "numAddWorkerThreads",
+            "numReadWorkerThreads",
+            "numHighPriorityWorkerThreads",
+            "numLongPollWorkerThreads",
+            "numJournalCallbackThreads",
+            "serverNumIOThreads",
+            "serverNumAcceptorThreads",
+            "readWorkerThreadsThrottlingEnabled",
+            "maxAddsInProgressLimit",
+            "maxReadsInProgressLimit",
+            "enableBusyWait",
+            "enableTaskExecutionStats",
+            "preserveMdcForTaskExecution",
+            "requestTimerTickDurationMs",
+            "requestTimerNumTicks",
+            "waitTimeoutOnResponseBackpressureMs",
+            "closeChannelOnResponseTimeout",
+        ),
+    ),
+    (
+        "the journal writes BookKeeper's group commits with its own record format and buffers; "
+        "this file-format or memory knob does not apply",
+        (
+            "journalAdaptiveGroupWrites",
+            "journalAlignmentSize",
+            "journalChannelProvider",
+            "journalFormatVersionToWrite",
+            "journalMaxMemorySizeMb",
+            "journalRemoveFromPageCache",
+            "journalReuseFiles",
+            "journalWriteData",
+        ),
+    ),
+    (
+        "TLS and authentication are not implemented: connections are plain and every client "
+        "is served",
+        (
+            "tlsProvider",
+            "tlsProviderFactoryClass",
+            "tlsClientAuthentication",
+            "tlsKeyStoreType",
+            "tlsKeyStore",
+            "tlsKeyStorePasswordPath",
+            "tlsTrustStoreType",
+            "tlsTrustStore",
+            "tlsTrustStorePasswordPath",
+            "tlsCertificatePath",
+            "tlsEnabledCipherSuites",
+            "tlsEnabledProtocols",
+            "tlsCertFilesRefreshDurationSeconds",
+            "bookieAuthProviderFactoryClass",
+            "authorizedRoles",
+            "permittedStartupUsers",
+            "zkEnableSecurity",
+            "httpServerTlsEnable",
+            "httpServerKeyStorePath",
+            "httpServerKeyStorePassword",
+            "httpServerTrustStorePath",
+            "httpServerTrustStorePassword",
+        ),
+    ),
+    (
+        "metrics are exported in Prometheus format only (enableStatistics, statsProviderClass, "
+        "prometheusStats*)",
+        (
+            "codahaleStatsPrefix",
+            "codahaleStatsOutputFrequencySeconds",
+            "codahaleStatsGraphiteEndpoint",
+            "codahaleStatsCSVEndpoint",
+            "codahaleStatsSlf4jEndpoint",
+            "codahaleStatsJmxEndpoint",
+            "limitStatsLogging",
+            "sanityCheckMetricsEnabled",
+            "exposeDefaultJVMMetrics",
+        ),
+    ),
+    (
+        "the admin HTTP server is pybkx's own (waitress), configured by httpServerEnabled, "
+        "httpServerHost and httpServerPort",
+        ("httpServerClass",),
+    ),
+    (
+        "the network stack is tokio: TCP_NODELAY always on, keep-alive and linger at the "
+        "system's defaults, Rust's allocator instead of Netty's",
+        (
+            "serverTcpNoDelay",
+            "serverSockKeepalive",
+            "serverTcpLinger",
+            "disableServerSocketBind",
+            "enableLocalTransport",
+            "byteBufAllocatorSizeInitial",
+            "byteBufAllocatorSizeMin",
+            "byteBufAllocatorSizeMax",
+            "allocatorPoolingPolicy",
+            "allocatorPoolingConcurrency",
+            "allocatorOutOfMemoryPolicy",
+            "allocatorLeakDetectionPolicy",
+            "allocatorExitOnOutOfMemory",
+        ),
+    ),
+    (
+        "the bookie id is bookieId if set, else the advertised, listening-interface or host "
+        "address with the port",
+        ("useHostNameAsBookieID", "useShortHostName", "bookieAddressResolverEnabled"),
+    ),
+    (
+        "metadata lives in ZooKeeper in BookKeeper's hierarchical layout (or the embedded "
+        "store), chosen by metadataServiceUri; retries follow zkTimeout",
+        (
+            "ledgerManagerFactoryClass",
+            "ledgerManagerType",
+            "ledgerManagerFactoryDisableClassCheck",
+            "allowShadedLedgerManagerFactoryClass",
+            "shadedLedgerManagerFactoryClassPrefix",
+            "registrationManagerClass",
+            "metastoreImplClass",
+            "metastoreMaxEntriesPerScan",
+            "ledgerMetadataVersion",
+            "storeSystemTimeAsLedgerCreationTime",
+            "zkRetryBackoffStartMs",
+            "zkRetryBackoffMaxMs",
+            "zkRetryBackoffMaxRetries",
+            "zkRequestRateLimit",
+            "available",
+        ),
+    ),
+    (
+        "no background scrubbing or consistency check: entries are checked by their CRC32C "
+        "when read, and the journal is replayed from the last checkpoint on start",
+        (
+            "localConsistencyCheckOnStartup",
+            "localScrubInterval",
+            "localScrubRateLimit",
+            "dataIntegrityChecking",
+            "dataIntegrityStampMissingCookies",
+        ),
+    ),
+    (
+        "the bookie runs no extra components, health checker or local transport",
+        (
+            "extraServerComponents",
+            "ignoreExtraServerComponentsStartupFailures",
+            "enableHealthCheck",
+            "org.apache.bookkeeper.conf.readsystemproperties",
+        ),
+    ),
+    (
+        "a client key: the bookie does not create or read ledgers itself",
+        (
+            "ensemblePlacementPolicy",
+            "reppDnsResolverClass",
+            "networkTopologyScriptFileName",
+            "networkTopologyScriptNumberArgs",
+            "minNumRacksPerWriteQuorum",
+            "enforceMinNumRacksPerWriteQuorum",
+            "enforceMinNumFaultDomainsForWrite",
+            "minNumZonesPerWriteQuorum",
+            "desiredNumZonesPerWriteQuorum",
+            "enforceStrictZoneawarePlacement",
+            "ignoreLocalNodeInPlacementPolicy",
+            "reorderReadSequenceEnabled",
+            "stickyReadSEnabled",
+            "digestType",
+            "passwd",
+            "enableDigestTypeAutodetection",
+            "entryFormatterClass",
+            "ledgerIdFormatterClass",
+            "dlog.bkcEnsembleSize",
+            "dlog.bkcWriteQuorumSize",
+            "dlog.bkcAckQuorumSize",
+        ),
+    ),
+    (
+        "BookKeeper's stream storage (table service) is not part of pybkx",
+        (
+            "storage.range.store.dirs",
+            "storage.serve.readonly.tables",
+            "storage.cluster.controller.schedule.interval.ms",
+            "storageserver.grpc.port",
+        ),
+    ),
+)
+
+NOT_IMPLEMENTED: Final[Mapping[str, str]] = MappingProxyType(
+    {key: note for note, keys in _GROUPS for key in keys}
+)
+"""BookKeeper key -> what pybkx does instead (one line for the bookie's start-up log)."""

@@ -1,0 +1,103 @@
+//! The ledger storage's metrics under BookKeeper's names (`BookieStats` and the ledger-storage
+//! stats, scope `bookie`) and pybkx's own. It owns the metric fields and their read-out; the
+//! storage's paths record into them.
+
+use super::Inner;
+use crate::metrics::{Counter, Export, Kind, Metric, OpStats, Unit, Value};
+
+/// What the storage itself measures; the journals measure their own ([`super::journal`]).
+#[derive(Debug)]
+pub struct StorageStats {
+    /// Sizes of the entries added.
+    pub add_entry_bytes: OpStats,
+    /// Reads of one entry or a batch: called -> data read (or failed).
+    pub read_entry: OpStats,
+    /// Sizes of the entries read.
+    pub read_entry_bytes: OpStats,
+    /// Finding an entry's location in the index, and reading it from its entry log.
+    pub get_offset: OpStats,
+    pub get_entry: OpStats,
+    /// Entry data read from entry logs (the entry logs count what they write).
+    pub read_bytes: Counter,
+    pub checkpoints: Counter,
+}
+
+impl Default for StorageStats {
+    fn default() -> Self {
+        StorageStats {
+            add_entry_bytes: OpStats::new(Unit::Bytes),
+            read_entry: OpStats::latency(),
+            read_entry_bytes: OpStats::new(Unit::Bytes),
+            get_offset: OpStats::latency(),
+            get_entry: OpStats::latency(),
+            read_bytes: Counter::default(),
+            checkpoints: Counter::default(),
+        }
+    }
+}
+
+crate::named_stats!(StorageStats {
+    add_entry_bytes => "bookie_BOOKIE_ADD_ENTRY_BYTES",
+    read_entry => "bookie_BOOKIE_READ_ENTRY",
+    read_entry_bytes => "bookie_BOOKIE_READ_ENTRY_BYTES",
+    get_offset => "bookie_STORAGE_GET_OFFSET",
+    get_entry => "bookie_STORAGE_GET_ENTRY",
+    read_bytes => "bookie_READ_BYTES",
+    checkpoints => "pybkx_storage_checkpoints",
+});
+
+impl Inner {
+    /// Every metric of the storage and its journals (labelled `journalIndex`).
+    pub(super) fn export(&self, out: &mut Vec<Metric>) {
+        self.stats.export(out);
+        // An add completes when its journal made it durable and applied it: the storage's add
+        // latency is the journal's, all journals together.
+        let mut adds: Option<Value> = None;
+        for (j, journal) in self.journals.iter().enumerate() {
+            let first = out.len();
+            journal.export(out);
+            crate::metrics::label_all(&mut out[first..], "journalIndex", &j.to_string());
+            let Some(m) = out[first..]
+                .iter()
+                .find(|m| m.name == "bookie_journal_JOURNAL_ADD_ENTRY")
+            else {
+                continue;
+            };
+            adds = Some(match (adds, &m.value) {
+                (
+                    Some(Value::Outcomes { mut ok, mut failed }),
+                    Value::Outcomes {
+                        ok: more_ok,
+                        failed: more_failed,
+                    },
+                ) => {
+                    ok.merge(more_ok);
+                    failed.merge(more_failed);
+                    Value::Outcomes { ok, failed }
+                }
+                (_, v) => v.clone(),
+            });
+        }
+        if let Some(value) = adds {
+            out.push(Metric {
+                name: "bookie_BOOKIE_ADD_ENTRY",
+                kind: Kind::Summary,
+                unit: Unit::Micros,
+                labels: Vec::new(),
+                value,
+            });
+        }
+        out.push(Metric::gauge(
+            "bookie_gc_ACTIVE_LEDGER_TOTAL",
+            self.shared.index.read().ledgers.len() as u64,
+        ));
+        out.push(Metric::counter(
+            "bookie_WRITE_BYTES",
+            self.shared.entrylog.written_bytes.get(),
+        ));
+        out.push(Metric::counter(
+            "pybkx_storage_entry_log_rollovers",
+            self.shared.entrylog.rollovers.get(),
+        ));
+    }
+}
