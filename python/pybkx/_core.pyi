@@ -227,11 +227,15 @@ class BookieClient:
         max_size: int,
         flags: int = 0,
         master_key: bytes | None = None,
+        *,
+        stride: int | None = None,
     ) -> Future:
         """Send BATCH_READ_ENTRY (op 7) with the limits as given (``max_count <= 0``: no count
         limit; the bookie also caps ``max_size`` at its ``maxBatchReadSize``). Result: list of
         stored entry bytes: the first entry always, then as many as fit per BookKeeper's
-        accounting."""
+        accounting. With ``stride`` (pybkx's ``FLAG_STRIDED_READ`` extension) a pybkx bookie
+        returns entries ``start, start + stride, ...``; a Java bookie ignores it and returns
+        consecutive entries."""
 
     def close(self) -> None:
         """Close all connections; pending requests fail. Idempotent."""
@@ -240,6 +244,7 @@ FLAG_NONE: int
 FLAG_DO_FENCING: int
 FLAG_RECOVERY_ADD: int
 FLAG_HIGH_PRIORITY: int
+FLAG_STRIDED_READ: int
 MAX_READ_ENTRIES: int
 
 def master_key(password: bytes) -> bytes:

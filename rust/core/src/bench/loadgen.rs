@@ -96,7 +96,7 @@ fn settle(
             report.entries += 1;
             report.bytes += b.len() as u64;
         }
-        Some(Ok(Reply::Entries(v))) => {
+        Some(Ok(Reply::Entries(v) | Reply::StridedEntries(v))) => {
             report.entries += v.len() as u64;
             report.bytes += v.iter().map(|b| b.len() as u64).sum::<u64>();
         }

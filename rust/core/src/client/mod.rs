@@ -67,7 +67,11 @@ impl ClientError {
 pub enum Reply {
     Added,
     Entry(Bytes),
+    /// A batch read's entries: consecutive from the start entry (BP-62).
     Entries(Vec<Bytes>),
+    /// A strided batch read's entries, as the bookie acknowledged the stride: entry `i` is
+    /// `start + i * stride`.
+    StridedEntries(Vec<Bytes>),
 }
 
 pub type ReplyResult = Result<Reply, ClientError>;
@@ -192,6 +196,57 @@ impl BookieClient {
         flags: u16,
         master_key: Option<Bytes>,
     ) -> Outgoing {
+        self.batch_request(
+            bookie,
+            ledger,
+            start_entry,
+            max_count,
+            max_size,
+            flags & !protocol::FLAG_STRIDED_READ,
+            master_key,
+            None,
+        )
+    }
+
+    /// BATCH_READ_ENTRY for entries `start_entry + i * stride` (pybkx's extension, flag
+    /// `FLAG_STRIDED_READ`). A bookie that honours it answers [`Reply::StridedEntries`]; one
+    /// that does not (Java's) answers consecutive entries, [`Reply::Entries`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn strided_read_request(
+        &self,
+        bookie: &str,
+        ledger: i64,
+        start_entry: i64,
+        stride: i32,
+        max_count: i32,
+        max_size: i64,
+        flags: u16,
+        master_key: Option<Bytes>,
+    ) -> Outgoing {
+        self.batch_request(
+            bookie,
+            ledger,
+            start_entry,
+            max_count,
+            max_size,
+            flags | protocol::FLAG_STRIDED_READ,
+            master_key,
+            Some(stride),
+        )
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn batch_request(
+        &self,
+        bookie: &str,
+        ledger: i64,
+        start_entry: i64,
+        max_count: i32,
+        max_size: i64,
+        flags: u16,
+        master_key: Option<Bytes>,
+        stride: Option<i32>,
+    ) -> Outgoing {
         let request_id = self.next_request_id.fetch_add(1, Ordering::Relaxed);
         let req = Request::BatchRead {
             header: PacketHeader::new(protocol::OP_BATCH_READ_ENTRY, flags),
@@ -201,12 +256,31 @@ impl BookieClient {
             max_count,
             max_size,
             master_key: fencing_key(flags, master_key),
+            stride,
         };
         Outgoing {
             bookie: bookie.to_string(),
             key: Key::Batch(request_id),
             chunks: encode_request_chunks(&req),
             timeout: self.cfg.read_timeout,
+        }
+    }
+
+    /// Whether the bookie, on the current connection, honours strided batch reads: None until
+    /// it answered one (or without a connection).
+    pub fn strided_reads(&self, bookie: &str) -> Option<bool> {
+        let conns = self.conns.lock();
+        conns
+            .get(bookie)
+            .filter(|c| c.is_alive())
+            .and_then(|c| c.strided_reads())
+    }
+
+    /// Records that the bookie answered a strided batch read with consecutive entries (it does
+    /// not know the extension), until the connection is made again.
+    pub fn note_strides_ignored(&self, bookie: &str) {
+        if let Some(c) = self.conns.lock().get(bookie) {
+            c.set_strided_reads(false);
         }
     }
 

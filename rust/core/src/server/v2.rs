@@ -12,7 +12,7 @@ use crate::protocol::v2::{
 };
 use crate::protocol::{
     ProtocolError, Status, AUTH_DISABLED_PLUGIN, FLAG_DO_FENCING, FLAG_HIGH_PRIORITY,
-    FLAG_RECOVERY_ADD,
+    FLAG_RECOVERY_ADD, FLAG_STRIDED_READ,
 };
 use crate::storage::RangeLimits;
 
@@ -126,9 +126,17 @@ fn handle(req: Request, outbox: &Outbox) {
             max_count,
             max_size,
             master_key,
+            stride,
             ..
         } => {
             shared.stats.batch_read_entry_requests.inc();
+            // The pybkx stride extension is acknowledged in the response header, so a client
+            // knows its entries are `start + i * stride` (a Java bookie answers with flags 0).
+            let flags = if stride.is_some() {
+                FLAG_STRIDED_READ
+            } else {
+                0
+            };
             let reply = move |r: Result<Vec<Bytes>, Status>| {
                 let (status, entries) = match r {
                     Ok(entries) => (Status::Ok, entries),
@@ -136,6 +144,7 @@ fn handle(req: Request, outbox: &Outbox) {
                 };
                 Response::BatchRead {
                     version: header.version,
+                    flags,
                     rc: status.v2_code(),
                     ledger,
                     start_entry,
@@ -146,6 +155,11 @@ fn handle(req: Request, outbox: &Outbox) {
             if let Err(status) = admit(outbox, Slot::Read, header) {
                 return send(outbox, reply(Err(status)));
             }
+            let stride = match stride.map(u64::try_from) {
+                None => 1,
+                Some(Ok(s)) if s > 0 => s,
+                Some(_) => return send(outbox, reply(Err(Status::BadRequest))),
+            };
             let max_size = usize::try_from(max_size)
                 .unwrap_or(0)
                 .min(shared.cfg.max_batch_read_size);
@@ -153,6 +167,7 @@ fn handle(req: Request, outbox: &Outbox) {
                 max_count: usize::try_from(max_count).unwrap_or(0),
                 max_bytes: max_size.saturating_sub(BATCH_RESPONSE_FIXED_LEN),
                 per_entry_overhead: 4,
+                stride,
             };
             let storage = shared.storage.clone();
             let out = outbox.clone();
