@@ -421,10 +421,12 @@ class ReadPlan:
     ) -> Future:
         """Read and verify entries ``first..last``; the future gives ``(entries, batch_ok)``.
 
-        Batched (BATCH_READ_ENTRY) where one bookie holds every entry of a segment (E == Qw)
-        and ``batch``; otherwise single reads with ``window`` in flight; each entry from the
-        first replica that returns a verified copy, ``avoid`` last. ``batch_ok`` is False once
-        every replica dropped the connection on a batch request (a pre-BP-62 bookie). Raises at
+        With ``batch``: BATCH_READ_ENTRY where one bookie holds every entry of a segment
+        (E == Qw), strided batch reads per write-set start where entries are striped (E > Qw;
+        runs of up to Qw entries from bookies that ignore strides); otherwise, and for whatever
+        those miss, single reads with ``window`` in flight; each entry from the first replica
+        that returns a verified copy, ``avoid`` last. ``batch_ok`` is False once the bookies
+        dropped the connection on every batch request (a pre-BP-62 bookie). Raises at
         once IncorrectParameterException for a bad range (more than MAX_READ_ENTRIES entries
         too); through the future NoSuchEntryException (no replica has an entry), ReadException,
         DigestMatchException (every copy corrupt, naming the bookies).

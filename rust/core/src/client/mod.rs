@@ -402,6 +402,23 @@ mod tests {
             panic!("batch read failed");
         };
         assert_eq!(batch.len(), 5);
+        assert_eq!(client.strided_reads(&addr), None);
+        // Strided (pybkx's extension): every seventh entry from 3 up to the last, 45.
+        let strided = |stride: i32, count: i32, flags: u16, key: Option<Bytes>| {
+            let req = client.strided_read_request(&addr, 3, 3, stride, count, 1 << 20, flags, key);
+            wait(|d| client.send(req, d))
+        };
+        let Ok(Reply::StridedEntries(every7th)) = strided(7, 100, 0, None) else {
+            panic!("strided batch read failed");
+        };
+        let ids: Vec<i64> = every7th
+            .iter()
+            .map(|e| dm.verify(e, None).unwrap().entry_id)
+            .collect();
+        assert_eq!(ids, vec![3, 10, 17, 24, 31, 38, 45]);
+        assert_eq!(client.strided_reads(&addr), Some(true));
+        let bad_stride = strided(0, 100, 0, None).unwrap_err();
+        assert_eq!(bad_stride.status(), Some(Status::BadRequest));
         let missing =
             wait(|d| client.send(client.read_request(&addr, 3, 99, 0, None), d)).unwrap_err();
         assert_eq!(missing.status(), Some(Status::NoEntry));
@@ -423,6 +440,11 @@ mod tests {
             )
         });
         assert_eq!(refused.unwrap_err().status(), Some(Status::Fenced));
+        // A fencing strided read carries the key, then the stride.
+        let Ok(Reply::StridedEntries(fenced)) = strided(7, 2, fence, Some(key.clone())) else {
+            panic!("fencing strided read failed");
+        };
+        assert_eq!(dm.verify(&fenced[1], None).unwrap().entry_id, 10);
         let recovery = protocol::FLAG_RECOVERY_ADD;
         assert_eq!(
             wait(|d| client.send(

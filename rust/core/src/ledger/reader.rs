@@ -44,14 +44,15 @@ pub struct ReadPlan {
 /// What one read call wants beyond the plan.
 #[derive(Debug, Clone, Default)]
 pub struct ReadOptions {
-    /// Use BATCH_READ_ENTRY where a single bookie holds every entry (E == Qw).
+    /// Use BATCH_READ_ENTRY: BP-62's where a single bookie holds every entry (E == Qw),
+    /// strided ones where entries are striped (E > Qw).
     pub batch: bool,
     /// Bookies to try last (known to be failing).
     pub avoid: HashSet<String>,
     /// Read flags and key (fencing recovery reads).
     pub flags: u16,
     pub master_key: Option<Bytes>,
-    /// Single reads in flight at once.
+    /// Single reads (and runs of a striped read) in flight at once.
     pub window: usize,
 }
 

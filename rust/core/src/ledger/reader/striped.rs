@@ -462,9 +462,7 @@ mod tests {
     use crate::ledger::{read_range, FailureSink, LedgerWriter, Segment, WriterSpec};
     use crate::protocol::FLAG_RECOVERY_ADD;
     use crate::runtime::runtime;
-    use crate::server::BookieServer;
-    use crate::storage::LedgerStorage;
-    use crate::testing::{client_config, test_bookie};
+    use crate::testing::{client_config, test_bookie, TestBookie};
 
     fn names(n: usize) -> Vec<String> {
         (0..n).map(|i| format!("b{i}")).collect()
@@ -588,7 +586,7 @@ mod tests {
     /// Bookies on loopback, each with its own directory.
     struct Bookies {
         _dirs: Vec<tempfile::TempDir>,
-        servers: Vec<(Arc<LedgerStorage>, BookieServer)>,
+        servers: Vec<TestBookie>,
         addrs: Vec<String>,
     }
 
