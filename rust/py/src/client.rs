@@ -117,28 +117,16 @@ impl PyBookieClient {
         stride: Option<i32>,
     ) -> PyResult<Py<Future>> {
         let key = master_key.map(Bytes::copy_from_slice);
-        let flags = flags_of(flags)?;
-        let request = match stride {
-            None => self.inner.batch_read_request(
-                bookie,
-                ledger_id,
-                start_entry_id,
-                max_count,
-                max_size,
-                flags,
-                key,
-            ),
-            Some(stride) => self.inner.strided_read_request(
-                bookie,
-                ledger_id,
-                start_entry_id,
-                stride,
-                max_count,
-                max_size,
-                flags,
-                key,
-            ),
-        };
+        let request = self.inner.batch_read_request(
+            bookie,
+            ledger_id,
+            start_entry_id,
+            max_count,
+            max_size,
+            flags_of(flags)?,
+            key,
+            stride,
+        );
         self.submit(py, request)
     }
 

@@ -292,6 +292,7 @@ pub fn run_with(
                             5 << 20,
                             0,
                             None,
+                            None,
                         ),
                     };
                     client.send(request, d);

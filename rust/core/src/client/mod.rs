@@ -184,7 +184,10 @@ impl BookieClient {
     }
 
     /// BATCH_READ_ENTRY with the limits as given, as Java's per-bookie client sends it (its
-    /// ledger handle, not this layer, caps `max_size` at the frame size it can receive).
+    /// ledger handle, not this layer, caps `max_size` at the frame size it can receive). With
+    /// a `stride`, pybkx's extension (flag `FLAG_STRIDED_READ`) for entries `start_entry + i *
+    /// stride`: a bookie that honours it answers [`Reply::StridedEntries`]; one that does not
+    /// (Java's) answers consecutive entries, [`Reply::Entries`].
     #[allow(clippy::too_many_arguments)]
     pub fn batch_read_request(
         &self,
@@ -195,58 +198,12 @@ impl BookieClient {
         max_size: i64,
         flags: u16,
         master_key: Option<Bytes>,
-    ) -> Outgoing {
-        self.batch_request(
-            bookie,
-            ledger,
-            start_entry,
-            max_count,
-            max_size,
-            flags & !protocol::FLAG_STRIDED_READ,
-            master_key,
-            None,
-        )
-    }
-
-    /// BATCH_READ_ENTRY for entries `start_entry + i * stride` (pybkx's extension, flag
-    /// `FLAG_STRIDED_READ`). A bookie that honours it answers [`Reply::StridedEntries`]; one
-    /// that does not (Java's) answers consecutive entries, [`Reply::Entries`].
-    #[allow(clippy::too_many_arguments)]
-    pub fn strided_read_request(
-        &self,
-        bookie: &str,
-        ledger: i64,
-        start_entry: i64,
-        stride: i32,
-        max_count: i32,
-        max_size: i64,
-        flags: u16,
-        master_key: Option<Bytes>,
-    ) -> Outgoing {
-        self.batch_request(
-            bookie,
-            ledger,
-            start_entry,
-            max_count,
-            max_size,
-            flags | protocol::FLAG_STRIDED_READ,
-            master_key,
-            Some(stride),
-        )
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn batch_request(
-        &self,
-        bookie: &str,
-        ledger: i64,
-        start_entry: i64,
-        max_count: i32,
-        max_size: i64,
-        flags: u16,
-        master_key: Option<Bytes>,
         stride: Option<i32>,
     ) -> Outgoing {
+        let flags = match stride {
+            Some(_) => flags | protocol::FLAG_STRIDED_READ,
+            None => flags & !protocol::FLAG_STRIDED_READ,
+        };
         let request_id = self.next_request_id.fetch_add(1, Ordering::Relaxed);
         let req = Request::BatchRead {
             header: PacketHeader::new(protocol::OP_BATCH_READ_ENTRY, flags),
@@ -395,7 +352,7 @@ mod tests {
         assert_eq!(dm.verify(&last, None).unwrap().entry_id, 49);
         let Ok(Reply::Entries(batch)) = wait(|d| {
             client.send(
-                client.batch_read_request(&addr, 3, 10, 5, 1 << 20, 0, None),
+                client.batch_read_request(&addr, 3, 10, 5, 1 << 20, 0, None, None),
                 d,
             )
         }) else {
@@ -405,7 +362,8 @@ mod tests {
         assert_eq!(client.strided_reads(&addr), None);
         // Strided (pybkx's extension): every seventh entry from 3 up to the last, 45.
         let strided = |stride: i32, count: i32, flags: u16, key: Option<Bytes>| {
-            let req = client.strided_read_request(&addr, 3, 3, stride, count, 1 << 20, flags, key);
+            let req =
+                client.batch_read_request(&addr, 3, 3, count, 1 << 20, flags, key, Some(stride));
             wait(|d| client.send(req, d))
         };
         let Ok(Reply::StridedEntries(every7th)) = strided(7, 100, 0, None) else {

@@ -28,6 +28,15 @@ pub struct Segment {
     pub ensemble: Vec<String>,
 }
 
+impl From<(i64, Vec<String>)> for Segment {
+    fn from((first_entry, ensemble): (i64, Vec<String>)) -> Segment {
+        Segment {
+            first_entry,
+            ensemble,
+        }
+    }
+}
+
 /// How to read one version of a ledger's metadata: built once, used by every read.
 pub struct ReadPlan {
     ledger: i64,
@@ -213,7 +222,7 @@ pub async fn read_range(
             next += (out.len() - before) as i64;
             continue;
         }
-        if batch_ok && !plan.striped(next) {
+        if batch_ok {
             match read_batch(client, plan, opts, next, segment_last).await {
                 BatchOutcome::Entries(entries) => {
                     next += entries.len() as i64;
@@ -260,6 +269,7 @@ async fn read_batch(
             plan.max_batch_bytes,
             opts.flags,
             opts.master_key.clone(),
+            None,
         );
         let reply = client.send_async(request).await;
         match reply {

@@ -368,28 +368,16 @@ impl Fetch {
         while self.next <= self.last && at < self.replicas.len() {
             let bookie = self.replicas[at].as_str();
             let count = ((self.last - self.next) / self.step + 1).min(i32::MAX as i64) as i32;
-            let request = if self.step > 1 {
-                self.client.strided_read_request(
-                    bookie,
-                    self.ledger,
-                    self.next,
-                    self.step as i32,
-                    count,
-                    self.max_bytes,
-                    self.flags,
-                    self.master_key.clone(),
-                )
-            } else {
-                self.client.batch_read_request(
-                    bookie,
-                    self.ledger,
-                    self.next,
-                    count,
-                    self.max_bytes,
-                    self.flags,
-                    self.master_key.clone(),
-                )
-            };
+            let request = self.client.batch_read_request(
+                bookie,
+                self.ledger,
+                self.next,
+                count,
+                self.max_bytes,
+                self.flags,
+                self.master_key.clone(),
+                (self.step > 1).then_some(self.step as i32),
+            );
             match self.client.send_async(request).await {
                 Ok(Reply::StridedEntries(bodies)) if !bodies.is_empty() => {
                     got.requests.replied += 1;
@@ -468,18 +456,6 @@ mod tests {
         (0..n).map(|i| format!("b{i}")).collect()
     }
 
-    fn plan(qw: usize, segments: Vec<(i64, Vec<String>)>) -> ReadPlan {
-        let segments = segments
-            .into_iter()
-            .map(|(first_entry, ensemble)| Segment {
-                first_entry,
-                ensemble,
-            })
-            .collect();
-        let dm = DigestManager::new(1, b"", DigestType::Crc32c);
-        ReadPlan::new(1, qw, dm, segments, Vec::new(), 5 << 20).unwrap()
-    }
-
     fn run(bookie: &str, first: i64, count: i64) -> Run {
         Run {
             bookie: bookie.into(),
@@ -498,7 +474,7 @@ mod tests {
     #[test]
     fn a_bookie_holds_the_entries_up_to_its_write_set_position() {
         // E=3, Qw=2: entry 0 lives on b0 (position 0) and b1 (position 1).
-        let p = plan(2, vec![(0, names(3)), (10, names(3))]);
+        let p = read_plan(2, vec![(0, names(3)), (10, names(3))]);
         assert_eq!(p.held_from(0, "b0"), 1);
         assert_eq!(p.held_from(0, "b1"), 2);
         assert_eq!(p.held_from(0, "b2"), 0);
@@ -509,7 +485,7 @@ mod tests {
 
     #[test]
     fn runs_take_the_last_replica_of_each_write_set() {
-        let p = plan(2, vec![(0, names(3))]);
+        let p = read_plan(2, vec![(0, names(3))]);
         let all: Vec<i64> = (0..7).collect();
         let runs = plan_runs(&p, &all, |e| p.replicas(e, &HashSet::new()));
         assert_eq!(
@@ -517,7 +493,7 @@ mod tests {
             vec![run("b1", 0, 2), run("b0", 2, 2), run("b2", 4, 2)] // 6 alone: a single read
         );
         // E=5, Qw=3: runs of three, every bookie in turn.
-        let p = plan(3, vec![(0, names(5))]);
+        let p = read_plan(3, vec![(0, names(5))]);
         let all: Vec<i64> = (0..10).collect();
         let runs = plan_runs(&p, &all, |e| p.replicas(e, &HashSet::new()));
         assert_eq!(
@@ -528,7 +504,7 @@ mod tests {
 
     #[test]
     fn runs_stop_at_gaps_and_skip_excluded_bookies() {
-        let p = plan(2, vec![(0, names(3))]);
+        let p = read_plan(2, vec![(0, names(3))]);
         // 2 and 3 are held together only by b0; without it, two singles remain.
         let runs = plan_runs(&p, &[2, 3, 7, 8], |e| {
             p.replicas(e, &HashSet::new())
@@ -668,13 +644,7 @@ mod tests {
     }
 
     fn read_plan(qw: usize, segments: Vec<(i64, Vec<String>)>) -> ReadPlan {
-        let segments = segments
-            .into_iter()
-            .map(|(first_entry, ensemble)| Segment {
-                first_entry,
-                ensemble,
-            })
-            .collect();
+        let segments = segments.into_iter().map(Segment::from).collect();
         ReadPlan::new(LEDGER, qw, digest(), segments, Vec::new(), 5 << 20).unwrap()
     }
 
