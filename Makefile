@@ -25,7 +25,7 @@ PY_LIBDIR := $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_config_
 CARGO_TEST_ENV := LD_LIBRARY_PATH="$(PY_LIBDIR)$${LD_LIBRARY_PATH:+:$$LD_LIBRARY_PATH}"
 
 .PHONY: help venv deps build lint test demo bench bench-client bench-suite bench-compare bench-builds \
-	bench-metrics clean distclean
+	bench-metrics bench-striped clean distclean
 
 help:
 	@echo "make demo   build everything, then run the cluster demo (pybkx demo)"
@@ -37,6 +37,7 @@ help:
 	@echo "                    (BENCH_ARGS=--quick for a short run; see python -m bench.compare -h)"
 	@echo "make bench-builds OTHER=DIR   this tree beside another built tree and the Java bookie"
 	@echo "make bench-metrics  adds/s and CPU per add with metrics on vs off, same run"
+	@echo "make bench-striped  reads of a striped ledger (E=3 Qw=2) vs a whole one (E=3 Qw=3)"
 	@echo "make venv | deps | build | lint | clean | distclean"
 
 venv: $(DEPS_STAMP)
@@ -128,6 +129,10 @@ OTHER ?=
 bench-builds: venv deps build $(BENCH_STAMP)
 	@test -n "$(OTHER)" || { echo "usage: make bench-builds OTHER=/path/to/other/pybkx/tree"; exit 2; }
 	$(VPY) -m bench.builds --other "$(OTHER)" $(BENCH_ARGS)
+
+# Iteration and batch_read over a striped ledger beside an E == Qw one, same run (sandbox bookies).
+bench-striped: venv deps build
+	$(VPY) bench/striped_reads.py $(BENCH_ARGS)
 
 clean:
 	cargo clean

@@ -223,7 +223,9 @@ def test_no_bookies_says_where_the_client_looked_and_what_to_do(
 def test_rust_log_records_reach_python_logging(
     bk: pybkx.BookKeeper, caplog: pytest.LogCaptureFixture
 ) -> None:
-    lh = bk.create_ledger(3, 3, 3, digest_type="MAC", password=b"right")  # every copy there
+    # Qa = Qw: when the append returns, every bookie holds the entry (with Qa < Qw the third
+    # may answer ENOENTRY to the read below, which is then not a digest error).
+    lh = bk.create_ledger(3, 3, 3, digest_type="MAC", password=b"right")
     lh.append(b"secret")
     wrong = pybkx._core.ReadPlan(
         bk.bookies,
@@ -305,20 +307,3 @@ def test_ctrl_c_interrupts_a_blocked_call(cluster: Sandbox, tmp_path: Path, op: 
         if child.poll() is None:
             child.kill()
         child.wait()
-
-
-def test_a_bookie_that_keeps_failing_is_not_replaced_by_itself_for_ever(tmp_path: Path) -> None:
-    # One bookie that refuses adds beyond 50 in flight (ETOOMANYREQUESTS) and a client that
-    # sends thousands at once: the only replacement is the bookie itself, taken back once.
-    with (
-        Sandbox(1, directory=tmp_path / "sb", conf={"maxPendingAddRequestsPerThread": 50}) as sb,
-        pybkx.BookKeeper(sb.metadata_uri, throttle=100_000) as bk,
-    ):
-        lh = bk.create_ledger(1, 1, 1)
-        started = time.monotonic()
-        with pytest.raises(errors.NotEnoughBookiesException):
-            lh.append_many([payload(i) for i in range(20_000)])
-        assert time.monotonic() - started < 60
-        assert len(lh.refresh_metadata().ensembles) <= 2  # at most one self-replacement
-        with pytest.raises(errors.NotEnoughBookiesException):
-            lh.append(b"after")  # the writer stays failed, clearly

@@ -1,9 +1,13 @@
 """Batch reads fall back to single reads as BP-62 says: when bookies close the connection on
-BATCH_READ_ENTRY (what a bookie older than 4.17 does with the unknown opcode 7), when the ledger
-is striped (E > Qw), and when ``batchReadEnabled`` is off.
+BATCH_READ_ENTRY (what a bookie older than 4.17 does with the unknown opcode 7), for whole and
+striped (E > Qw) ledgers alike, and when ``batchReadEnabled`` is off.
+
+A striped ledger on bookies that ignore pybkx's strided batch read (as Java's do) is read in
+runs of the entries each bookie holds consecutively.
 
 Owns those fallback rules; the pre-4.17 bookie is a real pybkx bookie behind a proxy that drops
-any connection carrying opcode 7 (the only way to get such a bookie without an old release).
+any connection carrying opcode 7 (the only way to get such a bookie without an old release),
+the stride-blind one a pybkx bookie behind a proxy that clears the flag.
 """
 
 from __future__ import annotations
@@ -11,25 +15,28 @@ from __future__ import annotations
 import socket
 import struct
 import threading
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from pybkx._core import BookieServer, LedgerStorage
+from pybkx._core import FLAG_STRIDED_READ, BookieServer, LedgerStorage
 from pybkx.client import BookKeeper
 from pybkx.config import ServerConfig
 from pybkx.meta import BookieServiceInfo, open_metadata_store
 
 
-class DropsBatchReads:
-    """A TCP proxy in front of a bookie that closes a client's connection as soon as the client
-    sends a V2 frame with opcode 7, and counts how often it did."""
+class Proxy:
+    """A TCP proxy in front of a bookie that passes each V2 request frame through ``rewrite``
+    (None: close the client's connection), and counts the frames per opcode."""
 
-    def __init__(self, target_port: int) -> None:
+    def __init__(self, target_port: int, rewrite: Callable[[bytes], bytes | None]) -> None:
         self.target_port = target_port
+        self.rewrite = rewrite
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
+        self.seen: Counter[int] = Counter()
         self.dropped = 0
         self._stop = False
         threading.Thread(target=self._accept, daemon=True).start()
@@ -56,10 +63,12 @@ class DropsBatchReads:
                     if len(buf) < 4 + length:
                         break
                     frame, buf = buf[: 4 + length], buf[4 + length :]
-                    if (frame[4] > 0 and frame[5] == 7) or (frame[4] == 0 and frame[7] == 7):
+                    self.seen[opcode(frame)] += 1
+                    passed = self.rewrite(frame)
+                    if passed is None:
                         self.dropped += 1
                         raise ConnectionAbortedError
-                    dst.sendall(frame)
+                    dst.sendall(passed)
         except OSError:
             pass
         finally:
@@ -82,9 +91,29 @@ class DropsBatchReads:
         self.listener.close()
 
 
-@pytest.fixture
-def old_bookies(tmp_path: Path) -> Iterator[tuple[str, list[DropsBatchReads]]]:
-    """Three bookies, registered under the addresses of proxies that refuse batch reads."""
+def opcode(frame: bytes) -> int:
+    """The opcode of a V2 frame (length prefix included)."""
+    return frame[5] if frame[4] > 0 else frame[7]
+
+
+def drop_batch_reads(frame: bytes) -> bytes | None:
+    """What a bookie older than 4.17 does: opcode 7 is unknown, the connection is closed."""
+    return None if opcode(frame) == 7 else frame
+
+
+def ignore_strides(frame: bytes) -> bytes | None:
+    """What a Java 4.17 bookie does with pybkx's strided batch read: it does not know the flag
+    (nor reads the stride after the BP-62 fields), so it answers consecutive entries."""
+    if opcode(frame) != 7 or frame[4] == 0:
+        return frame
+    (flags,) = struct.unpack(">H", frame[6:8])
+    return frame[:6] + struct.pack(">H", flags & ~FLAG_STRIDED_READ) + frame[8:]
+
+
+def proxied_bookies(
+    tmp_path: Path, rewrite: Callable[[bytes], bytes | None]
+) -> Iterator[tuple[str, list[Proxy]]]:
+    """Three bookies, registered under the addresses of proxies that apply ``rewrite``."""
     uri = f"embedded://{tmp_path / 'meta'}"
     store = open_metadata_store(uri)
     store.init_new_cluster()
@@ -96,7 +125,7 @@ def old_bookies(tmp_path: Path) -> Iterator[tuple[str, list[DropsBatchReads]]]:
         )
         storage = LedgerStorage(config)
         server = BookieServer(storage, config, "127.0.0.1", 0)
-        proxy = DropsBatchReads(server.port)
+        proxy = Proxy(server.port, rewrite)
         store.register_bookie(
             f"127.0.0.1:{proxy.port}", False, BookieServiceInfo.for_address("127.0.0.1", proxy.port)
         )
@@ -111,8 +140,20 @@ def old_bookies(tmp_path: Path) -> Iterator[tuple[str, list[DropsBatchReads]]]:
         storage.close()
 
 
+@pytest.fixture
+def old_bookies(tmp_path: Path) -> Iterator[tuple[str, list[Proxy]]]:
+    """Bookies that close the connection on opcode 7."""
+    yield from proxied_bookies(tmp_path, drop_batch_reads)
+
+
+@pytest.fixture
+def stride_blind_bookies(tmp_path: Path) -> Iterator[tuple[str, list[Proxy]]]:
+    """Bookies that serve BP-62 batch reads but not pybkx's strided ones (as Java's)."""
+    yield from proxied_bookies(tmp_path, ignore_strides)
+
+
 def test_batch_read_falls_back_when_bookies_drop_opcode_7(
-    old_bookies: tuple[str, list[DropsBatchReads]],
+    old_bookies: tuple[str, list[Proxy]],
 ) -> None:
     uri, proxies = old_bookies
     with BookKeeper(uri) as bk:
@@ -130,20 +171,57 @@ def test_batch_read_falls_back_when_bookies_drop_opcode_7(
         assert sum(p.dropped for p in proxies) == dropped
 
 
-def test_striped_ledgers_and_disabled_batching_use_single_reads(
-    old_bookies: tuple[str, list[DropsBatchReads]],
+def test_striped_ledgers_fall_back_too_and_disabled_batching_sends_no_batch(
+    old_bookies: tuple[str, list[Proxy]],
 ) -> None:
     uri, proxies = old_bookies
     with BookKeeper(uri) as bk:
         striped = bk.create_ledger(3, 2, 2)
-        striped.append_many([b"s%d" % e for e in range(30)])
+        striped.append_many([b"s%d" % e for e in range(300)])
         striped.close()
-        got = bk.open_ledger(striped.ledger_id).batch_read(0, 30, 1 << 20)
-        assert [e.payload for e in got] == [b"s%d" % e for e in range(30)]
+        rh = bk.open_ledger(striped.ledger_id)
+        got = rh.batch_read(0, 300, 1 << 20)
+        assert [e.payload for e in got] == [b"s%d" % e for e in range(300)]
+        dropped = sum(p.dropped for p in proxies)
+        assert dropped >= 1
+        assert [e.entry_id for e in rh.entries(5, 250)] == list(range(5, 251))
+        assert sum(p.dropped for p in proxies) == dropped
+        # Iteration notices it too: a fresh handle's first reads in flight drop, then it
+        # reads singly for good.
+        fresh = bk.open_ledger(striped.ledger_id)
+        assert [e.payload for e in fresh.entries(batch_entries=50)] == [
+            b"s%d" % e for e in range(300)
+        ]
+        dropped_by_iteration = sum(p.dropped for p in proxies)
+        assert dropped_by_iteration > dropped
+        assert [e.entry_id for e in fresh.entries(batch_entries=50)] == list(range(300))
+        assert sum(p.dropped for p in proxies) == dropped_by_iteration
         plain = bk.create_ledger(2, 2, 2)
         plain.append_many([b"p%d" % e for e in range(30)])
         plain.close()
+    dropped = sum(p.dropped for p in proxies)
     with BookKeeper(uri, batchReadEnabled=False) as bk:
-        got = bk.open_ledger(plain.ledger_id).batch_read(0, 30, 1 << 20)
-        assert [e.payload for e in got] == [b"p%d" % e for e in range(30)]
-    assert sum(p.dropped for p in proxies) == 0
+        for ledger_id, prefix in ((plain.ledger_id, b"p"), (striped.ledger_id, b"s")):
+            got = bk.open_ledger(ledger_id).batch_read(0, 30, 1 << 20)
+            assert [e.payload for e in got] == [prefix + b"%d" % e for e in range(30)]
+    assert sum(p.dropped for p in proxies) == dropped
+
+
+def test_striped_ledgers_on_stride_blind_bookies_are_read_in_runs(
+    stride_blind_bookies: tuple[str, list[Proxy]],
+) -> None:
+    uri, proxies = stride_blind_bookies
+    payloads = [b"r%d" % e for e in range(600)]
+    with BookKeeper(uri) as bk:
+        lh = bk.create_ledger(3, 2, 2)
+        lh.append_many(payloads)
+        lh.close()
+        rh = bk.open_ledger(lh.ledger_id)
+        assert [e.payload for e in rh.batch_read(0, 600, 1 << 20)] == payloads
+        first = sum((p.seen for p in proxies), Counter())
+        # Learning that the bookies ignore strides costs a few requests; then runs of Qw = 2.
+        assert 300 <= first[7] <= 320 and first[2] <= 10
+        assert [e.payload for e in rh.entries()] == payloads
+        second = sum((p.seen for p in proxies), Counter()) - first
+        assert 300 <= second[7] <= 310 and second[2] <= 10
+        assert sum(p.dropped for p in proxies) == 0

@@ -251,11 +251,15 @@ class BookieClient:
         max_size: int,
         flags: int = 0,
         master_key: bytes | None = None,
+        *,
+        stride: int | None = None,
     ) -> Future:
         """Send BATCH_READ_ENTRY (op 7) with the limits as given (``max_count <= 0``: no count
         limit; the bookie also caps ``max_size`` at its ``maxBatchReadSize``). Result: list of
         stored entry bytes: the first entry always, then as many as fit per BookKeeper's
-        accounting."""
+        accounting. With ``stride`` (pybkx's ``FLAG_STRIDED_READ`` extension) a pybkx bookie
+        returns entries ``start, start + stride, ...``; a Java bookie ignores it and returns
+        consecutive entries."""
 
     def close(self) -> None:
         """Close all connections; pending requests fail. Idempotent."""
@@ -264,6 +268,7 @@ FLAG_NONE: int
 FLAG_DO_FENCING: int
 FLAG_RECOVERY_ADD: int
 FLAG_HIGH_PRIORITY: int
+FLAG_STRIDED_READ: int
 MAX_READ_ENTRIES: int
 
 def master_key(password: bytes) -> bytes:
@@ -440,10 +445,12 @@ class ReadPlan:
     ) -> Future:
         """Read and verify entries ``first..last``; the future gives ``(entries, batch_ok)``.
 
-        Batched (BATCH_READ_ENTRY) where one bookie holds every entry of a segment (E == Qw)
-        and ``batch``; otherwise single reads with ``window`` in flight; each entry from the
-        first replica that returns a verified copy, ``avoid`` last. ``batch_ok`` is False once
-        every replica dropped the connection on a batch request (a pre-BP-62 bookie). Raises at
+        With ``batch``: BATCH_READ_ENTRY where one bookie holds every entry of a segment
+        (E == Qw), strided batch reads per write-set start where entries are striped (E > Qw;
+        runs of up to Qw entries from bookies that ignore strides); otherwise, and for whatever
+        those miss, single reads with ``window`` in flight; each entry from the first replica
+        that returns a verified copy, ``avoid`` last. ``batch_ok`` is False once the bookies
+        dropped the connection on every batch request (a pre-BP-62 bookie). Raises at
         once IncorrectParameterException for a bad range (more than MAX_READ_ENTRIES entries
         too); through the future NoSuchEntryException (no replica has an entry), ReadException,
         DigestMatchException (every copy corrupt, naming the bookies).

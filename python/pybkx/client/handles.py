@@ -45,6 +45,9 @@ logger = logging.getLogger(__name__)
 #: bookie still going down (its registration not yet expired) is not replaced in a tight loop.
 _REFAIL_WINDOW_S = 1.0
 _REFAIL_PAUSE_S = 0.5
+#: Entries the first read of a ``batch_read`` asks for; later reads are sized from the mean
+#: payload so far, so a small ``max_size`` does not fetch ``max_count`` entries.
+_FIRST_BATCH_CHUNK = 1024
 #: A bookie that took its own slot back and failed again within this is not taken back again:
 #: the next change needs another bookie, or fails the writer (never a loop of self-replacement).
 _SELF_RETURN_WINDOW_S = 30.0
@@ -283,12 +286,15 @@ class ReadHandle:
         return self._read(first, last, batch=False)
 
     def batch_read(self, start: int, max_count: int, max_size: int) -> list[LedgerEntry]:
-        """Up to ``max_count`` entries from ``start`` in few requests (BP-62): batched where one
-        bookie holds every entry (E == Qw) and bookies support it, else single reads; the size
-        limit is loose as in BookKeeper. Never beyond the LAC.
+        """Up to ``max_count`` entries from ``start`` in few requests, never beyond the LAC:
+        BP-62 batch reads where one bookie holds every entry (E == Qw), strided batch reads from
+        every bookie where entries are striped (E > Qw; see docs/client.md), single reads when
+        ``batchReadEnabled`` is off or the bookies do not support batch reads. The size limit is
+        loose, as in BookKeeper: the first entry always, then entries while their payloads fit
+        in ``max_size`` (``<= 0``: ``nettyMaxFrameSizeBytes``).
 
         Raises IncorrectParameterException, ReadException (``start`` beyond the LAC),
-        NoSuchEntryException.
+        NoSuchEntryException, DigestMatchException (every copy corrupt).
         """
         if start < 0 or max_count <= 0:
             raise errors.IncorrectParameterException(
@@ -298,20 +304,24 @@ class ReadHandle:
         if start > lac:
             raise errors.ReadException(f"entry {start} is beyond the LAC {lac}")
         last = min(start + min(max_count, MAX_READ_ENTRIES) - 1, lac)
-        md = self.metadata
-        if md.ensemble_size != md.write_quorum_size or not self._batch_supported:
+        if not self._batch_supported:
             return self._read(start, last, batch=False)
         out: list[LedgerEntry] = []
         budget = max_size if max_size > 0 else self.bk.config.netty_max_frame_size_bytes
+        used = 0
         next_id = start
+        count = _FIRST_BATCH_CHUNK
         while next_id <= last:
-            chunk = self._read(next_id, last, batch=True)
+            chunk = self._read(next_id, min(next_id + count - 1, last), batch=True)
             for entry in chunk:
-                if out and budget - len(entry.payload) < 0:
+                size = len(entry)  # the payload size, without making its bytes
+                if out and used + size > budget:
                     return out
-                budget -= len(entry.payload)
+                used += size
                 out.append(entry)
             next_id += len(chunk)
+            # Next, about as many entries as the rest of the budget holds at the mean size.
+            count = (budget - used) * len(out) // max(used, 1) + 1
         return out
 
     def verify_entry(
@@ -340,7 +350,7 @@ class ReadHandle:
     ) -> Iterator[LedgerEntry]:
         """Entries ``start..end`` (default: up to the LAC when iteration starts), in order,
         read ``batch_entries`` at a time with up to ``read_ahead`` further reads in flight
-        (batched reads under the hood where bookies hold whole runs). Raises as ``read``."""
+        (batched reads under the hood, as ``batch_read``). Raises as ``read``."""
         last = self.last_add_confirmed if end is None else end
         if start < 0 or batch_entries <= 0 or read_ahead < 0:
             raise errors.IncorrectParameterException(
@@ -363,7 +373,8 @@ class ReadHandle:
 
         fill()
         while window:
-            entries, _ = window.popleft().result()
+            entries, batch_ok = window.popleft().result()
+            self._note_batch_support(batch_ok)
             fill()
             yield from entries
 
@@ -392,7 +403,8 @@ class ReadHandle:
                 chunk_last = min(next_first + batch_entries - 1, last)
                 window.append(self.read_entries(next_first, chunk_last, batch=True))
                 next_first = chunk_last + 1
-            entries, _ = await window.popleft()
+            entries, batch_ok = await window.popleft()
+            self._note_batch_support(batch_ok)
             for entry in entries:
                 yield entry
 

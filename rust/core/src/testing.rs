@@ -64,8 +64,11 @@ pub fn client_config() -> ClientConfig {
     }
 }
 
+/// A bookie of [`test_bookie`]: its storage and its server.
+pub type TestBookie = (Arc<LedgerStorage>, BookieServer);
+
 /// A bookie on a loopback port over fresh directories, for tests of the layers above.
-pub fn test_bookie(dir: &Path) -> (Arc<LedgerStorage>, BookieServer) {
+pub fn test_bookie(dir: &Path) -> TestBookie {
     let storage = Arc::new(LedgerStorage::open(storage_config(dir)).expect("test storage"));
     let server = BookieServer::start(storage.clone(), server_config()).expect("test server");
     (storage, server)

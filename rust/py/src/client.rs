@@ -19,9 +19,11 @@ impl ToPy for Reply {
         Ok(match self {
             Reply::Added => py.None(),
             Reply::Entry(b) => PyBytes::new(py, b).into_any().unbind(),
-            Reply::Entries(v) => PyList::new(py, v.iter().map(|b| PyBytes::new(py, b)))?
-                .into_any()
-                .unbind(),
+            Reply::Entries(v) | Reply::StridedEntries(v) => {
+                PyList::new(py, v.iter().map(|b| PyBytes::new(py, b)))?
+                    .into_any()
+                    .unbind()
+            }
         })
     }
 }
@@ -98,7 +100,8 @@ impl PyBookieClient {
     }
 
     #[pyo3(signature = (
-        bookie, ledger_id, start_entry_id, max_count, max_size, flags = 0, master_key = None
+        bookie, ledger_id, start_entry_id, max_count, max_size, flags = 0, master_key = None,
+        *, stride = None
     ))]
     #[allow(clippy::too_many_arguments)]
     fn batch_read(
@@ -111,6 +114,7 @@ impl PyBookieClient {
         max_size: i64,
         flags: i64,
         master_key: Option<&[u8]>,
+        stride: Option<i32>,
     ) -> PyResult<Py<Future>> {
         let key = master_key.map(Bytes::copy_from_slice);
         let request = self.inner.batch_read_request(
@@ -121,6 +125,7 @@ impl PyBookieClient {
             max_size,
             flags_of(flags)?,
             key,
+            stride,
         );
         self.submit(py, request)
     }

@@ -422,13 +422,7 @@ impl PyReadPlan {
         orders: Vec<Vec<Vec<usize>>>,
         max_batch_bytes: i64,
     ) -> BkResult<Self> {
-        let segments = segments
-            .into_iter()
-            .map(|(first_entry, ensemble)| Segment {
-                first_entry,
-                ensemble,
-            })
-            .collect();
+        let segments = segments.into_iter().map(Segment::from).collect();
         let plan = ReadPlan::new(
             ledger_id,
             write_quorum_size,

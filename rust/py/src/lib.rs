@@ -72,6 +72,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("FLAG_DO_FENCING", protocol::FLAG_DO_FENCING)?;
     m.add("FLAG_RECOVERY_ADD", protocol::FLAG_RECOVERY_ADD)?;
     m.add("FLAG_HIGH_PRIORITY", protocol::FLAG_HIGH_PRIORITY)?;
+    m.add("FLAG_STRIDED_READ", protocol::FLAG_STRIDED_READ)?;
     m.add("MAX_READ_ENTRIES", pybkx_core::ledger::MAX_READ_ENTRIES)?;
     Ok(())
 }

@@ -107,6 +107,7 @@ impl PyLedgerStorage {
             max_count: usize::try_from(max_count).unwrap_or(0),
             max_bytes: usize::try_from(max_bytes).unwrap_or(0),
             per_entry_overhead: 0,
+            stride: 1,
         };
         let entries = py.detach(|| self.inner.read_range(ledger, first, limits))?;
         Ok(PyList::new(

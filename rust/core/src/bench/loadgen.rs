@@ -96,7 +96,7 @@ fn settle(
             report.entries += 1;
             report.bytes += b.len() as u64;
         }
-        Some(Ok(Reply::Entries(v))) => {
+        Some(Ok(Reply::Entries(v) | Reply::StridedEntries(v))) => {
             report.entries += v.len() as u64;
             report.bytes += v.iter().map(|b| b.len() as u64).sum::<u64>();
         }
@@ -291,6 +291,7 @@ pub fn run_with(
                             b.min((count - next) as u32) as i32,
                             5 << 20,
                             0,
+                            None,
                             None,
                         ),
                     };

@@ -75,6 +75,7 @@ fn read_response(entry: Bytes) -> Response {
 fn batch_response(entry: Bytes) -> Response {
     Response::BatchRead {
         version: CURRENT_PROTOCOL_VERSION,
+        flags: 0,
         rc: protocol::rc::EOK,
         ledger: 1,
         start_entry: 0,

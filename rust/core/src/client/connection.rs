@@ -3,7 +3,7 @@
 //! requests. It never decides what a request means.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -73,7 +73,14 @@ pub(super) struct Conn {
     high_water_mark: usize,
     room: Condvar,
     room_async: Notify,
+    /// What the peer did with a strided batch read: `STRIDES_*`. Per connection, since a
+    /// restarted bookie may be another implementation.
+    strides: AtomicU8,
 }
+
+const STRIDES_UNKNOWN: u8 = 0;
+const STRIDES_HONOURED: u8 = 1;
+const STRIDES_IGNORED: u8 = 2;
 
 impl Conn {
     /// Creates the connection and starts its task on `rt`.
@@ -88,6 +95,7 @@ impl Conn {
             high_water_mark: cfg.write_buffer_high_water_mark,
             room: Condvar::new(),
             room_async: Notify::new(),
+            strides: AtomicU8::new(STRIDES_UNKNOWN),
         });
         rt.spawn(run_connection(conn.clone(), out_rx, cfg.clone()));
         conn
@@ -95,6 +103,24 @@ impl Conn {
 
     pub(super) fn is_alive(&self) -> bool {
         self.alive.load(Ordering::SeqCst)
+    }
+
+    /// Whether the peer honours strided batch reads: None until it answered one.
+    pub(super) fn strided_reads(&self) -> Option<bool> {
+        match self.strides.load(Ordering::Relaxed) {
+            STRIDES_HONOURED => Some(true),
+            STRIDES_IGNORED => Some(false),
+            _ => None,
+        }
+    }
+
+    pub(super) fn set_strided_reads(&self, honoured: bool) {
+        let v = if honoured {
+            STRIDES_HONOURED
+        } else {
+            STRIDES_IGNORED
+        };
+        self.strides.store(v, Ordering::Relaxed);
     }
 
     fn has_room(&self, queued: usize, size: usize) -> bool {
@@ -255,16 +281,20 @@ impl Conn {
                 },
             ),
             Response::BatchRead {
+                flags,
                 rc,
                 request_id,
                 entries,
                 ..
             } => self.complete(
                 Key::Batch(request_id),
-                if rc == protocol::rc::EOK {
-                    Ok(Reply::Entries(entries))
-                } else {
+                if rc != protocol::rc::EOK {
                     Err(failed("batch read", rc))
+                } else if flags & protocol::FLAG_STRIDED_READ != 0 {
+                    self.set_strided_reads(true);
+                    Ok(Reply::StridedEntries(entries))
+                } else {
+                    Ok(Reply::Entries(entries))
                 },
             ),
             Response::Auth { .. } => {}

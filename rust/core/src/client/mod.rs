@@ -67,7 +67,11 @@ impl ClientError {
 pub enum Reply {
     Added,
     Entry(Bytes),
+    /// A batch read's entries: consecutive from the start entry (BP-62).
     Entries(Vec<Bytes>),
+    /// A strided batch read's entries, as the bookie acknowledged the stride: entry `i` is
+    /// `start + i * stride`.
+    StridedEntries(Vec<Bytes>),
 }
 
 pub type ReplyResult = Result<Reply, ClientError>;
@@ -180,7 +184,10 @@ impl BookieClient {
     }
 
     /// BATCH_READ_ENTRY with the limits as given, as Java's per-bookie client sends it (its
-    /// ledger handle, not this layer, caps `max_size` at the frame size it can receive).
+    /// ledger handle, not this layer, caps `max_size` at the frame size it can receive). With
+    /// a `stride`, pybkx's extension (flag `FLAG_STRIDED_READ`) for entries `start_entry + i *
+    /// stride`: a bookie that honours it answers [`Reply::StridedEntries`]; one that does not
+    /// (Java's) answers consecutive entries, [`Reply::Entries`].
     #[allow(clippy::too_many_arguments)]
     pub fn batch_read_request(
         &self,
@@ -191,7 +198,12 @@ impl BookieClient {
         max_size: i64,
         flags: u16,
         master_key: Option<Bytes>,
+        stride: Option<i32>,
     ) -> Outgoing {
+        let flags = match stride {
+            Some(_) => flags | protocol::FLAG_STRIDED_READ,
+            None => flags & !protocol::FLAG_STRIDED_READ,
+        };
         let request_id = self.next_request_id.fetch_add(1, Ordering::Relaxed);
         let req = Request::BatchRead {
             header: PacketHeader::new(protocol::OP_BATCH_READ_ENTRY, flags),
@@ -201,12 +213,31 @@ impl BookieClient {
             max_count,
             max_size,
             master_key: fencing_key(flags, master_key),
+            stride,
         };
         Outgoing {
             bookie: bookie.to_string(),
             key: Key::Batch(request_id),
             chunks: encode_request_chunks(&req),
             timeout: self.cfg.read_timeout,
+        }
+    }
+
+    /// Whether the bookie, on the current connection, honours strided batch reads: None until
+    /// it answered one (or without a connection).
+    pub fn strided_reads(&self, bookie: &str) -> Option<bool> {
+        let conns = self.conns.lock();
+        conns
+            .get(bookie)
+            .filter(|c| c.is_alive())
+            .and_then(|c| c.strided_reads())
+    }
+
+    /// Records that the bookie answered a strided batch read with consecutive entries (it does
+    /// not know the extension), until the connection is made again.
+    pub fn note_strides_ignored(&self, bookie: &str) {
+        if let Some(c) = self.conns.lock().get(bookie) {
+            c.set_strided_reads(false);
         }
     }
 
@@ -321,13 +352,31 @@ mod tests {
         assert_eq!(dm.verify(&last, None).unwrap().entry_id, 49);
         let Ok(Reply::Entries(batch)) = wait(|d| {
             client.send(
-                client.batch_read_request(&addr, 3, 10, 5, 1 << 20, 0, None),
+                client.batch_read_request(&addr, 3, 10, 5, 1 << 20, 0, None, None),
                 d,
             )
         }) else {
             panic!("batch read failed");
         };
         assert_eq!(batch.len(), 5);
+        assert_eq!(client.strided_reads(&addr), None);
+        // Strided (pybkx's extension): every seventh entry from 3 up to the last, 45.
+        let strided = |stride: i32, count: i32, flags: u16, key: Option<Bytes>| {
+            let req =
+                client.batch_read_request(&addr, 3, 3, count, 1 << 20, flags, key, Some(stride));
+            wait(|d| client.send(req, d))
+        };
+        let Ok(Reply::StridedEntries(every7th)) = strided(7, 100, 0, None) else {
+            panic!("strided batch read failed");
+        };
+        let ids: Vec<i64> = every7th
+            .iter()
+            .map(|e| dm.verify(e, None).unwrap().entry_id)
+            .collect();
+        assert_eq!(ids, vec![3, 10, 17, 24, 31, 38, 45]);
+        assert_eq!(client.strided_reads(&addr), Some(true));
+        let bad_stride = strided(0, 100, 0, None).unwrap_err();
+        assert_eq!(bad_stride.status(), Some(Status::BadRequest));
         let missing =
             wait(|d| client.send(client.read_request(&addr, 3, 99, 0, None), d)).unwrap_err();
         assert_eq!(missing.status(), Some(Status::NoEntry));
@@ -349,6 +398,11 @@ mod tests {
             )
         });
         assert_eq!(refused.unwrap_err().status(), Some(Status::Fenced));
+        // A fencing strided read carries the key, then the stride.
+        let Ok(Reply::StridedEntries(fenced)) = strided(7, 2, fence, Some(key.clone())) else {
+            panic!("fencing strided read failed");
+        };
+        assert_eq!(dm.verify(&fenced[1], None).unwrap().entry_id, 10);
         let recovery = protocol::FLAG_RECOVERY_ADD;
         assert_eq!(
             wait(|d| client.send(

@@ -1,6 +1,9 @@
 //! Reading a ledger: a [`ReadPlan`] (segments, read order, digest) built once per metadata
-//! version and used for every read, replica failover past missing or corrupt copies, and BP-62
-//! batch reads where one bookie holds every entry. It never decides which bookies exist.
+//! version and used for every read, replica failover past missing or corrupt copies, BP-62
+//! batch reads where one bookie holds every entry, and batched reads of striped segments
+//! ([`striped`]). It never decides which bookies exist.
+
+mod striped;
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
@@ -25,6 +28,15 @@ pub struct Segment {
     pub ensemble: Vec<String>,
 }
 
+impl From<(i64, Vec<String>)> for Segment {
+    fn from((first_entry, ensemble): (i64, Vec<String>)) -> Segment {
+        Segment {
+            first_entry,
+            ensemble,
+        }
+    }
+}
+
 /// How to read one version of a ledger's metadata: built once, used by every read.
 pub struct ReadPlan {
     ledger: i64,
@@ -41,14 +53,15 @@ pub struct ReadPlan {
 /// What one read call wants beyond the plan.
 #[derive(Debug, Clone, Default)]
 pub struct ReadOptions {
-    /// Use BATCH_READ_ENTRY where a single bookie holds every entry (E == Qw).
+    /// Use BATCH_READ_ENTRY: BP-62's where a single bookie holds every entry (E == Qw),
+    /// strided ones where entries are striped (E > Qw).
     pub batch: bool,
     /// Bookies to try last (known to be failing).
     pub avoid: HashSet<String>,
     /// Read flags and key (fencing recovery reads).
     pub flags: u16,
     pub master_key: Option<Bytes>,
-    /// Single reads in flight at once.
+    /// Single reads (and runs of a striped read) in flight at once.
     pub window: usize,
 }
 
@@ -147,6 +160,24 @@ impl ReadPlan {
         self.segments.get(i + 1).map(|s| s.first_entry)
     }
 
+    /// How many consecutive entries from `entry` on, within its segment, `bookie` holds (0:
+    /// not `entry`). Round-robin placement gives the bookie at write-set position k of `entry`
+    /// the entries `entry ..= entry + k` of that stretch.
+    fn held_from(&self, entry: i64, bookie: &str) -> i64 {
+        let (_, seg) = self.segment_of(entry);
+        let e = seg.ensemble.len() as i64;
+        let Some(index) = seg.ensemble.iter().position(|b| b == bookie) else {
+            return 0;
+        };
+        let k = (index as i64 - entry).rem_euclid(e.max(1));
+        if k >= (self.qw as i64).min(e) {
+            return 0;
+        }
+        let run = k + 1;
+        self.segment_end(entry)
+            .map_or(run, |end| run.min(end - entry))
+    }
+
     fn striped(&self, entry: i64) -> bool {
         self.segment_of(entry).1.ensemble.len() != self.qw
     }
@@ -167,10 +198,11 @@ pub fn check_range(first: i64, last: i64) -> Result<(), LedgerError> {
     Ok(())
 }
 
-/// Reads entries `first..=last`: batched where possible, otherwise one READ per entry with up
-/// to `opts.window` in flight. Returns the entries and whether batch reads still look
-/// supported: false once every replica dropped the connection on BATCH_READ_ENTRY, as a bookie
-/// without BP-62 does (the caller should then stop batching for good).
+/// Reads entries `first..=last`: batched where possible (BP-62 where a bookie holds a whole
+/// segment, [`striped`] reads elsewhere), otherwise one READ per entry with up to
+/// `opts.window` in flight. Returns the entries and whether batch reads still look supported:
+/// false once the bookies dropped the connection on every BATCH_READ_ENTRY, as a bookie without
+/// BP-62 does (the caller should then stop batching for good).
 pub async fn read_range(
     client: &Arc<BookieClient>,
     plan: &ReadPlan,
@@ -199,7 +231,13 @@ async fn read_range_untimed(
     let mut batch_ok = opts.batch;
     while next <= last {
         let segment_last = plan.segment_end(next).map_or(last, |e| (e - 1).min(last));
-        if batch_ok && !plan.striped(next) {
+        if batch_ok && plan.striped(next) {
+            let before = out.len();
+            batch_ok = striped::read(client, plan, opts, next, segment_last, &mut out).await?;
+            next += (out.len() - before) as i64;
+            continue;
+        }
+        if batch_ok {
             match read_batch(client, plan, opts, next, segment_last).await {
                 BatchOutcome::Entries(entries) => {
                     next += entries.len() as i64;
@@ -246,6 +284,7 @@ async fn read_batch(
             plan.max_batch_bytes,
             opts.flags,
             opts.master_key.clone(),
+            None,
         );
         let reply = client.send_async(request).await;
         match reply {
@@ -295,33 +334,56 @@ async fn read_singles(
     first: i64,
     last: i64,
 ) -> Result<Vec<ReadEntry>, LedgerError> {
+    let each = (first..=last).map(|e| (e, plan.replicas(e, &opts.avoid)));
+    let capacity = ((last - first + 1).max(0) as usize).min(INITIAL_CAPACITY);
+    read_each(client, plan, opts, each, capacity).await
+}
+
+/// Reads each `(entry, replicas in order)` with single READs, up to `opts.window` in flight;
+/// the entries in the order given.
+async fn read_each(
+    client: &Arc<BookieClient>,
+    plan: &ReadPlan,
+    opts: &ReadOptions,
+    mut each: impl Iterator<Item = (i64, Vec<String>)>,
+    capacity: usize,
+) -> Result<Vec<ReadEntry>, LedgerError> {
     let window = opts.window.max(1);
-    let mut out = Vec::with_capacity(((last - first + 1).max(0) as usize).min(INITIAL_CAPACITY));
+    let mut out = Vec::with_capacity(capacity);
     let mut inflight: VecDeque<tokio::task::JoinHandle<Result<ReadEntry, LedgerError>>> =
         VecDeque::new();
-    let mut next = first;
-    while next <= last || !inflight.is_empty() {
-        while next <= last && inflight.len() < window {
+    let mut more = true;
+    while more || !inflight.is_empty() {
+        while more && inflight.len() < window {
+            let Some((entry, replicas)) = each.next() else {
+                more = false;
+                break;
+            };
             let one = ReadOne {
                 client: client.clone(),
                 ledger: plan.ledger,
-                entry: next,
-                replicas: plan.replicas(next, &opts.avoid),
+                entry,
+                replicas,
                 digest: plan.digest.clone(),
                 flags: opts.flags,
                 master_key: opts.master_key.clone(),
             };
             inflight.push_back(tokio::spawn(one.run()));
-            next += 1;
         }
         if let Some(h) = inflight.pop_front() {
-            let r = h.await.unwrap_or_else(|e| {
-                Err(LedgerError::WriterFailed(format!("read task failed: {e}")))
-            })?;
-            out.push(r);
+            out.push(joined(h.await)?);
         }
     }
     Ok(out)
+}
+
+/// The outcome of a read task (a task that panicked fails the read).
+fn joined<T>(r: Result<Result<T, LedgerError>, tokio::task::JoinError>) -> Result<T, LedgerError> {
+    r.map_err(task_failed)?
+}
+
+fn task_failed(e: tokio::task::JoinError) -> LedgerError {
+    LedgerError::WriterFailed(format!("read task failed: {e}"))
 }
 
 /// One entry to read from its replicas, in order, until one returns a verified copy.

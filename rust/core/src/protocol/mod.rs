@@ -19,6 +19,12 @@ pub const FLAG_NONE: u16 = 0;
 pub const FLAG_DO_FENCING: u16 = 1;
 pub const FLAG_RECOVERY_ADD: u16 = 2;
 pub const FLAG_HIGH_PRIORITY: u16 = 4;
+/// A pybkx extension on BATCH_READ_ENTRY (Apache BookKeeper has no such flag): the request
+/// carries an `i32` stride after its fixed fields (and master key), and asks for entries
+/// `start, start + stride, start + 2 * stride, ...` under BP-62's other rules. A bookie that
+/// honours it sets the flag in its response header; a Java bookie ignores the flag and the
+/// trailing field (and answers consecutive entries with flags 0).
+pub const FLAG_STRIDED_READ: u16 = 0x4000;
 
 pub const MASTER_KEY_LEN: usize = 20;
 /// `nettyMaxFrameSizeBytes` default; the limit applies to length field + 4, as in Netty.

@@ -7,8 +7,8 @@
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
 use super::{
-    frame::OutFrames, ProtocolError, Result, FLAG_DO_FENCING, MASTER_KEY_LEN, OP_ADD_ENTRY,
-    OP_AUTH, OP_BATCH_READ_ENTRY, OP_READ_ENTRY,
+    frame::OutFrames, ProtocolError, Result, FLAG_DO_FENCING, FLAG_STRIDED_READ, MASTER_KEY_LEN,
+    OP_ADD_ENTRY, OP_AUTH, OP_BATCH_READ_ENTRY, OP_READ_ENTRY,
 };
 
 pub const CURRENT_PROTOCOL_VERSION: u8 = 2;
@@ -99,6 +99,8 @@ pub enum Request {
         max_count: i32,
         max_size: i64,
         master_key: Option<Bytes>,
+        /// The pybkx stride (present iff the header has `FLAG_STRIDED_READ`).
+        stride: Option<i32>,
     },
     Auth {
         header: PacketHeader,
@@ -163,6 +165,8 @@ pub enum Response {
     },
     BatchRead {
         version: u8,
+        /// `FLAG_STRIDED_READ` when the bookie read with the request's stride; 0 otherwise.
+        flags: u16,
         rc: i32,
         ledger: i64,
         start_entry: i64,
@@ -236,6 +240,18 @@ pub fn decode_request(body: Bytes) -> Result<Request> {
             let max_count = b.get_i32();
             let max_size = b.get_i64();
             let master_key = optional_key(&body, 40, header)?;
+            let stride = if header.has(FLAG_STRIDED_READ) {
+                let at = 40 + master_key.as_ref().map_or(0, |k| k.len());
+                need(&body, at + 4, "batch read stride")?;
+                Some(i32::from_be_bytes([
+                    body[at],
+                    body[at + 1],
+                    body[at + 2],
+                    body[at + 3],
+                ]))
+            } else {
+                None
+            };
             Ok(Request::BatchRead {
                 header,
                 ledger,
@@ -244,6 +260,7 @@ pub fn decode_request(body: Bytes) -> Result<Request> {
                 max_count,
                 max_size,
                 master_key,
+                stride,
             })
         }
         OP_AUTH => Ok(Request::Auth {
@@ -285,6 +302,7 @@ pub fn encode_request(req: &Request, out: &mut BytesMut) {
             max_count,
             max_size,
             master_key,
+            stride,
             ..
         } => {
             out.put_i64(*ledger);
@@ -294,6 +312,9 @@ pub fn encode_request(req: &Request, out: &mut BytesMut) {
             out.put_i64(*max_size);
             if let Some(k) = master_key {
                 put_key(out, k);
+            }
+            if let Some(stride) = stride {
+                out.put_i32(*stride);
             }
         }
         Request::Auth { message, .. } => encode_auth_message(message, out),
@@ -373,6 +394,7 @@ pub fn encode_response(resp: &Response, out: &mut OutFrames) {
         }
         Response::BatchRead {
             version,
+            flags,
             rc,
             ledger,
             start_entry,
@@ -383,7 +405,7 @@ pub fn encode_response(resp: &Response, out: &mut OutFrames) {
             let h = out.head();
             h.put_u32((RESPONSE_HEADER_LEN + 8 + data) as u32);
             h.put_u32(
-                PacketHeader::new(OP_BATCH_READ_ENTRY, 0)
+                PacketHeader::new(OP_BATCH_READ_ENTRY, *flags)
                     .with_version(*version)
                     .to_int(),
             );
@@ -466,6 +488,7 @@ pub fn decode_response(body: Bytes) -> Result<Response> {
             }
             Ok(Response::BatchRead {
                 version,
+                flags: header.flags,
                 rc,
                 ledger,
                 start_entry,
@@ -627,12 +650,33 @@ mod tests {
                 max_count: 100,
                 max_size: 5 << 20,
                 master_key: None,
+                stride: None,
             },
             &mut out,
         );
         assert_eq!(
             &out[..],
             &hex("00000028 02070000 0000000000000001 0000000000000000 000000000000002a 00000064 0000000000500000")[..]
+        );
+
+        // The pybkx stride goes after the BP-62 fields, where a Java bookie stops reading.
+        let mut out = BytesMut::new();
+        encode_request(
+            &Request::BatchRead {
+                header: PacketHeader::new(OP_BATCH_READ_ENTRY, FLAG_STRIDED_READ),
+                ledger: 1,
+                start_entry: 2,
+                request_id: 42,
+                max_count: 100,
+                max_size: 5 << 20,
+                master_key: None,
+                stride: Some(3),
+            },
+            &mut out,
+        );
+        assert_eq!(
+            &out[..],
+            &hex("0000002c 02074000 0000000000000001 0000000000000002 000000000000002a 00000064 0000000000500000 00000003")[..]
         );
 
         let mut frames = OutFrames::default();
@@ -776,6 +820,9 @@ mod tests {
                             max_size,
                             master_key: (header.has(FLAG_DO_FENCING) && header.version >= 2)
                                 .then_some(key),
+                            stride: header
+                                .has(FLAG_STRIDED_READ)
+                                .then_some(start_entry as i32 ^ max_count),
                         }
                     }
                 ),
@@ -814,18 +861,22 @@ mod tests {
             ),
             (
                 any::<(i32, i64, i64, i64)>(),
+                any::<bool>(),
                 proptest::collection::vec(arb_bytes(5000), 0..5)
             )
-                .prop_map(|((rc, ledger, start_entry, request_id), entries)| {
-                    Response::BatchRead {
-                        version: 2,
-                        rc,
-                        ledger,
-                        start_entry,
-                        request_id,
-                        entries,
+                .prop_map(
+                    |((rc, ledger, start_entry, request_id), strided, entries)| {
+                        Response::BatchRead {
+                            version: 2,
+                            flags: if strided { FLAG_STRIDED_READ } else { 0 },
+                            rc,
+                            ledger,
+                            start_entry,
+                            request_id,
+                            entries,
+                        }
                     }
-                }),
+                ),
         ]
     }
 

@@ -14,7 +14,7 @@ use crate::protocol::v2::{
 };
 use crate::protocol::{
     ProtocolError, Status, AUTH_DISABLED_PLUGIN, FLAG_DO_FENCING, FLAG_HIGH_PRIORITY,
-    FLAG_RECOVERY_ADD,
+    FLAG_RECOVERY_ADD, FLAG_STRIDED_READ,
 };
 use crate::storage::RangeLimits;
 
@@ -146,9 +146,17 @@ fn handle(req: Request, outbox: &Outbox, received: Option<Instant>) {
             max_count,
             max_size,
             master_key,
+            stride,
             ..
         } => {
             let timed = Timed::at(received, header.has(FLAG_DO_FENCING));
+            // The pybkx stride extension is acknowledged in the response header, so a client
+            // knows its entries are `start + i * stride` (a Java bookie answers with flags 0).
+            let flags = if stride.is_some() {
+                FLAG_STRIDED_READ
+            } else {
+                0
+            };
             let reply = move |r: Result<Vec<Bytes>, Status>| {
                 let (status, entries) = match r {
                     Ok(entries) => (Status::Ok, entries),
@@ -156,6 +164,7 @@ fn handle(req: Request, outbox: &Outbox, received: Option<Instant>) {
                 };
                 Response::BatchRead {
                     version: header.version,
+                    flags,
                     rc: status.v2_code(),
                     ledger,
                     start_entry,
@@ -166,6 +175,11 @@ fn handle(req: Request, outbox: &Outbox, received: Option<Instant>) {
             if let Err(status) = admit(outbox, Slot::Read, header) {
                 return send(outbox, reply(Err(status)), timed);
             }
+            let stride = match stride.map(u64::try_from) {
+                None => 1,
+                Some(Ok(s)) if s > 0 => s,
+                Some(_) => return send(outbox, reply(Err(Status::BadRequest)), timed),
+            };
             let max_size = usize::try_from(max_size)
                 .unwrap_or(0)
                 .min(shared.cfg.max_batch_read_size);
@@ -173,6 +187,7 @@ fn handle(req: Request, outbox: &Outbox, received: Option<Instant>) {
                 max_count: usize::try_from(max_count).unwrap_or(0),
                 max_bytes: max_size.saturating_sub(BATCH_RESPONSE_FIXED_LEN),
                 per_entry_overhead: 4,
+                stride,
             };
             let storage = shared.storage.clone();
             let out = outbox.clone();

@@ -54,6 +54,9 @@ pub struct RangeLimits {
     pub max_bytes: usize,
     /// Bytes counted per entry on top of its data (e.g. a length prefix on the wire).
     pub per_entry_overhead: usize,
+    /// Distance between the entries read: 1 for consecutive entries (BP-62), E for the entries
+    /// of one write-set position of a striped ledger (pybkx's strided batch read).
+    pub stride: u64,
 }
 
 struct Inner {
@@ -419,9 +422,9 @@ impl LedgerStorage {
         Ok((entry, at))
     }
 
-    /// Reads consecutive entries from `first` as a batch read does: the first entry always (or
-    /// its error), then more until a limit or a missing entry. A failure after the first entry
-    /// ends the batch early instead of failing it.
+    /// Reads entries `first, first + stride, ...` as a batch read does: the first entry always
+    /// (or its error), then more until a limit or a missing entry. A failure after the first
+    /// entry ends the batch early instead of failing it.
     pub fn read_range(&self, ledger: u64, first: u64, limits: RangeLimits) -> Result<Vec<Bytes>> {
         self.inner.check_open()?;
         let result = self.timed_read(
@@ -463,8 +466,12 @@ impl LedgerStorage {
         };
         let mut items: Vec<(u64, Location)> = Vec::new();
         let mut total = 0usize;
+        let stride = limits.stride.max(1);
         for i in 0..max_count as u64 {
-            let Some(entry) = first.checked_add(i) else {
+            let Some(entry) = i
+                .checked_mul(stride)
+                .and_then(|offset| first.checked_add(offset))
+            else {
                 break;
             };
             let Some(at) = st.get(entry) else {

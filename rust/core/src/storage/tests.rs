@@ -110,6 +110,7 @@ fn range_reads_follow_batch_read_rules() {
         max_count: c,
         max_bytes: b,
         per_entry_overhead: 4,
+        stride: 1,
     };
     assert_eq!(s.read_range(2, 0, lim(0, usize::MAX)).unwrap().len(), 10);
     assert_eq!(s.read_range(2, 0, lim(3, usize::MAX)).unwrap().len(), 3);
@@ -124,6 +125,20 @@ fn range_reads_follow_batch_read_rules() {
         s.read_range(3, 0, lim(0, 1000)),
         Err(StorageError::NoLedger(3))
     ));
+    // Strided: every third entry from 1 stops at the missing 10; from 0 it steps over the gap
+    // (9, then 12): only the entries asked for count.
+    let strided = |first, stride, c| {
+        let limits = RangeLimits {
+            stride,
+            ..lim(c, usize::MAX)
+        };
+        s.read_range(2, first, limits).unwrap()
+    };
+    let ids = |v: Vec<Bytes>| -> Vec<u8> { v.iter().map(|e| e[0]).collect() };
+    assert_eq!(ids(strided(1, 3, 0)), vec![1, 4, 7]);
+    assert_eq!(ids(strided(0, 3, 0)), vec![0, 3, 6, 9, b'a']);
+    assert_eq!(ids(strided(0, 3, 2)), vec![0, 3]);
+    assert_eq!(ids(strided(2, 5, 0)), vec![2, 7, b'a']);
 }
 
 #[test]
