@@ -27,6 +27,15 @@ ALLOWED: dict[str, tuple[str, ...]] = {
         "pybkx.errors",
         "pybkx._core",
     ),
+    "recovery": (
+        "pybkx.recovery",
+        "pybkx.client",
+        "pybkx.meta",
+        "pybkx.placement",
+        "pybkx.config",
+        "pybkx.errors",
+        "pybkx._core",
+    ),
     "bookie": ("pybkx.bookie", "pybkx.meta", "pybkx.config", "pybkx.errors", "pybkx._core"),
     "tools": (
         "pybkx.tools",
@@ -49,6 +58,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     ),
     "cli": (
         "pybkx.cli",
+        "pybkx.recovery",
         "pybkx.tools",
         "pybkx.admin",
         "pybkx.bookie",

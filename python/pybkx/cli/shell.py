@@ -17,6 +17,7 @@ from pybkx._core import scan_journal
 from pybkx.cli.shell_bookies import BOOKIE_COMMANDS
 from pybkx.cli.shell_ledgers import LEDGER_COMMANDS
 from pybkx.cli.shell_options import cluster, confirmed, resolve_uri
+from pybkx.cli.shell_recover import RECOVERY_COMMANDS
 
 
 @click.group()
@@ -94,5 +95,5 @@ def readjournal(path: Path) -> None:
     click.echo(f"{kinds.total()} records: {summary}")
 
 
-for _command in (*BOOKIE_COMMANDS, *LEDGER_COMMANDS):
+for _command in (*BOOKIE_COMMANDS, *LEDGER_COMMANDS, *RECOVERY_COMMANDS):
     shell.add_command(_command)
