@@ -7,8 +7,10 @@ unrecoverable, never skipped in silence."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -85,9 +87,16 @@ def assert_replicated(bk: BookKeeper, ledger_id: int, dead: set[str]) -> LedgerM
     return md
 
 
-@pytest.fixture
-def sandbox(tmp_path: Path) -> Iterator[Sandbox]:
-    with Sandbox(4, directory=tmp_path / "sandbox", conf={"zkTimeout": 2000}) as sandbox:
+@pytest.fixture(params=["embedded", "zookeeper"])
+def sandbox(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Sandbox]:
+    """Four bookie processes on the embedded store or on a real ZooKeeper."""
+    zk_uri = None
+    if request.param == "zookeeper":
+        server = request.getfixturevalue("zookeeper_server")
+        zk_uri = f"zk+hierarchical://{server}/recovery-{os.getpid()}-{time.time_ns()}/ledgers"
+    with Sandbox(
+        4, directory=tmp_path / "sandbox", zk_uri=zk_uri, conf={"zkTimeout": 2000}
+    ) as sandbox:
         yield sandbox
 
 
