@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import click
 
+from pybkx.cli.autorecovery import autorecovery_command
 from pybkx.cli.bookie import bookie_command
 from pybkx.cli.demo import demo, storage_demo
 from pybkx.cli.sandbox import sandbox_command
@@ -20,5 +21,13 @@ def main() -> None:
     """pybkx: a replicated log store that speaks Apache BookKeeper's protocol."""
 
 
-for command in (demo, storage_demo, bookie_command, sandbox_command, shell, top_command):
+for command in (
+    demo,
+    storage_demo,
+    bookie_command,
+    autorecovery_command,
+    sandbox_command,
+    shell,
+    top_command,
+):
     main.add_command(command)

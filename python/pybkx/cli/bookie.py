@@ -85,13 +85,17 @@ def bookie_command(
     # Imported here: only running needs the server half of the extension and the HTTP stack.
     from pybkx._core import set_metrics_enabled
     from pybkx.admin import services_for
-    from pybkx.bookie import Bookie, BookieError
+    from pybkx.bookie import Bookie, BookieError, BookieService
+    from pybkx.recovery.service import AutoRecoveryService
 
     # The process runs this one bookie: its configuration decides whether the process's core
     # records latencies at all (BookKeeper's enableStatistics / NullStatsProvider).
     set_metrics_enabled(config.collects_metrics)
     try:
-        code = Bookie(config, services=services_for(config)).run()
+        services: list[BookieService] = list(services_for(config))
+        if config.auto_recovery_daemon_enabled:
+            services.append(AutoRecoveryService())
+        code = Bookie(config, services=services).run()
     except BookieError as exc:
         raise click.ClickException(str(exc)) from None
     sys.exit(code)

@@ -111,9 +111,9 @@ _GROUPS: Final[tuple[tuple[str, tuple[str, ...]], ...]] = (
         ),
     ),
     (
-        "AutoRecovery is not implemented yet: ledgers on a lost bookie are not re-replicated",
+        "AutoRecovery's auditor audits lost bookies only (when registrations change): its "
+        "periodic ledger, placement and replica checks and these tunables do not exist",
         (
-            "autoRecoveryDaemonEnabled",
             "auditorPeriodicCheckInterval",
             "auditorPeriodicBookieCheckInterval",
             "auditorPeriodicPlacementPolicyCheckInterval",
@@ -121,13 +121,9 @@ _GROUPS: Final[tuple[tuple[str, tuple[str, ...]], ...]] = (
             "auditorLedgerVerificationPercentage",
             "auditorMaxNumberOfConcurrentOpenLedgerOperations",
             "auditorAcquireConcurrentOpenLedgerOperationsTimeOutMSec",
-            "lostBookieRecoveryDelay",
-            "openLedgerRereplicationGracePeriod",
             "underreplicatedLedgerRecoveryGracePeriod",
             "lockReleaseOfFailedLedgerGracePeriod",
-            "rwRereplicateBackoffMs",
             "rereplicationEntryBatchSize",
-            "replicationRateByBytes",
             "inFlightReadEntryNumInLedgerChecker",
             "repairedPlacementPolicyNotAdheringBookieEnabled",
             "storeSystemTimeAsLedgerUnderreplicatedMarkTime",

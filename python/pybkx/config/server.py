@@ -200,6 +200,20 @@ class ServerConfig(KeyedConfig):
     )
     """Largest request body the admin HTTP server reads (a pybkx key)."""
 
+    # --- AutoRecovery
+    auto_recovery_daemon_enabled: bool = setting("autoRecoveryDaemonEnabled", False, boolean)
+    """Run the auditor elector and a replication worker in the bookie's process."""
+    lost_bookie_recovery_delay_s: int = setting("lostBookieRecoveryDelay", 0, integer(0))
+    """Seconds before one lost bookie's ledgers are marked (the cluster's stored value wins)."""
+    open_ledger_rereplication_grace_period_ms: int = setting(
+        "openLedgerRereplicationGracePeriod", 30_000, integer(0)
+    )
+    """How long an open ledger whose last segment lost a bookie is left to its writer."""
+    rw_rereplicate_backoff_ms: int = setting("rwRereplicateBackoffMs", 5000, integer(0))
+    """A replication worker's pause after a ledger failed to replicate."""
+    replication_rate_by_bytes: int = setting("replicationRateByBytes", -1, integer(-1))
+    """The most bytes a second a worker copies (-1: no limit)."""
+
     # --- not settings
     extra: Mapping[str, object] = field(
         default_factory=lambda: MappingProxyType({}), hash=False, repr=False

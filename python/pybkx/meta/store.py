@@ -9,10 +9,12 @@ from pybkx.meta.cluster import ClusterAdmin
 from pybkx.meta.coordination import Coordination
 from pybkx.meta.ledgers import LedgerStore
 from pybkx.meta.registration import BookieRegistry
+from pybkx.meta.underreplication import UnderReplication
 
 
-class MetadataStore(ClusterAdmin, LedgerStore, BookieRegistry, Coordination):
-    """Ledger metadata, bookie registration, cookies and coordination for one cluster.
+class MetadataStore(ClusterAdmin, LedgerStore, BookieRegistry, Coordination, UnderReplication):
+    """Ledger metadata, bookie registration, cookies, coordination and under-replication (for
+    AutoRecovery) for one cluster.
 
     All methods are blocking and thread-safe. Errors are ``pybkx.errors`` classes:
     ``MetaStoreException`` (store unreachable or failed; ``ZKException`` on ZooKeeper),

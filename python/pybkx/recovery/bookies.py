@@ -23,7 +23,13 @@ from pybkx.recovery.copy import FragmentUnreadable, copy_fragment
 from pybkx.recovery.fragments import Fragment, fragments_on
 from pybkx.recovery.rate import ByteRate
 
-__all__ = ["RecoveryOptions", "RecoveryReport", "affected_ledgers", "recover_bookies"]
+__all__ = [
+    "RecoveryOptions",
+    "RecoveryReport",
+    "affected_ledgers",
+    "heal_ledger",
+    "recover_bookies",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -218,7 +224,7 @@ def _recover_ledger(
     handle = bk.open_ledger(ledger_id, md.password, recovery=not md.is_closed)
     for attempt in range(1, ATTEMPTS + 1):
         try:
-            _heal(bk, handle, lost, options, report, copied, rate)
+            heal_ledger(bk, handle, lost, options, report, copied, rate)
             if not options.dry_run:
                 report.healed.append(ledger_id)
             return
@@ -230,7 +236,7 @@ def _recover_ledger(
             logger.info("ledger %d: copy failed (%s); trying again", ledger_id, exc)
 
 
-def _heal(
+def heal_ledger(
     bk: BookKeeper,
     handle: ReadHandle,
     lost: frozenset[str],
@@ -239,8 +245,16 @@ def _heal(
     copied: Callable[[int], None],
     rate: ByteRate,
 ) -> None:
+    """Copy and re-point every fragment of the ledger that names a bookie of ``lost``, except
+    an open ledger's last segment (still being written: fence the ledger first to heal it).
+    Adds to ``report``'s planned copies (dry run) or copied entries. Raises
+    FragmentUnreadable, NotEnoughBookiesException, IncorrectParameterException, and the
+    add and metadata errors of a failed copy."""
     md = handle.refresh_metadata()
-    for fragment in fragments_on(handle.ledger_id, md, lost):
+    fragments = fragments_on(handle.ledger_id, md, lost, open_end=True)
+    for fragment in fragments:
+        if not md.is_closed and fragment.first == md.last_segment_start:
+            continue
         replacement = _replacement(bk, md, fragment, lost, options.target)
         if options.dry_run:
             report.planned.append((fragment, replacement))

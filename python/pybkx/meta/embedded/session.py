@@ -81,6 +81,12 @@ CREATE TABLE IF NOT EXISTS bookies (
     owner_boot TEXT NOT NULL,
     mzxid INTEGER NOT NULL
 );
+CREATE TABLE IF NOT EXISTS underreplicated (
+    ledger_id INTEGER PRIMARY KEY,
+    replicas TEXT NOT NULL,
+    ctime_ms INTEGER NOT NULL,
+    version INTEGER NOT NULL
+);
 CREATE TABLE IF NOT EXISTS cookies (
     bookie_id TEXT PRIMARY KEY,
     data BLOB NOT NULL,

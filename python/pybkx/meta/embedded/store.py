@@ -13,9 +13,7 @@ from pybkx import errors
 from pybkx.meta.embedded.ledgers import (
     EmbeddedLedgers,
 )
-from pybkx.meta.embedded.locks import (
-    EmbeddedCoordination,
-)
+from pybkx.meta.embedded.underreplication import EmbeddedUnderReplication
 from pybkx.meta.embedded.watches import (
     EmbeddedWatches,
 )
@@ -29,7 +27,9 @@ logger = logging.getLogger(__name__)
 #                      close survives power loss, like a ZooKeeper write). Tables: ``ledgers``
 #                      (ledger metadata V3 bytes, exactly as the ZooKeeper backend stores them),
 #                      ``bookies`` (registrations), ``cookies``, ``meta`` (instance id, schema
-#                      version) and ``counters`` (the next ledger id, the change counter ``zxid``).
+#                      version, the AutoRecovery switch and delay), ``underreplicated``
+#                      (AutoRecovery's markers) and ``counters`` (the next ledger id, the
+#                      change counter ``zxid``).
 #   dir/locks/         one file per lock or election name, held with ``flock``.
 #   dir/sessions/      one file per session that registered a bookie, held with ``flock``
 #                      while the store is open.
@@ -57,7 +57,9 @@ logger = logging.getLogger(__name__)
 __all__ = ["EmbeddedMetadataStore"]
 
 
-class EmbeddedMetadataStore(EmbeddedLedgers, EmbeddedWatches, EmbeddedCoordination, MetadataStore):
+class EmbeddedMetadataStore(
+    EmbeddedLedgers, EmbeddedWatches, EmbeddedUnderReplication, MetadataStore
+):
     """The metadata store of ``embedded:///abs/dir``: SQLite (WAL) plus lock files there.
 
     Several processes of one machine may open the same directory at once; each store object is

@@ -28,11 +28,14 @@ from pybkx.meta.zookeeper.layout import (
 )
 from pybkx.meta.zookeeper.ledgers import ZkLedgers
 from pybkx.meta.zookeeper.registration import ZkRegistry
+from pybkx.meta.zookeeper.underreplication import ZkUnderReplication
 
 __all__ = ["ZooKeeperMetadataStore"]
 
 
-class ZooKeeperMetadataStore(ZkLedgers, ZkRegistry, ZkCoordination, MetadataStore):
+class ZooKeeperMetadataStore(
+    ZkLedgers, ZkRegistry, ZkCoordination, ZkUnderReplication, MetadataStore
+):
     """Metadata in ZooKeeper, laid out as Apache BookKeeper 4.17 lays it out under the root of
     ``zk+hierarchical://h1:2181;h2:2181/ledgers`` (``zk+longhierarchical``, ``zk+null`` and
     plain ``zk`` too). ``conf``: ``zkTimeout`` (ms, default 10000) is the session timeout, the

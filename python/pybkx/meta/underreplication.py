@@ -1,0 +1,55 @@
+"""The under-replication part of the metadata contract (AutoRecovery's shared state, as
+BookKeeper's ``LedgerUnderreplicationManager``): one marker per under-replicated ledger with
+the bookies it misses, a lock per marker held by the worker copying it (gone with its holder),
+the cluster-wide switch and lost-bookie delay, and the auditor election. Abstract methods only."""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Collection
+
+from pybkx.meta.coordination import Election
+
+
+class UnderReplication(abc.ABC):
+    """Markers, their locks, the replication switch, the auditor election."""
+
+    @abc.abstractmethod
+    def mark_ledger_underreplicated(self, ledger_id: int, missing: Collection[str]) -> None:
+        """Create the ledger's marker, or add ``missing`` bookies to an existing one."""
+
+    @abc.abstractmethod
+    def underreplicated_ledgers(self) -> dict[int, list[str]]:
+        """Every marker: ledger id -> missing bookies."""
+
+    @abc.abstractmethod
+    def lock_underreplicated_ledger(self, ledger_id: int, holder: str) -> int | None:
+        """Take the marker's lock for ``holder`` (released when the holder's session ends);
+        the marker's version, or None when the marker is gone or another holds its lock."""
+
+    @abc.abstractmethod
+    def release_underreplicated_ledger(self, ledger_id: int) -> None:
+        """Release a lock this session holds (the marker stays). Idempotent."""
+
+    @abc.abstractmethod
+    def mark_ledger_replicated(self, ledger_id: int, version: int) -> bool:
+        """Delete the marker if it is still at ``version`` (a re-mark meanwhile keeps it) and
+        release its lock. True when the marker was deleted."""
+
+    @abc.abstractmethod
+    def replication_enabled(self) -> bool:
+        """False while an operator disabled AutoRecovery (BookKeeper's ``disable`` node)."""
+
+    @abc.abstractmethod
+    def set_replication_enabled(self, enabled: bool) -> None: ...
+
+    @abc.abstractmethod
+    def lost_bookie_recovery_delay(self) -> int | None:
+        """Seconds the auditor waits before auditing one lost bookie; None when never set."""
+
+    @abc.abstractmethod
+    def set_lost_bookie_recovery_delay(self, seconds: int) -> None: ...
+
+    @abc.abstractmethod
+    def auditor_election(self, bookie_id: str) -> Election:
+        """The election of the cluster's one auditor, contending as ``bookie_id``."""

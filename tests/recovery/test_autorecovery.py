@@ -1,0 +1,172 @@
+"""AutoRecovery with real bookie processes that run it (``autoRecoveryDaemonEnabled=true``), on
+the embedded store and on a real ZooKeeper: the auditor's own bookie is killed for good, another
+bookie takes over as auditor, and every ledger it held (closed, and open with a live writer, fenced
+after the grace period) ends up on Qw live bookies of each write set with no marker left. Also
+the under-replication contract on both stores, and its ZooKeeper layout as BookKeeper's."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from kazoo.client import KazooClient
+from recovery_helpers import FAST, assert_replicated, create_on
+
+from pybkx import errors
+from pybkx.client import BookKeeper
+from pybkx.meta import MetadataStore, open_metadata_store
+from pybkx.tools.sandbox import Sandbox
+
+pytestmark = pytest.mark.integration
+
+AUTORECOVERY = {
+    "zkTimeout": 2000,
+    "autoRecoveryDaemonEnabled": True,
+    "openLedgerRereplicationGracePeriod": 1000,
+    "rwRereplicateBackoffMs": 500,
+}
+
+
+def zk_uri(server: str, name: str) -> str:
+    return f"zk+hierarchical://{server}/{name}-{os.getpid()}-{time.time_ns()}/ledgers"
+
+
+def wait_for(what: str, check: Callable[[], bool], timeout_s: float = 90.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout_s} s: {what}")
+        time.sleep(0.2)
+
+
+@pytest.fixture(params=["embedded", "zookeeper"])
+def cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Sandbox]:
+    """Four bookies running AutoRecovery."""
+    uri = None
+    if request.param == "zookeeper":
+        uri = zk_uri(request.getfixturevalue("zookeeper_server"), "autorecovery")
+    with Sandbox(4, directory=tmp_path / "sandbox", zk_uri=uri, conf=AUTORECOVERY) as sandbox:
+        yield sandbox
+
+
+def test_a_killed_auditor_is_replaced_and_its_ledgers_heal(cluster: Sandbox) -> None:
+    with BookKeeper(cluster.metadata_uri, **FAST) as bk:
+        store = bk.store
+        election = store.auditor_election("test-observer")
+        wait_for("an auditor", lambda: election.leader() is not None)
+        auditor = election.leader()
+        assert auditor in cluster.bookie_addresses
+
+        closed = create_on(bk, (3, 2, 2), {auditor}, 1500)
+        closed.close()
+        whole = create_on(bk, (3, 3, 3), {auditor}, 300)
+        whole.close()
+        open_ledger = create_on(bk, (3, 2, 2), {auditor}, 200)
+        ids = [closed.ledger_id, whole.ledger_id, open_ledger.ledger_id]
+
+        cluster.kill_bookie(cluster.bookie_addresses.index(bk.address_of(auditor)))
+        wait_for("a new auditor", lambda: election.leader() not in (None, auditor))
+
+        def healed() -> bool:
+            names = {
+                b
+                for i in ids
+                for ens in store.read_ledger_metadata(i).value.ensembles.values()
+                for b in ens
+            }
+            return auditor not in names and not store.underreplicated_ledgers()
+
+        wait_for("every ledger healed and unmarked", healed)
+        for ledger_id in ids:
+            assert_replicated(bk, ledger_id, {auditor})
+        # The open ledger was fenced once its grace period ended: its writer is stopped.
+        with pytest.raises((errors.LedgerFencedException, errors.LedgerClosedException)):
+            open_ledger.append(b"late")
+        assert store.read_ledger_metadata(open_ledger.ledger_id).value.last_entry_id == 199
+
+
+def contract_store(request: pytest.FixtureRequest, tmp_path: Path) -> MetadataStore:
+    if request.param == "zookeeper":
+        uri = zk_uri(request.getfixturevalue("zookeeper_server"), "underreplication")
+    else:
+        uri = f"embedded://{tmp_path / 'metadata'}"
+    store = open_metadata_store(uri)
+    store.init_new_cluster()
+    return store
+
+
+@pytest.fixture(params=["embedded", "zookeeper"])
+def stores(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> Iterator[tuple[MetadataStore, MetadataStore]]:
+    """Two sessions of one store (as two nodes would hold)."""
+    first = contract_store(request, tmp_path)
+    second = open_metadata_store(first.uri)
+    try:
+        yield first, second
+    finally:
+        second.close()
+        first.close()
+
+
+def test_markers_merge_lock_and_survive_a_re_mark(
+    stores: tuple[MetadataStore, MetadataStore],
+) -> None:
+    a, b = stores
+    a.mark_ledger_underreplicated(7, ["b1:3181"])
+    a.mark_ledger_underreplicated(7, ["b2:3181", "b1:3181"])
+    a.mark_ledger_underreplicated(2**40 + 5, ["b3:3181"])
+    assert b.underreplicated_ledgers() == {7: ["b1:3181", "b2:3181"], 2**40 + 5: ["b3:3181"]}
+
+    version = a.lock_underreplicated_ledger(7, "node-a")
+    assert version is not None
+    assert b.lock_underreplicated_ledger(7, "node-b") is None  # held by a
+    # A re-mark while a copies makes a's version stale: the marker stays.
+    b.mark_ledger_underreplicated(7, ["b4:3181"])
+    assert not a.mark_ledger_replicated(7, version)
+    version = b.lock_underreplicated_ledger(7, "node-b")  # a's lock went with its mark attempt
+    assert version is not None
+    assert b.mark_ledger_replicated(7, version)
+    assert list(a.underreplicated_ledgers()) == [2**40 + 5]
+    assert a.lock_underreplicated_ledger(7, "node-a") is None  # no marker, no lock
+
+    # A holder that goes away frees its locks.
+    assert b.lock_underreplicated_ledger(2**40 + 5, "node-b") is not None
+    b.close()
+    assert a.lock_underreplicated_ledger(2**40 + 5, "node-a") is not None
+
+    assert a.replication_enabled()
+    a.set_replication_enabled(False)
+    assert not a.replication_enabled()
+    a.set_replication_enabled(True)
+    assert a.lost_bookie_recovery_delay() is None
+    a.set_lost_bookie_recovery_delay(45)
+    assert a.lost_bookie_recovery_delay() == 45
+
+
+def test_zookeeper_markers_are_in_bookkeepers_layout(zookeeper_server: str) -> None:
+    uri = zk_uri(zookeeper_server, "layout")
+    root = uri.split(zookeeper_server, 1)[1]
+    with open_metadata_store(uri) as store:
+        store.init_new_cluster()
+        store.mark_ledger_underreplicated(1, ["10.0.0.1:3181", "10.0.0.2:3181"])
+        store.set_replication_enabled(False)
+        store.set_lost_bookie_recovery_delay(30)
+        zk = KazooClient(hosts=zookeeper_server)
+        zk.start(timeout=10)
+        try:
+            base = f"{root}/underreplication"
+            data, _ = zk.get(f"{base}/ledgers/0000/0000/0000/0001/urL0000000001")
+            text = data.decode()
+            assert 'replica: "10.0.0.1:3181"\nreplica: "10.0.0.2:3181"\nctime: ' in text
+            assert zk.get(f"{base}/LAYOUT")[0] == b'type: "BASIC"\nversion: 1\n'
+            assert zk.exists(f"{base}/disable")
+            assert zk.get(f"{base}/lostBookieRecoveryDelay")[0] == b"30"
+            assert store.lock_underreplicated_ledger(1, "me:3181") is not None
+            assert zk.get(f"{base}/locks/urL0000000001")[0] == b'bookieId: "me:3181"\n'
+        finally:
+            zk.stop()
+            zk.close()
