@@ -197,3 +197,33 @@ def test_a_body_over_the_limit_is_refused_before_it_is_read(cluster: Sandbox) ->
         )
         status_line = sock.makefile("rb").readline()
     assert status_line.split()[1] == b"413", status_line
+
+
+def test_autorecovery_endpoints(cluster: Sandbox) -> None:
+    path = "/api/v1/autorecovery/list_under_replicated_ledger"
+    assert api(cluster, "GET", path).status == 404  # nothing marked
+    store = cluster.metadata_store
+    store.mark_ledger_underreplicated(901, ["10.1.1.1:3181"])
+    store.mark_ledger_underreplicated(902, ["10.1.1.2:3181"])
+    try:
+        assert api(cluster, "GET", path).json() == [901, 902]
+        assert api(cluster, "GET", path + "?missingreplica=10.1.1.2:3181").json() == [902]
+        assert api(cluster, "GET", path + "?excludingmissingreplica=10.1.1.2:3181").json() == [901]
+        assert api(cluster, "GET", path + "?printmissingreplica=true").json() == {
+            "901": ["10.1.1.1:3181"],
+            "902": ["10.1.1.2:3181"],
+        }
+    finally:
+        for ledger_id in (901, 902):
+            version = store.lock_underreplicated_ledger(ledger_id, "test")
+            assert version is not None
+            store.mark_ledger_replicated(ledger_id, version)
+
+    delay = "/api/v1/autorecovery/lost_bookie_recovery_delay"
+    assert api(cluster, "PUT", delay, b'{"delay_seconds": 12}').status == 200
+    assert "lostBookieRecoveryDelay value: 12" in api(cluster, "GET", delay).text
+    assert store.lost_bookie_recovery_delay() == 12
+    error_of(api(cluster, "PUT", delay, b'{"delay_seconds": -1}'), 400)
+    error_of(api(cluster, "PUT", delay, b"[1]"), 400)
+    # No AutoRecovery runs in this cluster: no auditor.
+    assert api(cluster, "GET", "/api/v1/autorecovery/who_is_auditor").status == 404

@@ -129,7 +129,6 @@ def ledger_routes(ctx: AdminContext) -> dict[str, Handler]:
         out["ClusterInfo: "] = f"{{Free: {format_bytes(free)}, Total: {format_bytes(total)}}}"
         return Response(200, out)
 
-    # The AutoRecovery endpoints (/api/v1/autorecovery/*) join these once recovery exists.
     return {
         "/api/v1/ledger/list": ledger_list,
         "/api/v1/ledger/metadata": ledger_metadata,

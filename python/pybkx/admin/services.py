@@ -10,6 +10,7 @@ from __future__ import annotations
 import abc
 import logging
 
+from pybkx.admin.api_autorecovery import autorecovery_routes
 from pybkx.admin.api_bookie import bookie_routes
 from pybkx.admin.api_ledgers import ledger_routes
 from pybkx.admin.context import AdminContext
@@ -96,7 +97,7 @@ class AdminHttpService(_HttpService):
         return config.http_server_host, config.http_server_port
 
     def _routes(self, ctx: AdminContext) -> Router:
-        routes = {**bookie_routes(ctx), **ledger_routes(ctx)}
+        routes = {**bookie_routes(ctx), **ledger_routes(ctx), **autorecovery_routes(ctx)}
         return Router(routes, ctx.bookie.config.http_server_max_request_bytes)
 
 

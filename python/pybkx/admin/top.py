@@ -81,8 +81,8 @@ class ClusterTargets:
         self.header["bookies"] = f"{len(store.writable_bookies())} writable, {len(ro)} read-only"
         if time.monotonic() - self._counted_at >= LEDGER_COUNT_EVERY_S:
             self.header["ledgers"] = f"{sum(1 for _ in store.list_ledgers()):,}"
+            self.header["under-replicated"] = f"{len(store.underreplicated_ledgers()):,}"
             self._counted_at = time.monotonic()
-        self.header["under-replicated"] = "n/a (no AutoRecovery yet)"
         return found
 
 
