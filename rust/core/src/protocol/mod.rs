@@ -4,6 +4,7 @@
 
 pub mod frame;
 pub mod v2;
+pub mod v3;
 
 pub use frame::{looks_like_v3, take_frame, OutFrames};
 
@@ -138,8 +139,8 @@ pub enum ProtocolError {
     },
     #[error("unknown V2 opcode {0}")]
     UnknownOpcode(u8),
-    #[error("V3 (protobuf) frames are not supported; use useV2WireProtocol=true")]
-    V3NotSupported,
+    #[error("malformed V3 (protobuf) message: {0}")]
+    BadV3Message(String),
     #[error("malformed auth message: {0}")]
     BadAuthMessage(&'static str),
 }

@@ -25,7 +25,7 @@ use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch};
 
 use super::outbox::{Outbox, Reply, Slot, Timed, Usage};
-use super::{v2, ServerStats, Shared};
+use super::{v2, v3, ServerStats, Shared};
 use crate::net::write_all_chunks;
 use crate::protocol::{self, OutFrames, ProtocolError};
 
@@ -60,7 +60,6 @@ pub(super) async fn serve_connection(
         peer,
     ));
     let mut buf = BytesMut::with_capacity(64 * 1024);
-    let mut first_frame = true;
     let mut stopping = false;
     // When the bytes in `buf` arrived: one clock read per socket read, shared by its frames.
     let mut received = None;
@@ -85,12 +84,14 @@ pub(super) async fn serve_connection(
             }
             match protocol::take_frame(&mut buf, shared.cfg.max_frame_size) {
                 Ok(Some(body)) => {
-                    if first_frame && protocol::looks_like_v3(&body) {
-                        close_for(&shared, peer, &ProtocolError::V3NotSupported);
-                        break 'conn;
-                    }
-                    first_frame = false;
-                    if let Err(e) = v2::handle_frame(body, &outbox, received) {
+                    // Each frame says its version, as the Java bookie decodes it: a V2 client
+                    // sends WRITE_LAC and GET_BOOKIE_INFO as V3 frames on its V2 connection.
+                    let handled = if protocol::looks_like_v3(&body) {
+                        v3::handle_frame(body, &outbox, received)
+                    } else {
+                        v2::handle_frame(body, &outbox, received)
+                    };
+                    if let Err(e) = handled {
                         close_for(&shared, peer, &e);
                         break 'conn;
                     }

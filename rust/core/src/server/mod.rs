@@ -13,6 +13,7 @@ mod dispatch;
 mod listener;
 mod outbox;
 mod v2;
+mod v3;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

@@ -11,11 +11,13 @@ use tokio::sync::{mpsc, Notify};
 
 use super::Shared;
 use crate::protocol::v2::Response as V2Response;
+use crate::protocol::v3::{OperationType, Response as V3Response};
 use crate::protocol::{self, OutFrames};
 
 /// A response on its way to the writer, in the protocol version of its request.
 pub(super) enum Reply {
     V2(V2Response),
+    V3(V3Response),
 }
 
 /// When a request was decoded (None with metrics off) and whether it fences, so that its
@@ -45,6 +47,7 @@ impl Reply {
     pub(super) fn wire_len(&self) -> usize {
         match self {
             Reply::V2(r) => r.wire_len(),
+            Reply::V3(r) => r.wire_len(),
         }
     }
 
@@ -54,6 +57,11 @@ impl Reply {
             Reply::V2(V2Response::Add { .. }) => Slot::Add,
             Reply::V2(V2Response::Read { .. } | V2Response::BatchRead { .. }) => Slot::Read,
             Reply::V2(V2Response::Auth { .. }) => Slot::None,
+            Reply::V3(r) => match OperationType::try_from(r.operation()) {
+                Ok(OperationType::AddEntry) => Slot::Add,
+                Ok(OperationType::ReadEntry) => Slot::Read,
+                _ => Slot::None,
+            },
         }
     }
 
@@ -66,6 +74,7 @@ impl Reply {
                 | V2Response::BatchRead { rc, .. },
             ) => *rc == crate::protocol::rc::EOK,
             Reply::V2(V2Response::Auth { .. }) => true,
+            Reply::V3(r) => r.succeeded(),
         }
     }
 
@@ -77,6 +86,7 @@ impl Reply {
     pub(super) fn encode(&self, out: &mut OutFrames) {
         match self {
             Reply::V2(r) => protocol::v2::encode_response(r, out),
+            Reply::V3(r) => protocol::v3::encode_response(r, out),
         }
     }
 }

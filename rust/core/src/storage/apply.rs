@@ -46,11 +46,19 @@ impl Applier for Shared {
                         idx.touch_meta(*ledger);
                     }
                 }
-                JournalOp::Entry { ledger, entry, .. } => {
+                JournalOp::Entry {
+                    ledger,
+                    entry,
+                    data,
+                } => {
                     let Some(at) = locs.next() else {
                         return Err(StorageError::Corruption("entry log lost a location".into()));
                     };
                     idx.set_location(*ledger, *entry, at, &no_key);
+                    if let Some(lac) = piggybacked_lac(data) {
+                        let st = idx.get_or_create(*ledger, &no_key);
+                        st.max_lac = st.max_lac.max(lac);
+                    }
                 }
                 JournalOp::Fence { ledger } => {
                     let st = idx.get_or_create(*ledger, &no_key);
@@ -70,4 +78,12 @@ impl Applier for Shared {
         }
         Ok(())
     }
+}
+
+/// The LAC an entry carries in its header (ledger id, entry id, LAC, ...), if it has one.
+pub(crate) fn piggybacked_lac(entry: &[u8]) -> Option<i64> {
+    let field = entry.get(16..24)?;
+    let mut lac = [0u8; 8];
+    lac.copy_from_slice(field);
+    Some(i64::from_be_bytes(lac))
 }

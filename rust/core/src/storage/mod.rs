@@ -352,6 +352,20 @@ impl LedgerStorage {
             .submit(JournalOp::Delete { ledger }, None, done)
     }
 
+    /// Total and free bytes of the ledger directories' file systems, summed per directory (as
+    /// BookKeeper's GET_BOOKIE_INFO reports them).
+    pub fn disk_usage(&self) -> Result<crate::fs::DiskUsage> {
+        let mut sum = crate::fs::DiskUsage {
+            total_bytes: 0,
+            free_bytes: 0,
+        };
+        for state in self.inner.shared.entrylog.dirs().states()? {
+            sum.total_bytes += state.usage.total_bytes;
+            sum.free_bytes += state.usage.free_bytes;
+        }
+        Ok(sum)
+    }
+
     /// Reads one entry; `LAST_ENTRY` reads the highest stored one.
     pub fn read_entry(&self, ledger: u64, entry: u64) -> Result<Bytes> {
         self.inner.check_open()?;
@@ -509,6 +523,39 @@ impl LedgerStorage {
             .get(&ledger)
             .ok_or(StorageError::NoLedger(ledger))?
             .fenced)
+    }
+
+    /// Every entry id of the ledger this bookie stores, ascending (GET_LIST_OF_ENTRIES_OF_LEDGER).
+    pub fn entry_ids(&self, ledger: u64) -> Result<Vec<u64>> {
+        let idx = self.inner.shared.index.read();
+        Ok(idx
+            .ledgers
+            .get(&ledger)
+            .ok_or(StorageError::NoLedger(ledger))?
+            .entry_ids())
+    }
+
+    /// The highest LAC the ledger's entries on this bookie carry (BookKeeper's
+    /// `readLastAddConfirmed`): tracked as entries are applied, else the last entry's. Raises
+    /// NoLedger, NoEntry (a ledger with no entry here).
+    pub fn last_add_confirmed(&self, ledger: u64) -> Result<i64> {
+        {
+            let idx = self.inner.shared.index.read();
+            let st = idx
+                .ledgers
+                .get(&ledger)
+                .ok_or(StorageError::NoLedger(ledger))?;
+            if st.max_lac >= 0 {
+                return Ok(st.max_lac);
+            }
+        }
+        let last = self.read_entry(ledger, LAST_ENTRY)?;
+        let lac = apply::piggybacked_lac(&last).unwrap_or(-1);
+        let mut idx = self.inner.shared.index.write();
+        if let Some(st) = idx.ledgers.get_mut(&ledger) {
+            st.max_lac = st.max_lac.max(lac);
+        }
+        Ok(lac)
     }
 
     pub fn explicit_lac(&self, ledger: u64) -> Result<Option<Bytes>> {

@@ -56,6 +56,11 @@ pub struct EntryLogger {
 }
 
 impl EntryLogger {
+    /// The ledger directories the logs are written to.
+    pub fn dirs(&self) -> &LedgerDirs {
+        &self.dirs
+    }
+
     /// Opens the entry logs of `dirs`. New logs get ids above every existing one; the first log
     /// is created on the first append.
     pub fn open(dirs: Arc<LedgerDirs>, size_limit: u64, write_buffer: usize) -> Result<Self> {

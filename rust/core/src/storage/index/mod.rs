@@ -53,6 +53,9 @@ pub struct LedgerState {
     /// The fence has been journalled and applied: a fencing read need not wait.
     pub fence_durable: bool,
     pub explicit_lac: Option<Bytes>,
+    /// The highest LAC piggy-backed by an entry applied since the bookie started (-1: none
+    /// yet; after a restart, the last entry's header gives it). Not persisted.
+    pub max_lac: i64,
     pages: BTreeMap<u64, Box<Page>>,
     /// Entries changed since the last checkpoint, as an inclusive range.
     dirty: Option<(u64, u64)>,
@@ -65,6 +68,7 @@ impl LedgerState {
             fenced: false,
             fence_durable: false,
             explicit_lac: None,
+            max_lac: -1,
             pages: BTreeMap::new(),
             dirty: None,
         }
@@ -92,6 +96,19 @@ impl LedgerState {
             None => (entry, entry),
             Some((lo, hi)) => (lo.min(entry), hi.max(entry)),
         });
+    }
+
+    /// Every stored entry id, ascending.
+    pub fn entry_ids(&self) -> Vec<u64> {
+        let mut ids = Vec::new();
+        for (pno, page) in &self.pages {
+            for (slot, loc) in page.locs.iter().enumerate() {
+                if *loc != 0 {
+                    ids.push((pno << PAGE_BITS) + slot as u64);
+                }
+            }
+        }
+        ids
     }
 
     /// Highest stored entry id.

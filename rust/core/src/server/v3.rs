@@ -1,0 +1,524 @@
+//! V3 requests on the server: decode the protobuf request, admit it (in-flight limits,
+//! read-only), hand it to the version-neutral [`dispatch`](super::dispatch) or the storage's
+//! per-ledger state, and answer with a V3 response echoing the request's operation and
+//! transaction id. Every operation the 4.17 bookie serves over V3 is answered here.
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+
+use super::dispatch::{self, status_of, Add};
+use super::outbox::{Outbox, Reply, Slot, Timed};
+use crate::protocol::v3::{
+    decode_request, pb, response_header, BkPacketHeader, OperationType, Response,
+};
+use crate::protocol::{ProtocolError, Status, AUTH_DISABLED_PLUGIN};
+use crate::storage::LAST_ENTRY;
+
+/// The longest a long-poll read waits, whatever the request asks (BookKeeper bounds it by the
+/// client's timeout; a bound here keeps a misbehaving client from parking requests forever).
+const MAX_LONG_POLL: Duration = Duration::from_secs(120);
+/// How often a long-poll read looks at the ledger's LAC while it waits.
+const LONG_POLL_TICK: Duration = Duration::from_millis(2);
+
+fn send(outbox: &Outbox, r: Response, timed: Timed) {
+    outbox.send(Reply::V3(r), timed);
+}
+
+fn msg(r: pb::Response) -> Response {
+    Response::Message(Box::new(r))
+}
+
+/// A response carrying only the header and the status (unknown or malformed operations).
+fn bare(header: &BkPacketHeader, status: Status) -> Response {
+    msg(pb::Response {
+        header: response_header(header),
+        status: status.v3_code() as i32,
+        ..Default::default()
+    })
+}
+
+/// Decodes one V3 frame that arrived at `received` (None with metrics off) and runs it. A
+/// frame that does not decode closes the connection, as the Java bookie's decoder does.
+pub(super) fn handle_frame(
+    body: Bytes,
+    outbox: &Outbox,
+    received: Option<Instant>,
+) -> Result<(), ProtocolError> {
+    let req = decode_request(body)?;
+    handle(req, outbox, received);
+    Ok(())
+}
+
+fn handle(req: pb::Request, outbox: &Outbox, received: Option<Instant>) {
+    let header = req.header;
+    let op = OperationType::try_from(header.operation).ok();
+    match op {
+        Some(OperationType::AddEntry) => match req.add_request {
+            Some(add) => add_entry(header, add, outbox, received),
+            None => send(outbox, bare(&header, Status::BadRequest), Timed::default()),
+        },
+        Some(OperationType::ReadEntry) => match req.read_request {
+            Some(read) => read_entry(header, read, outbox, received),
+            None => send(outbox, bare(&header, Status::BadRequest), Timed::default()),
+        },
+        Some(OperationType::ReadLac) => match req.read_lac_request {
+            Some(r) => read_lac(header, r.ledger_id, outbox),
+            None => send(outbox, bare(&header, Status::BadRequest), Timed::default()),
+        },
+        Some(OperationType::WriteLac) => match req.write_lac_request {
+            Some(r) => write_lac(header, r, outbox),
+            None => send(outbox, bare(&header, Status::BadRequest), Timed::default()),
+        },
+        Some(OperationType::GetBookieInfo) => {
+            bookie_info(header, req.get_bookie_info_request, outbox)
+        }
+        Some(OperationType::ForceLedger) => match req.force_ledger_request {
+            Some(r) => force_ledger(header, r.ledger_id, outbox),
+            None => send(outbox, bare(&header, Status::BadRequest), Timed::default()),
+        },
+        Some(OperationType::GetListOfEntriesOfLedger) => {
+            match req.get_list_of_entries_of_ledger_request {
+                Some(r) => list_entries(header, r.ledger_id, outbox),
+                None => send(outbox, bare(&header, Status::BadRequest), Timed::default()),
+            }
+        }
+        Some(OperationType::Auth) => {
+            outbox.shared().stats.auth_requests.inc();
+            let r = pb::Response {
+                header: response_header(&header),
+                status: Status::Ok.v3_code() as i32,
+                auth_response: Some(pb::AuthMessage {
+                    auth_plugin_name: AUTH_DISABLED_PLUGIN.to_string(),
+                    payload: Bytes::new(),
+                }),
+                ..Default::default()
+            };
+            send(outbox, msg(r), Timed::default());
+        }
+        // TLS is not configured on a pybkx bookie: BookKeeper answers EBADREQ then.
+        Some(OperationType::StartTls) => {
+            log::debug!("START_TLS requested, but TLS is not configured");
+            send(outbox, bare(&header, Status::BadRequest), Timed::default());
+        }
+        // RANGE_*, BATCH_READ_ENTRY over V3, unknown operations.
+        _ => send(outbox, bare(&header, Status::BadRequest), Timed::default()),
+    }
+}
+
+fn add_entry(
+    header: BkPacketHeader,
+    add: pb::AddRequest,
+    outbox: &Outbox,
+    received: Option<Instant>,
+) {
+    let shared = outbox.shared();
+    let timed = Timed::at(received, false);
+    let (ledger, entry) = (add.ledger_id, add.entry_id);
+    let rh = response_header(&header);
+    let reply = move |status: Status| {
+        msg(pb::Response {
+            header: rh,
+            status: status.v3_code() as i32,
+            add_response: Some(pb::AddResponse {
+                status: status.v3_code() as i32,
+                ledger_id: ledger,
+                entry_id: entry,
+            }),
+            ..Default::default()
+        })
+    };
+    if !outbox.admit(Slot::Add) {
+        return send(outbox, reply(Status::TooManyRequests), timed);
+    }
+    let high_priority = header.priority.unwrap_or(0) > 0;
+    if shared.read_only.load(std::sync::atomic::Ordering::Relaxed) && !high_priority {
+        return send(outbox, reply(Status::ReadOnly), timed);
+    }
+    if ledger < 0 || entry < 0 {
+        return send(outbox, reply(Status::BadRequest), timed);
+    }
+    let recovery = add.flag == Some(pb::add_request::Flag::RecoveryAdd as i32);
+    let add = Add {
+        ledger: ledger as u64,
+        entry: entry as u64,
+        master_key: add.master_key,
+        body: add.body,
+        recovery,
+    };
+    dispatch::add_entry(shared, add, || {
+        let outbox = outbox.clone();
+        Box::new(move |status| {
+            outbox
+                .shared()
+                .stats
+                .add_entry
+                .record_since(status == Status::Ok, timed.received);
+            send(&outbox, reply(status), timed)
+        })
+    });
+}
+
+fn read_entry(
+    header: BkPacketHeader,
+    read: pb::ReadRequest,
+    outbox: &Outbox,
+    received: Option<Instant>,
+) {
+    let shared = outbox.shared();
+    let fence = read.flag == Some(pb::read_request::Flag::FenceLedger as i32);
+    let piggyback = read.flag == Some(pb::read_request::Flag::EntryPiggyback as i32);
+    let timed = Timed::at(received, fence);
+    let (ledger, entry) = (read.ledger_id, read.entry_id);
+    let rh = response_header(&header);
+    let failed = {
+        move |status: Status| Response::Read {
+            header: rh,
+            status,
+            ledger,
+            entry,
+            body: Bytes::new(),
+            max_lac: None,
+        }
+    };
+    if !outbox.admit(Slot::Read) {
+        return send(outbox, failed(Status::TooManyRequests), timed);
+    }
+    if let Some(previous) = read.previous_lac {
+        let wait =
+            Duration::from_millis(read.time_out.unwrap_or(0).max(0) as u64).min(MAX_LONG_POLL);
+        return long_poll(rh, ledger, entry, previous, piggyback, wait, outbox, timed);
+    }
+    let storage = shared.storage.clone();
+    let out = outbox.clone();
+    dispatch::run_read(
+        shared,
+        ledger,
+        fence.then_some(read.master_key),
+        move || {
+            let body = dispatch::read_entry(&storage, ledger, entry)?;
+            // A fencing read answers the entry alone; a plain one adds the bookie's LAC.
+            let lac = if fence {
+                None
+            } else {
+                storage.last_add_confirmed(ledger as u64).ok()
+            };
+            Ok((body, lac))
+        },
+        Box::new(move |r: Result<(Bytes, Option<i64>), Status>| {
+            let stats = &out.shared().stats;
+            stats.read_entry.record_since(r.is_ok(), timed.received);
+            if entry == -1 && matches!(r, Err(Status::NoEntry)) {
+                stats.read_last_entry_noentry_error.inc();
+            }
+            let response = match r {
+                Ok((body, max_lac)) => Response::Read {
+                    header: rh,
+                    status: Status::Ok,
+                    ledger,
+                    entry,
+                    body,
+                    max_lac,
+                },
+                Err(status) => failed(status),
+            };
+            send(&out, response, timed)
+        }),
+    );
+}
+
+/// A long-poll read (BookKeeper's `readLacLongPoll`): answered once the ledger's LAC on this
+/// bookie passes `previous`, or when `wait` ends, with the LAC then known and (with entry
+/// piggy-back) the entry after `previous`.
+#[allow(clippy::too_many_arguments)]
+fn long_poll(
+    rh: BkPacketHeader,
+    ledger: i64,
+    entry: i64,
+    previous: i64,
+    piggyback: bool,
+    wait: Duration,
+    outbox: &Outbox,
+    timed: Timed,
+) {
+    if ledger < 0 || (piggyback && entry != -1) {
+        let status = if ledger < 0 {
+            Status::NoLedger
+        } else {
+            Status::BadRequest
+        };
+        return send(
+            outbox,
+            long_poll_answer(rh, ledger, entry, Err(status)),
+            timed,
+        );
+    }
+    let out = outbox.clone();
+    tokio::spawn(async move {
+        let storage = out.shared().storage.clone();
+        let deadline = tokio::time::Instant::now() + wait;
+        let known = loop {
+            match storage.last_add_confirmed(ledger as u64) {
+                Ok(lac) if lac > previous => break Ok(lac),
+                Ok(lac) if tokio::time::Instant::now() >= deadline => break Ok(lac),
+                Err(e) if !matches!(status_of(&e), Status::NoEntry) => break Err(status_of(&e)),
+                Err(_) if tokio::time::Instant::now() >= deadline => break Ok(-1),
+                _ => {}
+            }
+            tokio::time::sleep(LONG_POLL_TICK).await;
+        };
+        let answer = match known {
+            Err(status) => Err(status),
+            Ok(lac) if piggyback && lac > previous => {
+                let next = previous + 1;
+                match dispatch::read_entry(&storage, ledger, next) {
+                    Ok(body) => Ok((next, body, lac)),
+                    // Best effort, as BookKeeper's: a striped ledger's next entry may be elsewhere.
+                    Err(_) => Ok((entry, Bytes::new(), lac)),
+                }
+            }
+            Ok(lac) if piggyback => Ok((entry, Bytes::new(), lac)),
+            Ok(lac) => dispatch::read_entry(&storage, ledger, entry).map(|b| (entry, b, lac)),
+        };
+        let stats = &out.shared().stats;
+        stats
+            .read_entry
+            .record_since(answer.is_ok(), timed.received);
+        send(&out, long_poll_answer(rh, ledger, entry, answer), timed);
+    });
+}
+
+fn long_poll_answer(
+    rh: BkPacketHeader,
+    ledger: i64,
+    entry: i64,
+    answer: Result<(i64, Bytes, i64), Status>,
+) -> Response {
+    match answer {
+        Ok((entry, body, lac)) => Response::Read {
+            header: rh,
+            status: Status::Ok,
+            ledger,
+            entry,
+            body,
+            max_lac: Some(lac),
+        },
+        Err(status) => Response::Read {
+            header: rh,
+            status,
+            ledger,
+            entry,
+            body: Bytes::new(),
+            max_lac: None,
+        },
+    }
+}
+
+fn read_lac(header: BkPacketHeader, ledger: i64, outbox: &Outbox) {
+    let storage = &outbox.shared().storage;
+    let mut r = pb::ReadLacResponse {
+        status: Status::Ok.v3_code() as i32,
+        ledger_id: ledger,
+        lac_body: None,
+        last_entry_body: None,
+    };
+    // BookKeeper answers ENOENTRY for a ledger it does not know, as for one without entries.
+    let status = if ledger < 0 {
+        Status::NoEntry
+    } else {
+        match storage.explicit_lac(ledger as u64) {
+            Err(_) => Status::NoEntry,
+            Ok(explicit) => {
+                r.lac_body = explicit;
+                match storage.read_entry(ledger as u64, LAST_ENTRY) {
+                    Ok(last) => {
+                        r.last_entry_body = Some(last);
+                        Status::Ok
+                    }
+                    Err(_) if r.lac_body.is_some() => Status::Ok,
+                    Err(e) => status_of(&e),
+                }
+            }
+        }
+    };
+    r.status = status.v3_code() as i32;
+    let response = pb::Response {
+        header: response_header(&header),
+        status: status.v3_code() as i32,
+        read_lac_response: Some(r),
+        ..Default::default()
+    };
+    send(outbox, msg(response), Timed::default());
+}
+
+fn write_lac(header: BkPacketHeader, req: pb::WriteLacRequest, outbox: &Outbox) {
+    let shared = outbox.shared();
+    let ledger = req.ledger_id;
+    let rh = response_header(&header);
+    let reply = move |status: Status| {
+        msg(pb::Response {
+            header: rh,
+            status: status.v3_code() as i32,
+            write_lac_response: Some(pb::WriteLacResponse {
+                status: status.v3_code() as i32,
+                ledger_id: ledger,
+            }),
+            ..Default::default()
+        })
+    };
+    if shared.read_only.load(std::sync::atomic::Ordering::Relaxed) {
+        return send(outbox, reply(Status::ReadOnly), Timed::default());
+    }
+    // The body is the writer's packaged LAC (ledger id, LAC, digest): BookKeeper reads the LAC
+    // out of it and answers EBADREQ when it cannot.
+    if ledger < 0 || req.body.len() < 16 {
+        return send(outbox, reply(Status::BadRequest), Timed::default());
+    }
+    let out = outbox.clone();
+    let reply2 = reply;
+    let done = Box::new(move |r: crate::error::Result<()>| {
+        let status = r.map_or_else(|e| status_of(&e), |_| Status::Ok);
+        send(&out, reply2(status), Timed::default());
+    });
+    if let Err(e) = shared
+        .storage
+        .set_explicit_lac(ledger as u64, &req.master_key, req.body, done)
+    {
+        send(outbox, reply(status_of(&e)), Timed::default());
+    }
+}
+
+fn bookie_info(header: BkPacketHeader, req: Option<pb::GetBookieInfoRequest>, outbox: &Outbox) {
+    let requested = req.and_then(|r| r.requested).unwrap_or(0);
+    let total_wanted =
+        requested & pb::get_bookie_info_request::Flags::TotalDiskCapacity as i64 != 0;
+    let free_wanted = requested & pb::get_bookie_info_request::Flags::FreeDiskSpace as i64 != 0;
+    let (status, usage) = match outbox.shared().storage.disk_usage() {
+        Ok(u) => (Status::Ok, Some(u)),
+        Err(e) => {
+            log::warn!("GET_BOOKIE_INFO: {e}");
+            (Status::Io, None)
+        }
+    };
+    let info = pb::GetBookieInfoResponse {
+        status: status.v3_code() as i32,
+        total_disk_capacity: usage.filter(|_| total_wanted).map(|u| u.total_bytes as i64),
+        free_disk_space: usage.filter(|_| free_wanted).map(|u| u.free_bytes as i64),
+    };
+    let response = pb::Response {
+        header: response_header(&header),
+        status: status.v3_code() as i32,
+        get_bookie_info_response: Some(info),
+        ..Default::default()
+    };
+    send(outbox, msg(response), Timed::default());
+}
+
+fn force_ledger(header: BkPacketHeader, ledger: i64, outbox: &Outbox) {
+    // Every add is durable before it is acknowledged (pybkx has no deferred-sync adds), so
+    // each entry a client saw acknowledged is already forced.
+    let rh = response_header(&header);
+    let reply = move |status: Status| {
+        msg(pb::Response {
+            header: rh,
+            status: status.v3_code() as i32,
+            force_ledger_response: Some(pb::ForceLedgerResponse {
+                status: status.v3_code() as i32,
+                ledger_id: ledger,
+            }),
+            ..Default::default()
+        })
+    };
+    let status = if ledger < 0 {
+        Status::BadRequest
+    } else {
+        Status::Ok
+    };
+    send(outbox, reply(status), Timed::default());
+}
+
+fn list_entries(header: BkPacketHeader, ledger: i64, outbox: &Outbox) {
+    let storage = &outbox.shared().storage;
+    let (status, bitmap) = if ledger < 0 {
+        (Status::NoLedger, None)
+    } else {
+        match storage.entry_ids(ledger as u64) {
+            Ok(ids) => (Status::Ok, Some(Bytes::from(availability_encoding(&ids)))),
+            Err(e) => (status_of(&e), None),
+        }
+    };
+    let response = pb::Response {
+        header: response_header(&header),
+        status: status.v3_code() as i32,
+        get_list_of_entries_of_ledger_response: Some(pb::GetListOfEntriesOfLedgerResponse {
+            status: status.v3_code() as i32,
+            ledger_id: ledger,
+            availability_of_entries_of_ledger: bitmap,
+        }),
+        ..Default::default()
+    };
+    send(outbox, msg(response), Timed::default());
+}
+
+/// BookKeeper's `AvailabilityOfEntriesOfLedger` bytes for ascending entry ids: a 64-byte
+/// header (`i32` format version 0, `i32` number of groups, zeros), then per sequence group
+/// 24 bytes: first sequence start, last sequence start (`i64`), sequence size, period (`i32`),
+/// big-endian. Runs of consecutive ids are sequences; a run joins the open group when it has
+/// the group's size and starts one period after the group's last start. (BookKeeper's group
+/// starts with period 0, so in practice every run opens a group; the same rule is kept here so
+/// that the bytes stay equal.)
+pub(crate) fn availability_encoding(ids: &[u64]) -> Vec<u8> {
+    const HEADER_LEN: usize = 64;
+    struct Group {
+        first: i64,
+        last: i64,
+        size: i32,
+        period: i32,
+    }
+    let mut groups: Vec<Group> = Vec::new();
+    let mut open: Option<Group> = None;
+    let mut i = 0;
+    while i < ids.len() {
+        let start = ids[i] as i64;
+        let mut size = 1usize;
+        while i + size < ids.len() && ids[i + size] == ids[i] + size as u64 {
+            size += 1;
+        }
+        i += size;
+        let size = size.min(i32::MAX as usize) as i32;
+        open = Some(match open.take() {
+            None => Group {
+                first: start,
+                last: start,
+                size,
+                period: 0,
+            },
+            Some(mut g) if g.size == size && start - g.last == i64::from(g.period) => {
+                g.last = start;
+                if g.period == 0 {
+                    g.period = (g.last - g.first) as i32;
+                }
+                g
+            }
+            Some(g) => {
+                groups.push(g);
+                Group {
+                    first: start,
+                    last: start,
+                    size,
+                    period: 0,
+                }
+            }
+        });
+    }
+    groups.extend(open);
+    let mut out = vec![0u8; HEADER_LEN];
+    out[4..8].copy_from_slice(&(groups.len() as i32).to_be_bytes());
+    for g in &groups {
+        out.extend_from_slice(&g.first.to_be_bytes());
+        out.extend_from_slice(&g.last.to_be_bytes());
+        out.extend_from_slice(&g.size.to_be_bytes());
+        out.extend_from_slice(&g.period.to_be_bytes());
+    }
+    out
+}
