@@ -389,8 +389,12 @@ def shorten(result: dict[str, Any]) -> str:
     return "{" + ", ".join(parts) + "}"
 
 
-def run_with_pybkx_client(client: Any, bookie: str, steps: Sequence[Step]) -> list[dict[str, Any]]:
+def run_with_pybkx_client(
+    client: Any, bookie: str, steps: Sequence[Step], batch_client: Any = None
+) -> list[dict[str, Any]]:
     """Run the script with ``pybkx._core.BookieClient``, giving results in the driver's format.
+    Batch reads go through ``batch_client`` when given (a V2 client beside a V3 one: batch
+    reads exist only in V2, on a connection of their own).
 
     Entries are packaged with ``pybkx._core.DigestManager`` and keys derived with
     ``pybkx._core.master_key``; errors must be ``pybkx.errors`` classes (their code is the rc).
@@ -425,7 +429,7 @@ def run_with_pybkx_client(client: Any, bookie: str, steps: Sequence[Step]) -> li
             )
         else:
             result["start"] = op["start"]
-            future = client.batch_read(
+            future = (batch_client or client).batch_read(
                 bookie,
                 op["ledger"],
                 op["start"],

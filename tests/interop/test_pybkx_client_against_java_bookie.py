@@ -1,6 +1,7 @@
-"""pybkx's V2 client (``BookieClient``, ``DigestManager``, ``master_key``) against a real Apache
-BookKeeper bookie: the script of test_v2_against_java_bookie.py, with the same expected results
-(errors arrive as ``pybkx.errors`` classes; their code is compared)."""
+"""pybkx's per-bookie client (``BookieClient``, ``DigestManager``, ``master_key``), over V2 and
+over V3 (``useV2WireProtocol=false``), against a real Apache BookKeeper bookie: the script of
+test_v2_against_java_bookie.py, with the same expected results (errors arrive as
+``pybkx.errors`` classes; their code is compared)."""
 
 from __future__ import annotations
 
@@ -34,13 +35,21 @@ def client() -> Iterator[BookieClient]:
     client.close()
 
 
+@pytest.mark.parametrize("protocol", ["V2", "V3"])
 @pytest.mark.parametrize("digest", DIGESTS)
-def test_pybkx_client_script(digest: str, java_bookie: str, client: BookieClient) -> None:
+def test_pybkx_client_script(digest: str, protocol: str, java_bookie: str) -> None:
     # Ledger ids of their own: the Java bookie is shared with test_v2_against_java_bookie.py.
-    steps = scenario(digest, base=100_000 + 1000 * DIGESTS.index(digest))
-    problems = check(steps, run_with_pybkx_client(client, java_bookie, steps))
+    base = 100_000 + 1000 * DIGESTS.index(digest) + (500_000 if protocol == "V3" else 0)
+    steps = scenario(digest, base=base)
+    client = BookieClient(ClientConfig.of(useV2WireProtocol=protocol == "V2"))
+    batch_client = BookieClient(ClientConfig())
+    try:
+        problems = check(steps, run_with_pybkx_client(client, java_bookie, steps, batch_client))
+    finally:
+        client.close()
+        batch_client.close()
     if problems:
-        pytest.fail(f"pybkx client, {digest}:\n" + "\n".join(problems), pytrace=False)
+        pytest.fail(f"pybkx client, {protocol}, {digest}:\n" + "\n".join(problems), pytrace=False)
 
 
 @pytest.mark.parametrize("digest", DIGESTS)

@@ -96,7 +96,9 @@ class ReadHandle:
         self.bk = bk
         self.ledger_id = ledger_id
         self._versioned = versioned
-        self._batch_supported = bk.config.batch_read_enabled
+        # BATCH_READ_ENTRY is V2 only (as in BookKeeper, which batches only with
+        # useV2WireProtocol): a V3 client reads entry by entry.
+        self._batch_supported = bk.config.batch_read_enabled and bk.config.use_v2_wire_protocol
         md = versioned.value
         self._lac = md.last_entry_id if md.is_closed else -1
         self._length = md.length if md.is_closed else 0

@@ -47,6 +47,10 @@ class ClientConfig(KeyedConfig):
     )
     """Request bytes queued per bookie connection before appends wait for room."""
     batch_read_enabled: bool = setting("batchReadEnabled", True, boolean)
+    use_v2_wire_protocol: bool = setting("useV2WireProtocol", True, boolean)
+    """Adds and reads as V2 frames (pybkx's default, as Pulsar runs BookKeeper) or, with
+    false, as V3 protobuf requests (BookKeeper's default). BATCH_READ_ENTRY exists only in
+    V2: a V3 client reads entry by entry, as BookKeeper's does."""
     throttle: int = setting("throttle", 5000, integer(1))
     """Appends pending per ledger before ``append`` waits (BookKeeper's ``throttle``)."""
     reorder_read_sequence_enabled: bool = setting("reorderReadSequenceEnabled", True, boolean)

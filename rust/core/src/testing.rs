@@ -61,6 +61,7 @@ pub fn client_config() -> ClientConfig {
         connect_timeout: Duration::from_secs(10),
         max_frame_size: 5 << 20,
         write_buffer_high_water_mark: 512 << 10,
+        use_v2_wire_protocol: true,
     }
 }
 

@@ -12,7 +12,7 @@ use crate::errors::BkResult;
 #[pyfunction]
 #[pyo3(signature = (bookie, workload, *, in_flight = 64, ledger_id = 1, ledgers = 1,
                     count = 100_000, payload_size = 100, batch = None, connections = 1,
-                    rate = None))]
+                    rate = None, v3 = false))]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn run_load<'py>(
     py: Python<'py>,
@@ -26,6 +26,7 @@ pub(crate) fn run_load<'py>(
     batch: Option<u32>,
     connections: usize,
     rate: Option<f64>,
+    v3: bool,
 ) -> BkResult<Bound<'py, PyDict>> {
     let work = loadgen::parse_workload(workload, ledger_id, ledgers, count, payload_size, batch)
         .map_err(PyValueError::new_err)?;
@@ -33,6 +34,7 @@ pub(crate) fn run_load<'py>(
         in_flight,
         connections,
         rate_per_s: rate,
+        v3,
     };
     let report = py.detach(|| loadgen::run_with(&bookie, work, opts))?;
     let d = PyDict::new(py);

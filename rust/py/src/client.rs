@@ -116,6 +116,14 @@ impl PyBookieClient {
         master_key: Option<&[u8]>,
         stride: Option<i32>,
     ) -> PyResult<Py<Future>> {
+        if !self.inner.config().use_v2_wire_protocol {
+            // A Java bookie reads every frame of a connection as V3 once it saw one: a V2
+            // batch frame there would break the connection, so it is refused here.
+            return Err(crate::errors::IncorrectParameterException::new_err(
+                "BATCH_READ_ENTRY is a V2 request and this client speaks V3 \
+                 (useV2WireProtocol=false): read entries one at a time",
+            ));
+        }
         let key = master_key.map(Bytes::copy_from_slice);
         let request = self.inner.batch_read_request(
             bookie,

@@ -133,6 +133,8 @@ struct ClientAttrs {
     max_frame_size: usize,
     #[pyo3(attribute("client_write_buffer_high_water_mark_bytes"))]
     high_water_mark: usize,
+    #[pyo3(attribute("use_v2_wire_protocol"))]
+    use_v2_wire_protocol: bool,
 }
 
 fn seconds(what: &str, v: f64) -> PyResult<Duration> {
@@ -154,6 +156,7 @@ pub(crate) fn client_config(obj: &Bound<'_, PyAny>) -> PyResult<ClientConfig> {
         connect_timeout: Duration::from_millis(a.connect_timeout_ms.max(1)),
         max_frame_size: a.max_frame_size,
         write_buffer_high_water_mark: a.high_water_mark,
+        use_v2_wire_protocol: a.use_v2_wire_protocol,
     };
     cfg.validate().map_err(PyValueError::new_err)?;
     Ok(cfg)

@@ -67,6 +67,8 @@ pub struct LoadOptions {
     /// allows (closed loop). When paced, a request's latency counts from the time it was due,
     /// so a bookie that falls behind is charged for the wait (no coordinated omission).
     pub rate_per_s: Option<f64>,
+    /// Send adds and reads as V3 (protobuf) requests instead of V2 frames.
+    pub v3: bool,
 }
 
 impl Default for LoadOptions {
@@ -75,6 +77,7 @@ impl Default for LoadOptions {
             in_flight: 64,
             connections: 1,
             rate_per_s: None,
+            v3: false,
         }
     }
 }
@@ -208,6 +211,7 @@ pub fn run_with(
         in_flight: opts.in_flight.max(1),
         connections: opts.connections.max(1),
         rate_per_s: opts.rate_per_s.filter(|r| r.is_finite() && *r > 0.0),
+        v3: opts.v3,
     };
     // One BookieClient holds one connection per bookie: one client per connection.
     let clients: Vec<BookieClient> = (0..opts.connections)
@@ -219,6 +223,7 @@ pub fn run_with(
                 max_frame_size: 5 << 20,
                 // Enough for the window of any run: the generator is bounded by `in_flight`.
                 write_buffer_high_water_mark: 64 << 20,
+                use_v2_wire_protocol: !opts.v3,
             })
         })
         .collect();

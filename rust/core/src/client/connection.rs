@@ -19,7 +19,7 @@ use crate::config::ClientConfig;
 use crate::done::Done;
 use crate::net::write_all_chunks;
 use crate::protocol::v2::{decode_response, Response};
-use crate::protocol::{self, Status};
+use crate::protocol::{self, v3, Status};
 
 /// How responses are matched to requests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -302,6 +302,33 @@ impl Conn {
     }
 }
 
+impl Conn {
+    /// A V3 response: adds and reads are matched by ledger and entry, as V2's are.
+    fn deliver_v3(&self, resp: v3::pb::Response) {
+        let failed = |op, code| ClientError::Bookie {
+            bookie: self.bookie.clone(),
+            op,
+            status: Status::from_v3_code(code),
+        };
+        let ok = v3::StatusCode::Eok as i32;
+        if let Some(add) = resp.add_response {
+            let result = if add.status == ok {
+                Ok(Reply::Added)
+            } else {
+                Err(failed("add", add.status))
+            };
+            self.complete(Key::Add(add.ledger_id, add.entry_id), result);
+        } else if let Some(read) = resp.read_response {
+            let result = if read.status == ok {
+                Ok(Reply::Entry(read.body.unwrap_or_default()))
+            } else {
+                Err(failed("read", read.status))
+            };
+            self.complete(Key::Read(read.ledger_id, read.entry_id), result);
+        }
+    }
+}
+
 async fn run_connection(
     conn: Arc<Conn>,
     mut out_rx: mpsc::UnboundedReceiver<Frame>,
@@ -334,6 +361,12 @@ async fn run_connection(
         loop {
             loop {
                 match protocol::take_frame(&mut buf, max_frame) {
+                    Ok(Some(body)) if protocol::looks_like_v3(&body) => {
+                        match v3::decode_response(body) {
+                            Ok(resp) => reader_conn.deliver_v3(resp),
+                            Err(e) => return format!("bad response: {e}"),
+                        }
+                    }
                     Ok(Some(body)) => match decode_response(body) {
                         Ok(resp) => reader_conn.deliver(resp),
                         Err(e) => return format!("bad response: {e}"),
