@@ -209,9 +209,10 @@ class BookieServer:
         protocol errors, response bytes queued, pauses)."""
 
 class BookieClient:
-    """Pipelined V2 connections to bookies (one per bookie, reconnected on demand), on the
-    extension's tokio runtime, configured by ``config`` (a ``pybkx.config.ClientConfig``:
-    timeouts, frame size, queued-bytes bound). Bookies are addressed as ``"host:port"``.
+    """Pipelined V2 (or, with ``useV2WireProtocol=false``, V3) connections to bookies
+    (one per bookie, reconnected on demand), on the extension's tokio runtime, configured by
+    ``config`` (a ``pybkx.config.ClientConfig``: timeouts, frame size, queued-bytes bound,
+    protocol). Bookies are addressed as ``"host:port"``.
     Requests over the frame limit fail at once (IncorrectParameterException); when a
     connection has ``clientWriteBufferHighWaterMark`` bytes queued, senders wait (up to the
     request's timeout, then TimeoutException).
@@ -514,8 +515,10 @@ def run_load(
     batch: int | None = None,
     connections: int = 1,
     rate: float | None = None,
+    v3: bool = False,
 ) -> dict[str, Any]:
-    """Benchmark load generator: drive one bookie over V2 with ``in_flight`` requests outstanding.
+    """Benchmark load generator: drive one bookie over V2 (V3 with ``v3=True``) with
+    ``in_flight`` requests outstanding.
 
     ``workload="add"``: ``count`` adds of ``payload_size`` bytes (CRC32C, empty password) spread
     over ``ledgers`` ledgers from ``ledger_id``, entry ids from 0. ``workload="read"``: entries

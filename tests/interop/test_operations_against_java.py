@@ -57,10 +57,12 @@ def bookie_shell(classpath: str, conf: Path, *args: str) -> list[str]:
     return output
 
 
-def shell_conf(tmp_path: Path, uri: str) -> Path:
-    conf = tmp_path / "shell.conf"
-    # The shell's client speaks V2, as pybkx bookies do (V3 is not implemented yet).
-    conf.write_text(f"metadataServiceUri={uri}\nuseV2WireProtocol=true\nzkTimeout=10000\n")
+def shell_conf(tmp_path: Path, uri: str, v2: bool = True) -> Path:
+    """A shell configuration for the cluster at ``uri``: its client over V2 (as Pulsar runs
+    it), or with ``v2=False`` BookKeeper's default, V3."""
+    conf = tmp_path / ("shell.conf" if v2 else "shell-v3.conf")
+    protocol = "useV2WireProtocol=true\n" if v2 else ""
+    conf.write_text(f"metadataServiceUri={uri}\n{protocol}zkTimeout=10000\n")
     return conf
 
 
@@ -96,6 +98,14 @@ def test_bookkeepers_shell_sees_and_uses_a_pybkx_cluster(
         bookie_shell(java_classpath, conf, "cookie_get", cluster.bookie_addresses[0])
     )
     assert f'bookieHost: "{cluster.bookie_addresses[0]}"' in cookie
+
+    # With BookKeeper's default (V3) client: bookieinfo asks each bookie GET_BOOKIE_INFO.
+    v3 = shell_conf(tmp_path, cluster.metadata_uri, v2=False)
+    info = "\n".join(bookie_shell(java_classpath, v3, "bookieinfo"))
+    assert all(bookie in info for bookie in cluster.bookie_addresses), info
+    assert "Free:" in info and "Total:" in info, info
+    read = bookie_shell(java_classpath, v3, "readledger", "-l", str(ledger), "-m")
+    assert [line for line in read if line.startswith("pybkx-")] == [f"pybkx-{i}" for i in range(5)]
 
     # And pybkx's shell reads what Java's simpletest left (it deletes its ledger) and its own.
     run = subprocess.run(

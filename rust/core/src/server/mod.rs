@@ -6,7 +6,9 @@
 //! - [`connection`] cuts frames, bounds what a connection may hold (in-flight requests, response
 //!   bytes) and writes responses back in batches;
 //! - [`v2`] decodes V2 requests into the version-neutral operations of [`dispatch`], which runs
-//!   them against the storage, and encodes their outcomes as V2 responses.
+//!   them against the storage, and encodes their outcomes as V2 responses;
+//! - [`v3`] does the same for V3 (protobuf) requests, and serves the operations only V3 has
+//!   (READ_LAC, WRITE_LAC, GET_BOOKIE_INFO, FORCE_LEDGER, the list of entries, long-poll reads).
 
 mod connection;
 mod dispatch;
