@@ -361,14 +361,18 @@ def test_truncated_or_malformed_bodies_close_the_connection(
     assert not storage.is_fenced(1)
 
 
-def test_v3_looking_first_frame_is_closed(server: BookieServer) -> None:
-    # Request{header{version=VERSION_THREE, operation=READ_ENTRY, txnId=1}}: protobuf tag 0x0A.
+def test_a_v3_first_frame_makes_a_v3_connection(server: BookieServer) -> None:
+    # Request{header{version=VERSION_THREE, operation=READ_ENTRY, txnId=1}}: protobuf tag 0x0A,
+    # without a readRequest: served with its defaults (ledger 0, entry 0), as the Java bookie
+    # does (tests/interop/test_v3_against_java_bookie.py compares the bytes).
     v3 = frame(unhex("0a06 0803 1001 1801"))
-    with Conn(server.port) as other, Conn(server.port) as bad:
-        bad.send(v3)
-        expect_closed(bad)
-        assert protocol_errors(server) == 1
-        assert other.call(read_request(1, 0)).rc == ENOLEDGER
+    with Conn(server.port) as conn:
+        conn.send(v3)
+        (length,) = struct.unpack(">i", conn.recv_exact(4))
+        body = conn.recv_exact(length)
+        # Response{header{3, READ_ENTRY, 1}, status ENOLEDGER, readResponse{ENOLEDGER, 0, 0}}
+        assert body == unhex("0a06 0803 1001 1801 1092 03 a206 0708 9203 1000 1800")
+        assert protocol_errors(server) == 0
 
 
 # ---------------------------------------------------------------------------------------------

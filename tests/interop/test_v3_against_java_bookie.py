@@ -128,6 +128,7 @@ def script(ledger: int) -> list[tuple[str, bytes]]:
         read(ledger, -1, previous_lac=50, timeout_ms=300, piggyback=True),
     )
     step("start tls", START_TLS, 106)
+    step("read without its message", READ_ENTRY, None)
     step("fence", READ_ENTRY, 100, read(ledger, -1, fence=True))
     step("add after fence", ADD_ENTRY, 101, add(ledger, 6, 5, b"late"))
     return steps

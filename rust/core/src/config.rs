@@ -162,8 +162,8 @@ pub struct ClientConfig {
     /// wait (a single larger request still goes, alone).
     pub write_buffer_high_water_mark: usize,
     /// `useV2WireProtocol`: adds and reads as V2 frames (true) or V3 protobuf requests (false).
-    /// BATCH_READ_ENTRY exists only in V2, and a Java bookie reads every frame of a connection
-    /// as V3 once it saw one: a V3 client does not batch (the binding refuses it).
+    /// BATCH_READ_ENTRY exists only in V2, and a bookie reads a connection as V2 for good after
+    /// its first V2 frame: a V3 client does not batch (the binding refuses it).
     pub use_v2_wire_protocol: bool,
 }
 

@@ -117,8 +117,8 @@ impl PyBookieClient {
         stride: Option<i32>,
     ) -> PyResult<Py<Future>> {
         if !self.inner.config().use_v2_wire_protocol {
-            // A Java bookie reads every frame of a connection as V3 once it saw one: a V2
-            // batch frame there would break the connection, so it is refused here.
+            // A bookie (Java's, and pybkx's alike) reads a connection as V2 for good after its
+            // first V2 frame: a V2 batch frame would break this V3 connection, so it is refused.
             return Err(crate::errors::IncorrectParameterException::new_err(
                 "BATCH_READ_ENTRY is a V2 request and this client speaks V3 \
                  (useV2WireProtocol=false): read entries one at a time",

@@ -61,6 +61,9 @@ pub(super) async fn serve_connection(
     ));
     let mut buf = BytesMut::with_capacity(64 * 1024);
     let mut stopping = false;
+    // The Java bookie's decoder state: a connection starts reading frames as V3 (protobuf) and,
+    // at the first frame that is not one, reads V2 for the rest of the connection.
+    let mut v2_for_good = false;
     // When the bytes in `buf` arrived: one clock read per socket read, shared by its frames.
     let mut received = None;
     'conn: loop {
@@ -84,12 +87,16 @@ pub(super) async fn serve_connection(
             }
             match protocol::take_frame(&mut buf, shared.cfg.max_frame_size) {
                 Ok(Some(body)) => {
-                    // Each frame says its version, as the Java bookie decodes it: a V2 client
-                    // sends WRITE_LAC and GET_BOOKIE_INFO as V3 frames on its V2 connection.
-                    let handled = if protocol::looks_like_v3(&body) {
-                        v3::handle_frame(body, &outbox, received)
-                    } else {
+                    let handled = if v2_for_good {
                         v2::handle_frame(body, &outbox, received)
+                    } else {
+                        match v3::try_handle_frame(body, &outbox, received) {
+                            Ok(()) => Ok(()),
+                            Err(body) => {
+                                v2_for_good = true;
+                                v2::handle_frame(body, &outbox, received)
+                            }
+                        }
                     };
                     if let Err(e) = handled {
                         close_for(&shared, peer, &e);

@@ -11,7 +11,7 @@ use tokio::sync::{mpsc, Notify};
 
 use super::Shared;
 use crate::protocol::v2::Response as V2Response;
-use crate::protocol::v3::{OperationType, Response as V3Response};
+use crate::protocol::v3::Response as V3Response;
 use crate::protocol::{self, OutFrames};
 
 /// A response on its way to the writer, in the protocol version of its request.
@@ -57,11 +57,11 @@ impl Reply {
             Reply::V2(V2Response::Add { .. }) => Slot::Add,
             Reply::V2(V2Response::Read { .. } | V2Response::BatchRead { .. }) => Slot::Read,
             Reply::V2(V2Response::Auth { .. }) => Slot::None,
-            Reply::V3(r) => match OperationType::try_from(r.operation()) {
-                Ok(OperationType::AddEntry) => Slot::Add,
-                Ok(OperationType::ReadEntry) => Slot::Read,
-                _ => Slot::None,
-            },
+            // Only answers to admitted requests release a slot: reads answer as `Read`, adds
+            // with an add response; a bare header (a malformed request) was never admitted.
+            Reply::V3(V3Response::Read { .. }) => Slot::Read,
+            Reply::V3(V3Response::Message(m)) if m.add_response.is_some() => Slot::Add,
+            Reply::V3(V3Response::Message(_)) => Slot::None,
         }
     }
 

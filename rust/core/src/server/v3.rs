@@ -12,7 +12,7 @@ use super::outbox::{Outbox, Reply, Slot, Timed};
 use crate::protocol::v3::{
     decode_request, pb, response_header, BkPacketHeader, OperationType, Response,
 };
-use crate::protocol::{ProtocolError, Status, AUTH_DISABLED_PLUGIN};
+use crate::protocol::{Status, AUTH_DISABLED_PLUGIN};
 use crate::storage::LAST_ENTRY;
 
 /// The longest a long-poll read waits, whatever the request asks (BookKeeper bounds it by the
@@ -38,50 +38,61 @@ fn bare(header: &BkPacketHeader, status: Status) -> Response {
     })
 }
 
-/// Decodes one V3 frame that arrived at `received` (None with metrics off) and runs it. A
-/// frame that does not decode closes the connection, as the Java bookie's decoder does.
-pub(super) fn handle_frame(
+/// Runs one frame that arrived at `received` (None with metrics off) as a V3 request, if it
+/// parses as one; else gives the frame back (a V2 frame's first byte is never a valid
+/// protobuf tag), for the connection to read as V2 from then on, as the Java bookie does.
+pub(super) fn try_handle_frame(
     body: Bytes,
     outbox: &Outbox,
     received: Option<Instant>,
-) -> Result<(), ProtocolError> {
-    let req = decode_request(body)?;
-    handle(req, outbox, received);
-    Ok(())
+) -> Result<(), Bytes> {
+    if !crate::protocol::looks_like_v3(&body) {
+        return Err(body);
+    }
+    match decode_request(body.clone()) {
+        Ok(req) => {
+            handle(req, outbox, received);
+            Ok(())
+        }
+        Err(_) => Err(body),
+    }
 }
 
 fn handle(req: pb::Request, outbox: &Outbox, received: Option<Instant>) {
     let header = req.header;
     let op = OperationType::try_from(header.operation).ok();
     match op {
-        Some(OperationType::AddEntry) => match req.add_request {
-            Some(add) => add_entry(header, add, outbox, received),
-            None => send(outbox, bare(&header, Status::BadRequest), Timed::default()),
-        },
-        Some(OperationType::ReadEntry) => match req.read_request {
-            Some(read) => read_entry(header, read, outbox, received),
-            None => send(outbox, bare(&header, Status::BadRequest), Timed::default()),
-        },
-        Some(OperationType::ReadLac) => match req.read_lac_request {
-            Some(r) => read_lac(header, r.ledger_id, outbox),
-            None => send(outbox, bare(&header, Status::BadRequest), Timed::default()),
-        },
-        Some(OperationType::WriteLac) => match req.write_lac_request {
-            Some(r) => write_lac(header, r, outbox),
-            None => send(outbox, bare(&header, Status::BadRequest), Timed::default()),
-        },
+        // A request without its operation's message is served with the message's defaults,
+        // as protobuf-java's getters give them to the Java bookie.
+        Some(OperationType::AddEntry) => add_entry(
+            header,
+            req.add_request.unwrap_or_default(),
+            outbox,
+            received,
+        ),
+        Some(OperationType::ReadEntry) => read_entry(
+            header,
+            req.read_request.unwrap_or_default(),
+            outbox,
+            received,
+        ),
+        Some(OperationType::ReadLac) => {
+            let ledger = req.read_lac_request.unwrap_or_default().ledger_id;
+            read_lac(header, ledger, outbox)
+        }
+        Some(OperationType::WriteLac) => {
+            write_lac(header, req.write_lac_request.unwrap_or_default(), outbox)
+        }
         Some(OperationType::GetBookieInfo) => {
             bookie_info(header, req.get_bookie_info_request, outbox)
         }
-        Some(OperationType::ForceLedger) => match req.force_ledger_request {
-            Some(r) => force_ledger(header, r.ledger_id, outbox),
-            None => send(outbox, bare(&header, Status::BadRequest), Timed::default()),
-        },
+        Some(OperationType::ForceLedger) => {
+            let ledger = req.force_ledger_request.unwrap_or_default().ledger_id;
+            force_ledger(header, ledger, outbox)
+        }
         Some(OperationType::GetListOfEntriesOfLedger) => {
-            match req.get_list_of_entries_of_ledger_request {
-                Some(r) => list_entries(header, r.ledger_id, outbox),
-                None => send(outbox, bare(&header, Status::BadRequest), Timed::default()),
-            }
+            let r = req.get_list_of_entries_of_ledger_request;
+            list_entries(header, r.unwrap_or_default().ledger_id, outbox)
         }
         Some(OperationType::Auth) => {
             outbox.shared().stats.auth_requests.inc();
