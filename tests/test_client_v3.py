@@ -4,6 +4,9 @@ ledger left open, and V2 and V3 clients on the same bookies reading each other's
 
 from __future__ import annotations
 
+import asyncio
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -69,3 +72,33 @@ def test_v2_and_v3_clients_share_bookies(sandbox: Sandbox) -> None:
         assert [e.payload for e in v3.open_ledger(written_v2.ledger_id, b"b")] == payloads(
             200, "two"
         )
+
+
+@pytest.mark.parametrize("v2", [False, True], ids=["V3 long poll", "V2 polling"])
+def test_a_reader_waits_for_the_lac_to_pass(sandbox: Sandbox, v2: bool) -> None:
+    with (
+        BookKeeper(sandbox.metadata_uri, **FAST) as writer_bk,
+        BookKeeper(sandbox.metadata_uri, useV2WireProtocol=v2, **FAST) as reader_bk,
+    ):
+        lh = writer_bk.create_ledger(3, 2, 2, password=b"pw")
+        lh.append_many(payloads(10, "tail"))
+        lh.append(b"confirms entry 9")
+        rh = reader_bk.open_ledger(lh.ledger_id, b"pw", recovery=False)
+        assert rh.read_last_add_confirmed() == 9
+        # Nothing new: the wait ends with the timeout and the LAC unchanged.
+        started = time.monotonic()
+        assert rh.wait_for_last_add_confirmed(9, 0.3) == 9
+        assert time.monotonic() - started >= 0.25
+        # An add during the wait ends it well before the timeout.
+        timer = threading.Timer(0.3, lambda: lh.append(b"one more"))
+        timer.start()
+        started = time.monotonic()
+        lac = rh.wait_for_last_add_confirmed(9, 20.0)
+        timer.join()
+        assert lac == 10 and time.monotonic() - started < 10
+        assert rh.last_add_confirmed == 10 and rh.length > 0
+        assert asyncio.run(rh.wait_for_last_add_confirmed_async(0, 1.0)) == 10
+        with pytest.raises(errors.IncorrectParameterException):
+            rh.wait_for_last_add_confirmed(10, -1)
+        lh.close()
+        assert rh.wait_for_last_add_confirmed(10, 5.0) >= 10

@@ -262,6 +262,14 @@ class BookieClient:
         returns entries ``start, start + stride, ...``; a Java bookie ignores it and returns
         consecutive entries."""
 
+    def long_poll_lac(
+        self, bookie: str, ledger_id: int, previous_lac: int, timeout_ms: int
+    ) -> Future:
+        """A V3 long-poll READ with entry piggy-back: answered once the bookie's LAC for the
+        ledger passes ``previous_lac``, or after ``timeout_ms``. Result: ``(lac, next entry's
+        stored bytes or None)``. Raises IncorrectParameterException for a V2 client (a Java
+        bookie would read the rest of a V2 connection as V3)."""
+
     def close(self) -> None:
         """Close all connections; pending requests fail. Idempotent."""
 

@@ -51,6 +51,10 @@ _FIRST_BATCH_CHUNK = 1024
 #: A bookie that took its own slot back and failed again within this is not taken back again:
 #: the next change needs another bookie, or fails the writer (never a loop of self-replacement).
 _SELF_RETURN_WINDOW_S = 30.0
+#: How a V2 client waiting for the LAC reads it again: first after this, then twice as late
+#: each time, up to the maximum (V2 has no long-poll read).
+_POLL_FIRST_S = 0.01
+_POLL_MAX_S = 0.2
 
 
 def _covered(ensemble_size: int, write_quorum: int, ack_quorum: int, known: Sequence[bool]) -> bool:
@@ -420,6 +424,12 @@ class ReadHandle:
         """``read_last_add_confirmed`` for asyncio code."""
         return await run_blocking(self.bk.executor, self.read_last_add_confirmed)
 
+    async def wait_for_last_add_confirmed_async(self, previous: int, timeout: float) -> int:
+        """``wait_for_last_add_confirmed`` for asyncio code (on the client's worker threads)."""
+        return await run_blocking(
+            self.bk.executor, self.wait_for_last_add_confirmed, previous, timeout
+        )
+
     def read_last_add_confirmed(self) -> int:
         """Ask the bookies of the last ensemble for the LAC (READ of entry -1, coverage rule)
         and update ``last_add_confirmed``. Raises ReadException, UnauthorizedAccessException."""
@@ -429,6 +439,52 @@ class ReadHandle:
         if lac > self._lac:
             self._lac, self._length = lac, length
         return self._lac
+
+    def wait_for_last_add_confirmed(self, previous: int, timeout: float) -> int:
+        """Wait until the LAC passes ``previous`` or ``timeout`` seconds end; the LAC then
+        (what a tailing reader waits on), also in ``last_add_confirmed``. A closed ledger, or a
+        LAC already past ``previous``, answers at once.
+
+        Over V3 (``useV2WireProtocol=False``) the last ensemble's bookies get long-poll reads
+        (BookKeeper's ``readLacLongPoll``), answered the moment an add carries the LAC past
+        ``previous``; over V2, which has no such request, the LAC is read again at growing
+        intervals (10 ms up to 200 ms). Raises IncorrectParameterException (negative timeout),
+        ReadException, UnauthorizedAccessException."""
+        if timeout < 0 or timeout != timeout:
+            raise errors.IncorrectParameterException(f"timeout must be >= 0, got {timeout}")
+        deadline = time.monotonic() + timeout
+        if self.is_closed or self._lac > previous:
+            return self._lac
+        if not self.bk.config.use_v2_wire_protocol:
+            if self._long_poll(previous, timeout):
+                return self.read_last_add_confirmed()
+            return self._lac
+        pause = _POLL_FIRST_S
+        while True:
+            lac = self.read_last_add_confirmed()
+            remaining = deadline - time.monotonic()
+            if lac > previous or remaining <= 0 or self.is_closed:
+                return lac
+            time.sleep(min(pause, remaining))
+            pause = min(pause * 2, _POLL_MAX_S)
+
+    def _long_poll(self, previous: int, timeout: float) -> bool:
+        """Long-poll reads to every bookie of the last ensemble; True once one reports a LAC
+        past ``previous`` within ``timeout`` seconds."""
+        passed = threading.Event()
+
+        def answered(future: Future) -> None:
+            if future.exception() is None:
+                lac, _next = future.result()
+                if lac > previous:
+                    passed.set()
+
+        ms = int(timeout * 1000)
+        for bookie in self.metadata.last_ensemble:
+            self.bk.bookies.long_poll_lac(
+                self.bk.address_of(bookie), self.ledger_id, previous, ms
+            ).add_done_callback(answered)
+        return passed.wait(timeout)
 
     def lac_from_bookies(self, fence: bool) -> tuple[int, int]:
         """(LAC, length at the LAC) as the last ensemble's bookies report it (READ of entry -1,

@@ -24,6 +24,10 @@ impl ToPy for Reply {
                     .into_any()
                     .unbind()
             }
+            Reply::LastAddConfirmed { lac, next } => {
+                let next = next.as_ref().map(|b| PyBytes::new(py, b));
+                (*lac, next).into_pyobject(py)?.into_any().unbind()
+            }
         })
     }
 }
@@ -135,6 +139,28 @@ impl PyBookieClient {
             key,
             stride,
         );
+        self.submit(py, request)
+    }
+
+    /// Long-poll READ (V3): see `_core.pyi`.
+    fn long_poll_lac(
+        &self,
+        py: Python<'_>,
+        bookie: &str,
+        ledger_id: i64,
+        previous_lac: i64,
+        timeout_ms: u64,
+    ) -> PyResult<Py<Future>> {
+        if self.inner.config().use_v2_wire_protocol {
+            return Err(crate::errors::IncorrectParameterException::new_err(
+                "long-poll LAC reads are V3 requests and this client speaks V2 \
+                 (useV2WireProtocol=true): poll read_last_add_confirmed instead",
+            ));
+        }
+        let wait = std::time::Duration::from_millis(timeout_ms);
+        let request = self
+            .inner
+            .long_poll_request(bookie, ledger_id, previous_lac, wait);
         self.submit(py, request)
     }
 

@@ -27,6 +27,8 @@ pub(super) enum Key {
     Add(i64, i64),
     Read(i64, i64),
     Batch(i64),
+    /// A V3 long-poll read, matched by its transaction id (its answer may name another entry).
+    Txn(u64),
 }
 
 impl Key {
@@ -35,6 +37,7 @@ impl Key {
             Key::Add(..) => "add",
             Key::Read(..) => "read",
             Key::Batch(_) => "batch read",
+            Key::Txn(_) => "long-poll read",
         }
     }
 }
@@ -311,6 +314,18 @@ impl Conn {
             status: Status::from_v3_code(code),
         };
         let ok = v3::StatusCode::Eok as i32;
+        let txn = Key::Txn(resp.header.txn_id);
+        if self.pending.lock().contains_key(&txn) {
+            let result = match resp.read_response {
+                Some(read) if read.status == ok => Ok(Reply::LastAddConfirmed {
+                    lac: read.max_lac.unwrap_or(-1),
+                    next: read.body.filter(|b| !b.is_empty()),
+                }),
+                Some(read) => Err(failed("long-poll read", read.status)),
+                None => Err(failed("long-poll read", resp.status)),
+            };
+            return self.complete(txn, result);
+        }
         if let Some(add) = resp.add_response {
             let result = if add.status == ok {
                 Ok(Reply::Added)

@@ -72,6 +72,12 @@ pub enum Reply {
     /// A strided batch read's entries, as the bookie acknowledged the stride: entry `i` is
     /// `start + i * stride`.
     StridedEntries(Vec<Bytes>),
+    /// A long-poll read's answer: the bookie's LAC for the ledger and, when it passed the
+    /// asked LAC, the entry after it (if the bookie holds it).
+    LastAddConfirmed {
+        lac: i64,
+        next: Option<Bytes>,
+    },
 }
 
 pub type ReplyResult = Result<Reply, ClientError>;
@@ -216,6 +222,40 @@ impl BookieClient {
             key: Key::Read(ledger, entry),
             chunks,
             timeout: self.cfg.read_timeout,
+        }
+    }
+
+    /// A V3 long-poll READ (BookKeeper's `readLacLongPoll` with entry piggy-back): answered
+    /// once the bookie's LAC for the ledger passes `previous_lac`, or after `wait`, with
+    /// [`Reply::LastAddConfirmed`]. Only for a V3 client (callers check
+    /// `config().use_v2_wire_protocol`): a Java bookie reads every frame of a connection as V3
+    /// once it saw one, so a V2 connection must never carry it.
+    pub fn long_poll_request(
+        &self,
+        bookie: &str,
+        ledger: i64,
+        previous_lac: i64,
+        wait: Duration,
+    ) -> Outgoing {
+        let header = self.v3_header(v3::OperationType::ReadEntry, 0);
+        let txn = header.txn_id;
+        let chunks = self.v3_chunks(v3::pb::Request {
+            header,
+            read_request: Some(v3::pb::ReadRequest {
+                ledger_id: ledger,
+                entry_id: -1,
+                master_key: None,
+                previous_lac: Some(previous_lac),
+                time_out: Some(wait.as_millis().min(i64::MAX as u128) as i64),
+                flag: Some(v3::pb::read_request::Flag::EntryPiggyback as i32),
+            }),
+            ..Default::default()
+        });
+        Outgoing {
+            bookie: bookie.to_string(),
+            key: Key::Txn(txn),
+            chunks,
+            timeout: self.cfg.read_timeout + wait,
         }
     }
 
