@@ -25,7 +25,7 @@ PY_LIBDIR := $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_config_
 CARGO_TEST_ENV := LD_LIBRARY_PATH="$(PY_LIBDIR)$${LD_LIBRARY_PATH:+:$$LD_LIBRARY_PATH}"
 
 .PHONY: help venv deps build lint test demo bench bench-client bench-suite bench-compare bench-builds \
-	bench-metrics bench-striped bench-recovery bench-v3 clean distclean
+	bench-metrics bench-striped bench-recovery bench-v3 bench-spark clean distclean
 
 help:
 	@echo "make demo   build everything, then run the cluster demo (pybkx demo)"
@@ -40,6 +40,7 @@ help:
 	@echo "make bench-striped  reads of a striped ledger (E=3 Qw=2) vs a whole one (E=3 Qw=3)"
 	@echo "make bench-recovery a bookie killed for good, its ledgers healed: MB/s vs the disk"
 	@echo "make bench-v3       adds and reads over V3 beside V2, pybkx and Java bookies, one run"
+	@echo "make bench-spark    Spark reading ledgers vs the same rows in Parquet, one run"
 	@echo "make venv | deps | build | lint | clean | distclean"
 
 venv: $(DEPS_STAMP)
@@ -135,6 +136,9 @@ bench-builds: venv deps build $(BENCH_STAMP)
 # Iteration and batch_read over a striped ledger beside an E == Qw one, same run (sandbox bookies).
 bench-striped: venv deps build
 	$(VPY) bench/striped_reads.py $(BENCH_ARGS)
+
+bench-spark: venv deps build
+	$(VPY) bench/spark_read.py $(BENCH_ARGS)
 
 bench-v3: venv deps build
 	$(VPY) -m bench.v3_wire $(BENCH_ARGS)

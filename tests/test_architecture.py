@@ -36,6 +36,13 @@ ALLOWED: dict[str, tuple[str, ...]] = {
         "pybkx.errors",
         "pybkx._core",
     ),
+    "spark": (
+        "pybkx.spark",
+        "pybkx.client",
+        "pybkx.meta",
+        "pybkx.config",
+        "pybkx.errors",
+    ),
     "bookie": ("pybkx.bookie", "pybkx.meta", "pybkx.config", "pybkx.errors", "pybkx._core"),
     "tools": (
         "pybkx.tools",

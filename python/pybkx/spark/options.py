@@ -1,0 +1,126 @@
+"""The options of the ``pybkx`` Spark source, parsed and checked once on the driver: which
+cluster, which ledgers, how big a partition is, and how written ledgers are made. Pure values;
+it never talks to a cluster."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+__all__ = ["SourceOptions", "parse_ledgers"]
+
+#: Entries one partition reads at most (a large ledger is split into ranges of this many).
+DEFAULT_ENTRIES_PER_PARTITION = 100_000
+#: Entries one Arrow record batch holds at most (one read of the client).
+DEFAULT_ENTRIES_PER_BATCH = 10_000
+#: Rows a writing task appends per call.
+WRITE_CHUNK = 1000
+#: The custom-metadata key that names the job which wrote a ledger.
+NAME_KEY = "pybkx.spark.name"
+
+_KNOWN = {
+    "metadataserviceuri",
+    "ledgers",
+    "password",
+    "entriesperpartition",
+    "entriesperbatch",
+    "recovery",
+    "name",
+    "ensemblesize",
+    "writequorumsize",
+    "ackquorumsize",
+    "digesttype",
+    "zktimeout",
+}
+
+
+def parse_ledgers(spec: str) -> list[int]:
+    """``"12,13,20-40"`` -> ids, ascending and unique. Raises ValueError naming the bad part."""
+    ids: set[int] = set()
+    for part in (p.strip() for p in spec.split(",")):
+        if not part:
+            continue
+        first, sep, last = part.partition("-")
+        try:
+            lo = int(first)
+            hi = int(last) if sep else lo
+        except ValueError:
+            raise ValueError(f"option 'ledgers': {part!r} is not an id or a range a-b") from None
+        if lo < 0 or hi < lo:
+            raise ValueError(f"option 'ledgers': {part!r} is not a range of ids >= 0")
+        if hi - lo > 10_000_000:
+            raise ValueError(f"option 'ledgers': {part!r} names more than 10 million ledgers")
+        ids.update(range(lo, hi + 1))
+    if not ids:
+        raise ValueError("option 'ledgers' names no ledger")
+    return sorted(ids)
+
+
+def _positive(options: Mapping[str, str], key: str, default: int) -> int:
+    raw = options.get(key.lower())
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValueError(f"option {key!r} must be an integer, got {raw!r}") from None
+    if value < 1:
+        raise ValueError(f"option {key!r} must be >= 1, got {value}")
+    return value
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    """What a query asked for. ``uri`` None: the client's default cluster."""
+
+    uri: str | None
+    ledgers: tuple[int, ...] | None
+    password: bytes
+    entries_per_partition: int
+    entries_per_batch: int
+    recovery: bool
+    name: str | None
+    ensemble_size: int
+    write_quorum_size: int
+    ack_quorum_size: int
+    digest_type: str
+    zk_timeout_ms: int
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> SourceOptions:
+        """From Spark's (case-insensitive) options. Raises ValueError for an unknown option
+        (naming the known ones) or a bad value."""
+        given = {k.lower(): str(v) for k, v in options.items() if k.lower() != "path"}
+        unknown = sorted(set(given) - _KNOWN)
+        if unknown:
+            raise ValueError(
+                f"unknown option(s) {unknown} for format 'pybkx'; known: "
+                "metadataServiceUri, ledgers, password, entriesPerPartition, entriesPerBatch, "
+                "recovery, name, ensembleSize, writeQuorumSize, ackQuorumSize, digestType, "
+                "zkTimeout"
+            )
+        recovery = given.get("recovery", "false").lower()
+        if recovery not in ("true", "false"):
+            raise ValueError(f"option 'recovery' must be true or false, got {recovery!r}")
+        spec = given.get("ledgers")
+        e = _positive(given, "ensembleSize", 3)
+        qw = _positive(given, "writeQuorumSize", min(2, e))
+        qa = _positive(given, "ackQuorumSize", min(2, qw))
+        if not e >= qw >= qa:
+            raise ValueError(f"quorums must satisfy E >= Qw >= Qa, got {e}/{qw}/{qa}")
+        return cls(
+            uri=given.get("metadataserviceuri"),
+            ledgers=tuple(parse_ledgers(spec)) if spec is not None else None,
+            password=given.get("password", "").encode(),
+            entries_per_partition=_positive(
+                given, "entriesPerPartition", DEFAULT_ENTRIES_PER_PARTITION
+            ),
+            entries_per_batch=_positive(given, "entriesPerBatch", DEFAULT_ENTRIES_PER_BATCH),
+            recovery=recovery == "true",
+            name=given.get("name"),
+            ensemble_size=e,
+            write_quorum_size=qw,
+            ack_quorum_size=qa,
+            digest_type=given.get("digesttype", "CRC32C"),
+            zk_timeout_ms=_positive(given, "zkTimeout", 10_000),
+        )

@@ -1,0 +1,37 @@
+"""A Spark session ready for the ``pybkx`` source: the workers run this interpreter (so they
+import the same pybkx without the user exporting PYSPARK_PYTHON), filter pushdown for Python
+data sources is on, and the source is registered."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+__all__ = ["spark_session"]
+
+
+def spark_session(app: str = "pybkx", master: str = "local[*]", **conf: str) -> Any:
+    """``SparkSession`` for ``master`` with the pybkx source registered; ``conf`` adds Spark
+    settings. Raises ImportError without pyspark (``pip install 'pybkx[spark]'``)."""
+    from pyspark.sql import SparkSession
+
+    from pybkx.spark.source import LedgerDataSource
+
+    # Local workers are started from the environment, not only from spark.pyspark.python.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+    builder = (
+        SparkSession.builder.appName(app)
+        .master(master)
+        .config("spark.pyspark.python", sys.executable)
+        .config("spark.pyspark.driver.python", sys.executable)
+        .config("spark.sql.python.filterPushdown.enabled", "true")
+        .config("spark.ui.enabled", "false")
+    )
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.dataSource.register(LedgerDataSource)
+    return session

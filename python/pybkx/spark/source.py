@@ -1,0 +1,45 @@
+"""The ``pybkx`` Spark data source: ledgers as rows of ``ledger_id`` long, ``entry_id`` long,
+``payload`` binary, read in batch and written, on PySpark's Python Data Source API."""
+
+from __future__ import annotations
+
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceWriter
+from pyspark.sql.types import StructType
+
+from pybkx.meta import default_metadata_uri
+from pybkx.spark.options import SourceOptions
+from pybkx.spark.reader import LedgerReader, resolved, spark_master
+from pybkx.spark.writer import LedgerWriter
+
+__all__ = ["SCHEMA", "LedgerDataSource"]
+
+SCHEMA = "ledger_id long not null, entry_id long not null, payload binary not null"
+
+
+class LedgerDataSource(DataSource):
+    """``spark.read.format("pybkx")`` / ``df.write.format("pybkx")``; see docs/spark.md for
+    the options. Bad options fail the query on the driver with a message naming the option or
+    the ledger (ValueError)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "pybkx"
+
+    def schema(self) -> str:
+        return SCHEMA
+
+    def _options(self) -> SourceOptions:
+        options = SourceOptions.parse(self.options)
+        return resolved(options, options.uri or default_metadata_uri(), spark_master())
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return LedgerReader(self._options())
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        if "payload" not in schema.fieldNames():
+            raise ValueError(
+                "writing to format 'pybkx' needs a column 'payload' (binary or string)"
+            )
+        if overwrite:
+            raise ValueError("format 'pybkx' appends new ledgers: use mode('append')")
+        return LedgerWriter(self._options())

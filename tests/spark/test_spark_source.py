@@ -1,0 +1,180 @@
+"""The ``pybkx`` Spark source with real Spark (local[2]) and real bookie processes: every entry
+exactly once and byte-identical, large ledgers split into partitions, filters on ``ledger_id``
+and ``entry_id`` pushed down (fewer partitions and fewer bytes read from the bookies), open
+ledgers read to their LAC without fencing the writer, DataFrames written into new ledgers and
+read back, bad options failing the query with a message naming the option or ledger; on the
+embedded store and on ZooKeeper."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+pyspark = pytest.importorskip("pyspark", reason="the spark extra is not installed")
+
+from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
+
+from pybkx.client import BookKeeper  # noqa: E402
+from pybkx.spark import spark_session  # noqa: E402
+from pybkx.spark.options import NAME_KEY, SourceOptions, parse_ledgers  # noqa: E402
+from pybkx.spark.reader import resolved  # noqa: E402
+from pybkx.tools.sandbox import Sandbox  # noqa: E402
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark]
+
+
+def payload(ledger_id: int, entry_id: int) -> bytes:
+    return hashlib.sha256(f"{ledger_id}/{entry_id}".encode()).digest()[: 1 + entry_id % 32]
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[Any]:
+    session = spark_session(
+        "pybkx-tests", master="local[2]", **{"spark.sql.shuffle.partitions": "2"}
+    )
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="module", params=["embedded", "zookeeper"])
+def cluster(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Sandbox, dict[int, int]]]:
+    """Three bookies holding a closed ledger of 2,500 entries, one of 700 and an open one of 300
+    (its writer alive); ledger id -> entries readable."""
+    zk_uri = None
+    if request.param == "zookeeper":
+        server = request.getfixturevalue("zookeeper_server")
+        zk_uri = f"zk+hierarchical://{server}/spark-{os.getpid()}-{time.time_ns()}/ledgers"
+    directory = tmp_path_factory.mktemp("spark") / "sandbox"
+    with (
+        Sandbox(3, directory=directory, zk_uri=zk_uri, conf={"zkTimeout": 4000}) as sandbox,
+        BookKeeper(sandbox.metadata_uri, zkTimeout=4000) as bk,
+    ):
+        sizes: dict[int, int] = {}
+        for n in (2500, 700):
+            lh = bk.create_ledger(3, 2, 2, password=b"pw")
+            lh.append_many([payload(lh.ledger_id, e) for e in range(n)])
+            lh.close()
+            sizes[lh.ledger_id] = n
+        writer = bk.create_ledger(3, 2, 2, password=b"pw")
+        writer.append_many([payload(writer.ledger_id, e) for e in range(300)])
+        # Entry 300 carries LAC 299 to the bookies: readers see entries 0..299.
+        writer.append(payload(writer.ledger_id, 300))
+        sizes[writer.ledger_id] = 300
+        yield sandbox, sizes
+        # The open ledger was read without fencing: its writer still appends.
+        writer.append(payload(writer.ledger_id, 301))
+        writer.close()
+
+
+def read(spark: Any, uri: str, **options: str) -> Any:
+    reader = spark.read.format("pybkx").option("metadataServiceUri", uri).option("password", "pw")
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    return reader.load()
+
+
+def bytes_read(sandbox: Sandbox) -> float:
+    """Entry bytes the bookies have read so far (from their /metrics)."""
+    total = 0.0
+    for url in sandbox.admin_urls:
+        with urllib.request.urlopen(f"{url}/metrics", timeout=30) as response:
+            text = response.read().decode()
+        for family in text_string_to_metric_families(text):
+            if family.name == "bookie_READ_BYTES":
+                total += sum(s.value for s in family.samples)
+    return total
+
+
+def test_every_entry_once_and_byte_identical(
+    spark: Any, cluster: tuple[Sandbox, dict[int, int]]
+) -> None:
+    sandbox, sizes = cluster
+    ids = ",".join(str(i) for i in sizes)
+    df = read(spark, sandbox.metadata_uri, ledgers=ids, entriesPerPartition="1000")
+    # 2,500 entries in three partitions, 700 and 300 in one each.
+    assert df.rdd.getNumPartitions() == 5
+    rows = df.collect()
+    got = sorted((r.ledger_id, r.entry_id, bytes(r.payload)) for r in rows)
+    want = sorted((lid, e, payload(lid, e)) for lid, n in sizes.items() for e in range(n))
+    assert got == want
+
+
+def test_filters_are_pushed_down(spark: Any, cluster: tuple[Sandbox, dict[int, int]]) -> None:
+    sandbox, sizes = cluster
+    big = next(lid for lid, n in sizes.items() if n == 2500)
+    df = read(spark, sandbox.metadata_uri, entriesPerPartition="1000")
+    everything = bytes_read(sandbox)
+    assert df.count() == sum(sizes.values())
+    everything = bytes_read(sandbox) - everything
+    narrow = df.where(f"ledger_id = {big} and entry_id >= 2200")
+    assert narrow.rdd.getNumPartitions() == 1
+    before = bytes_read(sandbox)
+    rows = narrow.collect()
+    assert sorted(r.entry_id for r in rows) == list(range(2200, 2500))
+    assert bytes_read(sandbox) - before < everything / 5
+
+
+def test_written_dataframes_read_back(spark: Any, cluster: tuple[Sandbox, dict[int, int]]) -> None:
+    sandbox, _ = cluster
+    data = [(f"row-{i}".encode(),) for i in range(1000)]
+    # Three slices of consecutive rows: each task writes its slice in order.
+    df = spark.sparkContext.parallelize(data, 3).toDF("payload binary")
+    (
+        df.write.format("pybkx")
+        .option("metadataServiceUri", sandbox.metadata_uri)
+        .option("password", "pw")
+        .option("name", "nightly")
+        .mode("append")
+        .save()
+    )
+    with BookKeeper(sandbox.metadata_uri, zkTimeout=4000) as bk:
+        written = [
+            lid
+            for lid in bk.list_ledgers()
+            if bk.store.read_ledger_metadata(lid).value.custom_metadata.get(NAME_KEY) == b"nightly"
+        ]
+    assert len(written) == 3
+    back = read(spark, sandbox.metadata_uri, ledgers=",".join(map(str, written)))
+    assert sorted(bytes(r.payload) for r in back.collect()) == sorted(p for (p,) in data)
+    # Each task's rows keep their order in its ledger.
+    for lid in written:
+        ordered = read(spark, sandbox.metadata_uri, ledgers=str(lid)).orderBy("entry_id").collect()
+        numbers = [int(bytes(r.payload).split(b"-")[1]) for r in ordered]
+        assert numbers == list(range(numbers[0], numbers[0] + len(numbers)))
+
+
+def test_bad_options_name_what_is_wrong(
+    spark: Any, cluster: tuple[Sandbox, dict[int, int]]
+) -> None:
+    sandbox, sizes = cluster
+    with pytest.raises(Exception, match="ledger 987654 does not exist"):
+        read(spark, sandbox.metadata_uri, ledgers="987654").count()
+    some = next(iter(sizes))
+    with pytest.raises(Exception, match=f"ledger {some}: wrong password"):
+        spark.read.format("pybkx").option("metadataServiceUri", sandbox.metadata_uri).option(
+            "ledgers", str(some)
+        ).option("password", "nope").load().count()
+    with pytest.raises(Exception, match="unknown option"):
+        read(spark, sandbox.metadata_uri, ledgerz="1").count()
+
+
+def test_options_are_checked_before_any_spark_work() -> None:
+    assert parse_ledgers("12, 13,20-22") == [12, 13, 20, 21, 22]
+    for bad in ("", "x", "5-3", "-1"):
+        with pytest.raises(ValueError, match="ledgers"):
+            parse_ledgers(bad)
+    with pytest.raises(ValueError, match="E >= Qw >= Qa"):
+        SourceOptions.parse({"ensembleSize": "2", "writeQuorumSize": "3"})
+    options = SourceOptions.parse({})
+    with pytest.raises(ValueError, match="embedded"):
+        resolved(options, "embedded:///tmp/x", "spark://host:7077")
+    assert resolved(options, "embedded:///tmp/x", "local[2]").uri == "embedded:///tmp/x"
+    assert resolved(options, "zk+hierarchical://h:2181/ledgers", "spark://h:7077").uri
