@@ -26,6 +26,7 @@ _KNOWN = {
     "entriesperbatch",
     "recovery",
     "name",
+    "nameprefix",
     "ensemblesize",
     "writequorumsize",
     "ackquorumsize",
@@ -85,6 +86,7 @@ class SourceOptions:
     ack_quorum_size: int
     digest_type: str
     zk_timeout_ms: int
+    name_prefix: str | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -96,8 +98,8 @@ class SourceOptions:
             raise ValueError(
                 f"unknown option(s) {unknown} for format 'pybkx'; known: "
                 "metadataServiceUri, ledgers, password, entriesPerPartition, entriesPerBatch, "
-                "recovery, name, ensembleSize, writeQuorumSize, ackQuorumSize, digestType, "
-                "zkTimeout"
+                "recovery, name, namePrefix, ensembleSize, writeQuorumSize, ackQuorumSize, "
+                "digestType, zkTimeout"
             )
         recovery = given.get("recovery", "false").lower()
         if recovery not in ("true", "false"):
@@ -123,4 +125,5 @@ class SourceOptions:
             ack_quorum_size=qa,
             digest_type=given.get("digesttype", "CRC32C"),
             zk_timeout_ms=_positive(given, "zkTimeout", 10_000),
+            name_prefix=given.get("nameprefix"),
         )

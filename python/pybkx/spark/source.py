@@ -3,12 +3,18 @@
 
 from __future__ import annotations
 
-from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceWriter
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceWriter,
+)
 from pyspark.sql.types import StructType
 
 from pybkx.meta import default_metadata_uri
 from pybkx.spark.options import SourceOptions
 from pybkx.spark.reader import LedgerReader, resolved, spark_master
+from pybkx.spark.stream import LedgerStreamReader
 from pybkx.spark.writer import LedgerWriter
 
 __all__ = ["SCHEMA", "LedgerDataSource"]
@@ -34,6 +40,9 @@ class LedgerDataSource(DataSource):
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return LedgerReader(self._options())
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return LedgerStreamReader(self._options())
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         if "payload" not in schema.fieldNames():
