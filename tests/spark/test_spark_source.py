@@ -12,6 +12,7 @@ import os
 import time
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -233,3 +234,126 @@ def test_a_stream_tails_ledgers_exactly_once_across_restarts_and_a_killed_bookie
             + [(second.ledger_id, e, payload(second.ledger_id, e)) for e in range(50)]
         )
         assert got == want
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A Spark standalone cluster on loopback: a master and two workers (one core each), from
+    the pyspark package's own scripts; its master URL."""
+    import subprocess
+    import sys
+
+    home = Path(pyspark.__file__).parent
+    spark_class = str(home / "bin" / "spark-class")
+    logs = tmp_path_factory.mktemp("standalone")
+    port = _free_port()
+    env = {
+        **os.environ,
+        "SPARK_HOME": str(home),
+        "PYSPARK_PYTHON": sys.executable,
+        "SPARK_LOCAL_IP": "127.0.0.1",
+    }
+    master_url = f"spark://127.0.0.1:{port}"
+    procs = [
+        subprocess.Popen(
+            [
+                spark_class,
+                "org.apache.spark.deploy.master.Master",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--webui-port",
+                str(_free_port()),
+            ],
+            env=env,
+            stdout=(logs / "master.log").open("wb"),
+            stderr=subprocess.STDOUT,
+        )
+    ]
+    try:
+        for n in range(2):
+            procs.append(
+                subprocess.Popen(
+                    [
+                        spark_class,
+                        "org.apache.spark.deploy.worker.Worker",
+                        master_url,
+                        "--host",
+                        "127.0.0.1",
+                        "--cores",
+                        "1",
+                        "--memory",
+                        "1g",
+                        "--webui-port",
+                        str(_free_port()),
+                        "--work-dir",
+                        str(logs / f"work-{n}"),
+                    ],
+                    env=env,
+                    stdout=(logs / f"worker-{n}.log").open("wb"),
+                    stderr=subprocess.STDOUT,
+                )
+            )
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            text = (logs / "master.log").read_text(errors="replace")
+            if text.count("Registering worker") >= 2:
+                break
+            time.sleep(0.5)
+        else:
+            pytest.fail("the standalone Spark cluster did not start:\n" + text[-2000:])
+        yield master_url
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            p.wait(30)
+
+
+def test_a_standalone_cluster_reads_through_zookeeper(
+    standalone: str, zookeeper_server: str, tmp_path: Path
+) -> None:
+    import subprocess
+    import sys
+
+    uri = f"zk+hierarchical://{zookeeper_server}/standalone-{time.time_ns()}/ledgers"
+    with (
+        Sandbox(3, directory=tmp_path / "sandbox", zk_uri=uri, conf={"zkTimeout": 4000}) as sb,
+        BookKeeper(sb.metadata_uri, zkTimeout=4000) as bk,
+    ):
+        lh = bk.create_ledger(3, 2, 2, password=b"pw")
+        lh.append_many([payload(lh.ledger_id, e) for e in range(3000)])
+        lh.close()
+        # A driver of its own (a process may hold one Spark session): it counts through the
+        # cluster's executors, then asks the embedded store, which must be refused.
+        script = f"""
+import sys
+from pybkx.spark import spark_session
+spark = spark_session("standalone", master={standalone!r})
+df = (spark.read.format("pybkx").option("metadataServiceUri", {uri!r})
+      .option("password", "pw").option("entriesPerPartition", "1000").load())
+print("COUNT", df.count(), df.rdd.getNumPartitions())
+try:
+    spark.read.format("pybkx").option("metadataServiceUri", "embedded:///tmp/nowhere").load().count()
+except Exception as exc:
+    print("REFUSED", "embedded" in str(exc) and "other hosts" in str(exc))
+spark.stop()
+"""
+        run = subprocess.run(
+            [sys.executable, "-c", script],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        assert "COUNT 3000 3" in run.stdout, run.stdout[-2000:] + run.stderr[-3000:]
+        assert "REFUSED True" in run.stdout, run.stdout[-2000:]

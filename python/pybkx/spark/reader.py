@@ -7,6 +7,7 @@ unless the ``recovery`` option asks to recover them first."""
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -186,11 +187,20 @@ def resolved(options: SourceOptions, uri: str, master: str | None) -> SourceOpti
     return replace(options, uri=uri)
 
 
+#: Where ``spark_session`` leaves the master for the planning workers: Spark plans Python data
+#: sources in worker processes that have no session, but inherit the driver's environment.
+MASTER_ENV = "PYBKX_SPARK_MASTER"
+
+
 def spark_master() -> str | None:
-    """The master of the active Spark session, None without one."""
+    """The Spark master: the active session's, else the one ``spark_session`` recorded in the
+    environment; None when unknown."""
     try:
         from pyspark.sql import SparkSession
+
+        session: Any = SparkSession.getActiveSession()
     except ImportError:
-        return None
-    session: Any = SparkSession.getActiveSession()
-    return str(session.conf.get("spark.master")) if session is not None else None
+        session = None
+    if session is not None:
+        return str(session.conf.get("spark.master"))
+    return os.environ.get(MASTER_ENV)

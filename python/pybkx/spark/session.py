@@ -16,11 +16,14 @@ def spark_session(app: str = "pybkx", master: str = "local[*]", **conf: str) -> 
     settings. Raises ImportError without pyspark (``pip install 'pybkx[spark]'``)."""
     from pyspark.sql import SparkSession
 
+    from pybkx.spark.reader import MASTER_ENV
     from pybkx.spark.source import LedgerDataSource
 
     # Local workers are started from the environment, not only from spark.pyspark.python.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    # The workers that plan a read have no session; they inherit this environment.
+    os.environ[MASTER_ENV] = master
 
     builder = (
         SparkSession.builder.appName(app)
