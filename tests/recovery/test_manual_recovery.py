@@ -134,3 +134,23 @@ def test_bad_input_is_refused_before_anything_changes(sandbox: Sandbox) -> None:
         member = lh.metadata.last_ensemble[0]
     run = shell("recover", "--uri", sandbox.metadata_uri, member)
     assert run.returncode == 1 and "not confirmed" in run.stderr
+
+
+def test_a_stopped_bookie_is_decommissioned(sandbox: Sandbox) -> None:
+    uri = sandbox.metadata_uri
+    with BookKeeper(uri, **FAST) as bk:
+        lh = bk.create_ledger(3, 2, 2, password=b"pw")
+        lh.append_many([payload(lh.ledger_id, e) for e in range(500)])
+        lh.close()
+        victim, alive = lh.metadata.last_ensemble[0], lh.metadata.last_ensemble[1]
+        run = shell("decommissionbookie", "--uri", uri, "-bookieid", alive, "-f")
+        assert run.returncode == 1 and "still registered" in run.stderr
+        index = sandbox.bookie_addresses.index(bk.address_of(victim))
+        sandbox.kill_bookie(index)
+        sandbox.wait_unregistered([index])
+        run = shell("decommissionbookie", "--uri", uri, "-bookieid", victim, "-f")
+        assert run.returncode == 0, run.stderr
+        assert "decommissioned" in run.stdout
+        assert_replicated(bk, lh.ledger_id, {victim})
+        with pytest.raises(errors.CookieNotFoundException):
+            bk.store.read_cookie(victim)

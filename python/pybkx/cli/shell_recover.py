@@ -49,6 +49,13 @@ __all__ = ["RECOVERY_COMMANDS"]
     help="The most MB/s the copies write (BookKeeper's replicationRateByBytes); no limit "
     "by default.",
 )
+@click.option(
+    "-d",
+    "--deletecookie",
+    "delete_cookie",
+    is_flag=True,
+    help="Once every ledger healed, delete the recovered bookies' cookies.",
+)
 @click.option("-t", "--target", help="The bookie id that takes every copy (default: placement).")
 @json_option
 def recover(
@@ -63,6 +70,7 @@ def recover(
     skip_unrecoverable: bool,
     parallel: int,
     rate_mb: float | None,
+    delete_cookie: bool,
     target: str | None,
     as_json: bool,
 ) -> None:
@@ -70,7 +78,7 @@ def recover(
     and closed first. Exits 0 only when every ledger was healed."""
     from pybkx.cli.output import progress
     from pybkx.recovery import RecoveryOptions, affected_ledgers, recover_bookies
-    from pybkx.tools.shell import ShellError, open_client
+    from pybkx.tools.shell import ShellError, cookie_delete, open_client
 
     uri = resolve_uri(uri, conf_path)
     if target is not None and target in bookies:
@@ -100,6 +108,12 @@ def recover(
                 report = recover_bookies(
                     bk, bookies, options, lambda done, _, __: update(done), ledgers=ids
                 )
+            if delete_cookie and report.ok and not dry_run:
+                for bookie in bookies:
+                    try:
+                        cookie_delete(bk.store, bookie)
+                    except ShellError as exc:
+                        click.echo(f"cookie of {bookie}: {exc}", err=True)
     except ShellError as exc:
         raise failed(exc) from None
     summary = {
@@ -248,8 +262,43 @@ def autorecovery(uri: str | None, conf_path: Path | None, enable: bool, disable:
     click.echo(f"AutoRecovery is {'enabled' if enabled else 'disabled'}")
 
 
+@click.command()
+@cluster
+@click.option("-bookieid", "--bookieid", "bookie", required=True, help="The bookie to retire.")
+@click.option("-f", "--force", is_flag=True, help="Do not ask for confirmation.")
+def decommissionbookie(uri: str | None, conf_path: Path | None, bookie: str, force: bool) -> None:
+    """Retire a stopped bookie: re-replicate every ledger it held, then delete its cookie.
+    Refused while the bookie is registered (stop it first)."""
+    from pybkx.recovery import recover_bookies
+    from pybkx.tools.shell import ShellError, cookie_delete, open_client
+
+    uri = resolve_uri(uri, conf_path)
+    try:
+        with open_client(uri) as bk:
+            if bookie in bk.store.writable_bookies() | bk.store.readonly_bookies():
+                raise failed(f"{bookie} is still registered: stop it before decommissioning it")
+            if not force and not confirmed(
+                f"Re-replicate {bookie}'s ledgers and delete its cookie?"
+            ):
+                raise failed("not confirmed (give -f to decommission without asking)")
+            report = recover_bookies(bk, [bookie])
+            if not report.ok:
+                problems = {**report.unrecoverable, **report.failed}
+                raise failed(
+                    f"{len(report.healed)} of {len(report.affected)} ledgers healed; the cookie is "
+                    f"kept. Not healed: {problems}"
+                )
+            cookie_delete(bk.store, bookie)
+    except ShellError as exc:
+        raise failed(exc) from None
+    click.echo(
+        f"{bookie} decommissioned: {len(report.healed)} ledgers re-replicated, cookie deleted"
+    )
+
+
 RECOVERY_COMMANDS = (
     recover,
+    decommissionbookie,
     listunderreplicated,
     whoisauditor,
     lostbookierecoverydelay,
