@@ -76,8 +76,15 @@ class ZkRegistry(ZkSession):
                 )
 
     def unregister_bookie(self, bookie_id: str) -> None:
+        """Delete the registrations now; while ZooKeeper is unreachable, leave them to the
+        session's expiry instead of waiting for it (a bookie's stop must stay bounded)."""
         with self._lock:
             self._registrations.pop(bookie_id, None)
+        if not self._zk.connected:
+            log.warning(
+                "ZooKeeper unreachable: the registration of %s ends with the session", bookie_id
+            )
+            return
         self._delete_quietly(registration_path(self._root, bookie_id, False))
         self._delete_quietly(registration_path(self._root, bookie_id, True))
 
