@@ -30,7 +30,7 @@ pub enum LedgerError {
     WriterFailed(String),
     #[error("ledger writer is closed")]
     Closed,
-    #[error("entry {entry} of ledger {ledger} could not be read from any bookie: {last}")]
+    #[error("entry {entry} of ledger {ledger} could not be read from any bookie ({last})")]
     ReadFailed {
         ledger: i64,
         entry: i64,
@@ -38,9 +38,7 @@ pub enum LedgerError {
         /// Every replica answered that it has no such entry (or ledger).
         missing: bool,
     },
-    #[error(
-        "entry {entry} of ledger {ledger} failed its digest check on every bookie ({bookies})"
-    )]
+    #[error("entry {entry} of ledger {ledger}: every copy is corrupt ({bookies})")]
     Digest {
         ledger: i64,
         entry: i64,

@@ -400,8 +400,10 @@ struct ReadOne {
 impl ReadOne {
     async fn run(self) -> Result<ReadEntry, LedgerError> {
         let (ledger, entry) = (self.ledger, self.entry);
-        let mut last = String::from("no replica");
-        let mut corrupt: Vec<&str> = Vec::new();
+        let mut outcomes: Vec<String> = Vec::new();
+        // Copies found corrupt: by the digest here, or by the bookie (EIO: it answers that for
+        // a copy its entry log cannot give back intact, and logs which).
+        let mut corrupt: Vec<String> = Vec::new();
         let mut missing = 0;
         for bookie in &self.replicas {
             let request = self.client.read_request(
@@ -417,16 +419,20 @@ impl ReadOne {
                     Ok(v) => return Ok(v),
                     Err(e) => {
                         log::warn!("ledger {ledger}: entry {entry} from {bookie}: {e}");
-                        corrupt.push(bookie);
-                        last = format!("{bookie}: {e}");
+                        corrupt.push(format!("{bookie}: digest mismatch"));
+                        outcomes.push(format!("{bookie}: {e}"));
                     }
                 },
-                Ok(_) => last = format!("{bookie}: unexpected reply"),
+                Ok(_) => outcomes.push(format!("{bookie}: unexpected reply")),
                 Err(e) => {
-                    if matches!(e.status(), Some(Status::NoEntry | Status::NoLedger)) {
-                        missing += 1;
+                    match e.status() {
+                        Some(Status::NoEntry | Status::NoLedger) => missing += 1,
+                        Some(Status::Io) => corrupt.push(format!(
+                            "{bookie}: EIO, its copy is corrupt or unreadable (see its log)"
+                        )),
+                        _ => {}
                     }
-                    last = e.to_string();
+                    outcomes.push(e.to_string());
                 }
             }
         }
@@ -434,9 +440,14 @@ impl ReadOne {
             return Err(LedgerError::Digest {
                 ledger,
                 entry,
-                bookies: corrupt.join(", "),
+                bookies: corrupt.join("; "),
             });
         }
+        let last = if outcomes.is_empty() {
+            "no replica".to_string()
+        } else {
+            outcomes.join("; ")
+        };
         Err(LedgerError::ReadFailed {
             ledger,
             entry,

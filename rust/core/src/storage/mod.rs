@@ -59,7 +59,12 @@ pub struct RangeLimits {
     pub stride: u64,
 }
 
+/// Distinct corruptions logged at most (later ones are only counted).
+const MAX_CORRUPTIONS_LOGGED: usize = 10_000;
+
 struct Inner {
+    /// Corruptions already logged (bounded by `MAX_CORRUPTIONS_LOGGED`).
+    corruptions_logged: Mutex<std::collections::HashSet<String>>,
     cfg: StorageConfig,
     shared: Arc<Shared>,
     journals: Vec<Journal>,
@@ -157,6 +162,7 @@ impl LedgerStorage {
             })
             .collect::<Result<Vec<_>>>()?;
         let inner = Arc::new(Inner {
+            corruptions_logged: Mutex::default(),
             cfg,
             shared,
             journals,
@@ -373,10 +379,22 @@ impl LedgerStorage {
             || self.locate(ledger, entry),
             |(entry, at)| self.inner.shared.entrylog.read(ledger, entry, at),
         );
-        if let Ok(data) = &read {
-            self.count_read(std::slice::from_ref(data));
+        match &read {
+            Ok(data) => self.count_read(std::slice::from_ref(data)),
+            Err(StorageError::Corruption(what)) => self.note_corruption(what),
+            Err(_) => {}
         }
         read
+    }
+
+    /// A corrupt copy: counted every time, logged once per place (the message names the
+    /// entry, ledger, log file and offset), so a reader retrying it does not flood the log.
+    fn note_corruption(&self, what: &str) {
+        self.inner.stats.corrupt_reads.inc();
+        let mut seen = self.inner.corruptions_logged.lock();
+        if seen.len() < MAX_CORRUPTIONS_LOGGED && seen.insert(what.to_string()) {
+            log::error!("corrupt entry copy: {what}; answered EIO");
+        }
     }
 
     /// Runs a read in its two steps, finding locations in the index and reading the entry

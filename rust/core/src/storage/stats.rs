@@ -20,6 +20,8 @@ pub struct StorageStats {
     /// Entry data read from entry logs (the entry logs count what they write).
     pub read_bytes: Counter,
     pub checkpoints: Counter,
+    /// Reads that found an entry's copy corrupt (answered EIO).
+    pub corrupt_reads: Counter,
 }
 
 impl Default for StorageStats {
@@ -32,6 +34,7 @@ impl Default for StorageStats {
             get_entry: OpStats::latency(),
             read_bytes: Counter::default(),
             checkpoints: Counter::default(),
+            corrupt_reads: Counter::default(),
         }
     }
 }
@@ -44,6 +47,7 @@ crate::named_stats!(StorageStats {
     get_entry => "bookie_STORAGE_GET_ENTRY",
     read_bytes => "bookie_READ_BYTES",
     checkpoints => "pybkx_storage_checkpoints",
+    corrupt_reads => "pybkx_storage_corrupt_reads",
 });
 
 impl Inner {
