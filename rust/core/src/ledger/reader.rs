@@ -402,6 +402,8 @@ impl ReadOne {
         let (ledger, entry) = (self.ledger, self.entry);
         let mut last = String::from("no replica");
         let mut corrupt: Vec<&str> = Vec::new();
+        // EIO: the bookie found its stored copy corrupt (or could not read it).
+        let mut unreadable: Vec<&str> = Vec::new();
         let mut missing = 0;
         for bookie in &self.replicas {
             let request = self.client.read_request(
@@ -423,8 +425,10 @@ impl ReadOne {
                 },
                 Ok(_) => last = format!("{bookie}: unexpected reply"),
                 Err(e) => {
-                    if matches!(e.status(), Some(Status::NoEntry | Status::NoLedger)) {
-                        missing += 1;
+                    match e.status() {
+                        Some(Status::NoEntry | Status::NoLedger) => missing += 1,
+                        Some(Status::Io) => unreadable.push(bookie),
+                        _ => {}
                     }
                     last = e.to_string();
                 }
@@ -436,6 +440,18 @@ impl ReadOne {
                 entry,
                 bookies: corrupt.join(", "),
             });
+        }
+        if !unreadable.is_empty() && corrupt.len() + unreadable.len() == self.replicas.len() {
+            let mut parts = Vec::new();
+            if !corrupt.is_empty() {
+                parts.push(format!("failed its digest check on {}", corrupt.join(", ")));
+            }
+            parts.push(format!(
+                "answered EIO (the bookie found its copy corrupt or could not read it; see its \
+                 log and pybkx_storage_corrupt_entries) from {}",
+                unreadable.join(", ")
+            ));
+            last = format!("every copy is corrupt or unreadable: {}", parts.join("; "));
         }
         Err(LedgerError::ReadFailed {
             ledger,

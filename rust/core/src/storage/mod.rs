@@ -373,8 +373,10 @@ impl LedgerStorage {
             || self.locate(ledger, entry),
             |(entry, at)| self.inner.shared.entrylog.read(ledger, entry, at),
         );
-        if let Ok(data) = &read {
-            self.count_read(std::slice::from_ref(data));
+        match &read {
+            Ok(data) => self.count_read(std::slice::from_ref(data)),
+            Err(StorageError::Corruption(what)) => self.inner.stats.note_corruption(what),
+            Err(_) => {}
         }
         read
     }
@@ -445,6 +447,9 @@ impl LedgerStorage {
             || self.locate_range(ledger, first, limits),
             |items| {
                 let (entries, err) = self.inner.shared.entrylog.read_run(ledger, &items);
+                if let Some(StorageError::Corruption(what)) = &err {
+                    self.inner.stats.note_corruption(what);
+                }
                 match err {
                     Some(e) if entries.is_empty() => Err(e),
                     Some(e) => {
