@@ -177,18 +177,6 @@ def test_ctrl_c_interrupts_a_blocked_result(silent_bookie: str, tmp_path: Path) 
             child.wait()
 
 
-def test_an_entry_too_large_for_the_bookies_fails_at_once(bk: pybkx.BookKeeper) -> None:
-    lh = bk.create_ledger(3, 2, 2)
-    assert lh.append(b"before") == 0
-    started = time.monotonic()
-    with pytest.raises(errors.IncorrectParameterException, match="exceeds"):
-        lh.append(b"x" * (6 << 20))
-    assert time.monotonic() - started < 5
-    assert lh.append(b"after") == 1  # the ledger goes on
-    assert len(lh.metadata.ensembles) == 1  # no bookie was "replaced" for it
-    lh.close()
-
-
 def test_bytes_like_payloads_are_accepted(bk: pybkx.BookKeeper) -> None:
     lh = bk.create_ledger(3, 2, 2)
     lh.append(bytearray(b"ba"))

@@ -3,6 +3,7 @@ free loopback port with a temporary data directory. Owns starting and stopping i
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -37,9 +38,11 @@ def _ruok(port: int) -> bool:
         return False
 
 
-@pytest.fixture(scope="session")
-def zookeeper_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A standalone ZooKeeper on a free loopback port: ``"127.0.0.1:port"``.
+@contextlib.contextmanager
+def run_zookeeper(workdir: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """A standalone ZooKeeper on a free loopback port with its data under ``workdir``:
+    ``("127.0.0.1:port", process)``; stopped (SIGCONT, SIGTERM, then SIGKILL) on exit, so a
+    test may pause or kill it.
 
     Fails (not skips) when the Debian package is missing: ``make deps`` installs it.
     """
@@ -51,7 +54,6 @@ def zookeeper_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             f"(`make deps`); missing: {', '.join(missing) or 'java'}",
             pytrace=False,
         )
-    workdir = tmp_path_factory.mktemp("zookeeper")
     port = _free_port()
     config = workdir / "zoo.cfg"
     config.write_text(
@@ -85,12 +87,21 @@ def zookeeper_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                 tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:])
                 pytest.fail(f"ZooKeeper did not start (log {log}):\n{tail}", pytrace=False)
             time.sleep(0.1)
-        yield f"127.0.0.1:{port}"
+        yield f"127.0.0.1:{port}", process
     finally:
         if process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                process.send_signal(signal.SIGCONT)
             process.send_signal(signal.SIGTERM)
             try:
                 process.wait(10)
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+
+
+@pytest.fixture(scope="session")
+def zookeeper_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The session's ZooKeeper on a free loopback port: ``"127.0.0.1:port"``."""
+    with run_zookeeper(tmp_path_factory.mktemp("zookeeper")) as (address, _process):
+        yield address

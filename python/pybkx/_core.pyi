@@ -393,6 +393,13 @@ class LedgerWriter:
     def append_many(self, payloads: Sequence[Buffer]) -> int:
         """Append pipelined; wait until all are confirmed; return the last id."""
 
+    def begin_change(self) -> int:
+        """Freeze the LAC for an ensemble change (appends stop completing) and return LAC + 1,
+        where the new segment must start; ``change_ensemble`` or ``cancel_change`` ends it."""
+
+    def cancel_change(self) -> None:
+        """End a change begun with ``begin_change`` without a new ensemble."""
+
     def change_ensemble(self, first_entry_id: int, ensemble: list[str]) -> None:
         """Use ``ensemble`` from ``first_entry_id`` (= LAC + 1) and re-send pending entries to
         the replaced bookies. Raises IncorrectParameterException for an ensemble that cannot be

@@ -8,7 +8,8 @@ import logging
 import signal
 import socket
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from types import FrameType, TracebackType
 from typing import Protocol
 
@@ -79,6 +80,36 @@ def _pick_port(host: str) -> int:
             return port
     except OSError as exc:
         raise BookieError(f"cannot listen on {host}:0: {exc.strerror or exc}") from None
+
+
+def _bounded(what: str, step: Callable[[], object], timeout_s: float) -> bool:
+    """Run ``step`` on a daemon thread and wait at most ``timeout_s`` for it; True if it
+    finished without raising. A failure or a timeout is logged, never raised: a stopping bookie
+    must not wait on an unreachable metadata store (the abandoned thread dies with the process).
+    """
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            step()
+        except BaseException as exc:
+            failure.append(exc)
+
+    thread = threading.Thread(target=run, name=f"pybkx-stop-{what}", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    if thread.is_alive():
+        _event(
+            logging.WARNING,
+            f"{what} did not finish in time; going on without it",
+            timeout_ms=int(timeout_s * 1000),
+        )
+        return False
+    if failure:
+        exc = failure[0]
+        _event(logging.ERROR, f"{what} failed", error=f"{type(exc).__name__}: {exc}")
+        return False
+    return True
 
 
 def _close_store_quietly(store: MetadataStore) -> None:
@@ -283,11 +314,18 @@ class Bookie:
         """Unregister, stop serving (draining in-flight requests), close the storage (which
         checkpoints), then close the metadata store.
 
+        Bounded: the metadata store steps and the drain share ``bookieShutdownTimeoutMs``; a
+        metadata step that does not finish in its share is abandoned on a daemon thread (with
+        ZooKeeper unreachable the registration ends with the session instead), so the bookie
+        exits even when the store never answers. The storage checkpoint is never cut short.
+
         Idempotent. Raises BookieError if the storage could not be closed cleanly (the metadata
         store is closed anyway); a failed unregistration is only logged, since the registration
         ends with the store's session.
         """
         self._stopping = True
+        budget_s = self.config.bookie_shutdown_timeout_ms / 1000.0
+        deadline = time.monotonic() + budget_s
         with self._state_lock:
             server, storage, store = self._server, self._storage, self._store
             self._server = self._storage = self._store = None
@@ -295,21 +333,19 @@ class Bookie:
             registered, self._registered = self._registered, False
         try:
             if store is not None and registered:
-                try:
-                    store.unregister_bookie(self.bookie_id)
-                except Exception as exc:
-                    _event(
-                        logging.ERROR,
-                        "unregistering failed; the registration ends with the session",
-                        error=f"{type(exc).__name__}: {exc}",
-                    )
-                else:
+                bookie_id = self.bookie_id
+                if _bounded(
+                    "unregistering", lambda: store.unregister_bookie(bookie_id), budget_s / 3
+                ):
                     _event(logging.INFO, "bookie unregistered", bookie_id=self._bookie_id)
             self._stop_services()
             if server is not None:
-                _event(logging.INFO, "stopping server", drain_timeout_ms=self.drain_timeout_ms)
+                # Keep a quarter of the budget for closing the metadata store.
+                left_ms = int((deadline - time.monotonic() - budget_s / 4) * 1000)
+                drain_ms = max(0, min(self.drain_timeout_ms, left_ms))
+                _event(logging.INFO, "stopping server", drain_timeout_ms=drain_ms)
                 try:
-                    server.stop(self.drain_timeout_ms)
+                    server.stop(drain_ms)
                 except Exception as exc:  # the storage must still be closed
                     _event(
                         logging.ERROR, "server stop failed", error=f"{type(exc).__name__}: {exc}"
@@ -327,8 +363,9 @@ class Bookie:
                 _event(logging.INFO, "ledger storage closed (checkpointed)", **counters)
         finally:
             if store is not None:
-                _close_store_quietly(store)
-                _event(logging.INFO, "metadata store closed")
+                left_s = max(budget_s / 4, deadline - time.monotonic())
+                if _bounded("closing metadata store", lambda: store.close(), left_s):
+                    _event(logging.INFO, "metadata store closed")
 
     def run(self) -> int:
         """Start, serve until SIGTERM or SIGINT, stop; return the exit code (0).

@@ -28,13 +28,16 @@ def replacement_ensemble(
     failed: Sequence[int],
     reasons: Sequence[str],
     no_return: frozenset[int] = frozenset(),
+    *,
+    wait: bool = True,
 ) -> list[str]:
     """The last ensemble of ``metadata`` with a new bookie at each index of ``failed``.
 
     Asks the placement policy; a failed bookie may take its own slot back once it is registered
     again (BookKeeper would fail the writes instead when no spare exists), except at the indexes
     in ``no_return`` (a bookie that took its slot back and failed again at once must not loop).
-    Waits up to ``bookieReplacementTimeoutMs`` for candidates. Raises NotEnoughBookiesException.
+    Waits up to ``bookieReplacementTimeoutMs`` for candidates (``wait=False``: looks once).
+    Raises NotEnoughBookiesException.
     """
     deadline = time.monotonic() + bk.config.bookie_replacement_timeout_ms / 1000
     while True:
@@ -63,7 +66,7 @@ def replacement_ensemble(
                 for index, bookie in zip(failed[len(chosen) :], back, strict=True):
                     ensemble[index] = bookie
                 break
-            if time.monotonic() >= deadline:
+            if not wait or time.monotonic() >= deadline:
                 raise errors.NotEnoughBookiesException(
                     f"no bookie to replace {[metadata.last_ensemble[i] for i in failed]}: {exc}"
                 ) from exc

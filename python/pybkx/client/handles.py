@@ -579,6 +579,7 @@ class LedgerHandle(ReadHandle):
         self._change_lock = threading.Lock()
         self._last_change: dict[int, float] = {}
         self._returned: dict[int, float] = {}  # when a failed bookie last took its slot back
+        self._delayed: set[int] = set()  # failed slots left in place while Qa is still met
         self._closing = False
         bk.failures.register(self._writer.writer_id, self._on_bookie_failures)
 
@@ -636,42 +637,83 @@ class LedgerHandle(ReadHandle):
 
     def _change_ensemble(self, failures: Mapping[int, BookieFailure]) -> None:
         """Replace the failed bookies, record the new ensemble by compare-and-set, then let the
-        writer re-send to it. Failures of bookies already replaced are ignored."""
+        writer re-send to it. Failures of bookies already replaced are ignored.
+
+        With no other bookie to take a failed slot while the others still make Qa for every
+        write set, the change is delayed (BookKeeper's ``delayEnsembleChange``): appends go on
+        and the slot is replaced with the next change. An ensemble identical to the current
+        one is never written to the metadata."""
         current = self.metadata.last_ensemble
         failed = sorted(
-            i for i, f in failures.items() if self.bk.address_of(current[i]) == f.bookie
+            {i for i, f in failures.items() if self.bk.address_of(current[i]) == f.bookie}
+            | self._delayed
         )
         if not failed:
             return
-        first = self._writer.last_add_confirmed + 1
-        chosen: list[str] = []
+        reasons = [failures[i].error if i in failures else "failed earlier" for i in failed]
         now = time.monotonic()
         no_return = frozenset(
             i
             for i in failed
             if now - self._returned.get(i, -_SELF_RETURN_WINDOW_S) < _SELF_RETURN_WINDOW_S
         )
+        md = self.metadata
+        if self._qa_met_without(md, failed):
+            try:
+                preview = replacement_ensemble(
+                    self.bk, self.ledger_id, md, failed, reasons, no_return, wait=False
+                )
+            except errors.NotEnoughBookiesException:
+                preview = list(current)
+            if all(preview[i] == current[i] for i in failed):
+                if not set(failed) <= self._delayed:
+                    logger.warning(
+                        "ledger %d: no bookie to replace %s; writing on with Qa=%d met by the "
+                        "others (delayed ensemble change)",
+                        self.ledger_id,
+                        [current[i] for i in failed],
+                        md.ack_quorum_size,
+                    )
+                self._delayed.update(failed)
+                return
+        first = self._writer.begin_change()
+        chosen: list[str] = []
 
-        def change(md: LedgerMetadata) -> LedgerMetadata:
+        def change(md: LedgerMetadata) -> LedgerMetadata | None:
             if md.state == LedgerState.IN_RECOVERY:
                 raise errors.LedgerFencedException(
                     f"ledger {self.ledger_id} is being recovered by another client"
                 )
             if md.is_closed:
                 raise errors.LedgerClosedException(f"ledger {self.ledger_id} is closed")
-            ids = replacement_ensemble(
-                self.bk, self.ledger_id, md, failed, [failures[i].error for i in failed], no_return
-            )
+            ids = replacement_ensemble(self.bk, self.ledger_id, md, failed, reasons, no_return)
             chosen[:] = ids
+            if list(ids) == list(md.last_ensemble):
+                return None  # the same bookies take their slots back: nothing to record
             return md.with_ensemble(first, ids)
 
         before = list(current)
-        self.update_metadata(change)
+        try:
+            self.update_metadata(change)
+        except BaseException:
+            self._writer.cancel_change()
+            raise
         for i in failed:
             if chosen[i] == before[i]:
                 self._returned[i] = time.monotonic()
+        self._delayed.clear()
         self._writer.change_ensemble(first, [self.bk.address_of(b) for b in chosen])
-        count_ensemble_change()
+        if chosen != before:
+            count_ensemble_change()
+
+    @staticmethod
+    def _qa_met_without(md: LedgerMetadata, failed: Sequence[int]) -> bool:
+        """True if every write set still has Qa bookies outside ``failed``."""
+        e, qw, qa = md.ensemble_size, md.write_quorum_size, md.ack_quorum_size
+        bad = set(failed)
+        return all(
+            sum(1 for k in range(qw) if (start + k) % e not in bad) >= qa for start in range(e)
+        )
 
     # --- closing ----------------------------------------------------------------------------
 

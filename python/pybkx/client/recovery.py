@@ -135,7 +135,7 @@ class _RecoveryWrite:
             except errors.NotEnoughBookiesException as exc:
                 self.writer.fail(errors.LedgerRecoveryException(str(exc)))
                 return
-            first = self.writer.last_add_confirmed + 1
+            first = self.writer.begin_change()  # the LAC stays here until the change
             self.ensembles[first] = tuple(self.ids)
             self.writer.change_ensemble(first, [self.handle.bk.address_of(b) for b in self.ids])
 

@@ -168,6 +168,11 @@ class ServerConfig(KeyedConfig):
 
     # --- state
     read_only_mode_enabled: bool = setting("readOnlyModeEnabled", True, boolean)
+    bookie_shutdown_timeout_ms: int = setting("bookieShutdownTimeoutMs", 30_000, integer(1000))
+    """The most a stopping bookie spends on its metadata store (unregistering, closing the
+    session) and on draining in-flight requests, together; the storage checkpoint comes after and
+    is not cut short. With the metadata store unreachable the bookie skips unregistering (its
+    registration ends with its session) and still exits within this bound (a pybkx key)."""
     force_read_only_bookie: bool = setting("forceReadOnlyBookie", False, boolean)
 
     # --- metrics and the admin HTTP server (BookKeeper's keys and defaults, and pybkx's bounds)

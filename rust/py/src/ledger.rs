@@ -335,6 +335,17 @@ impl PyLedgerWriter {
         })
     }
 
+    /// Freezes the LAC for an ensemble change; returns LAC + 1 (where the new segment starts).
+    fn begin_change(&self) -> i64 {
+        self.inner.begin_change()
+    }
+
+    /// Ends a begun change without a new ensemble (appends complete again).
+    fn cancel_change(&self, py: Python<'_>) {
+        let inner = self.inner.clone();
+        py.detach(move || inner.cancel_change());
+    }
+
     fn change_ensemble(
         &self,
         py: Python<'_>,

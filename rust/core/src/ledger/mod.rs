@@ -178,10 +178,13 @@ mod tests {
             (failure.index, failure.ledger, failure.writer_id),
             (1, 9, 1)
         );
-        let (lac, _, _) = writer.positions();
+        let first_of_new = writer.begin_change();
+        let lac = first_of_new - 1;
         let mut ensemble = addrs[..3].to_vec();
         ensemble[1] = addrs[3].clone();
-        writer.change_ensemble(lac + 1, ensemble.clone()).unwrap();
+        writer
+            .change_ensemble(first_of_new, ensemble.clone())
+            .unwrap();
         for (i, w) in more.into_iter().enumerate() {
             assert_eq!(w.wait().unwrap().unwrap(), 100 + i as i64);
         }

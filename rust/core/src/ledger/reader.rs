@@ -400,10 +400,10 @@ struct ReadOne {
 impl ReadOne {
     async fn run(self) -> Result<ReadEntry, LedgerError> {
         let (ledger, entry) = (self.ledger, self.entry);
-        let mut outcomes: Vec<String> = Vec::new();
-        // Copies found corrupt: by the digest here, or by the bookie (EIO: it answers that for
-        // a copy its entry log cannot give back intact, and logs which).
-        let mut corrupt: Vec<String> = Vec::new();
+        let mut last = String::from("no replica");
+        let mut corrupt: Vec<&str> = Vec::new();
+        // EIO: the bookie found its stored copy corrupt (or could not read it).
+        let mut unreadable: Vec<&str> = Vec::new();
         let mut missing = 0;
         for bookie in &self.replicas {
             let request = self.client.read_request(
@@ -419,20 +419,18 @@ impl ReadOne {
                     Ok(v) => return Ok(v),
                     Err(e) => {
                         log::warn!("ledger {ledger}: entry {entry} from {bookie}: {e}");
-                        corrupt.push(format!("{bookie}: digest mismatch"));
-                        outcomes.push(format!("{bookie}: {e}"));
+                        corrupt.push(bookie);
+                        last = format!("{bookie}: {e}");
                     }
                 },
-                Ok(_) => outcomes.push(format!("{bookie}: unexpected reply")),
+                Ok(_) => last = format!("{bookie}: unexpected reply"),
                 Err(e) => {
                     match e.status() {
                         Some(Status::NoEntry | Status::NoLedger) => missing += 1,
-                        Some(Status::Io) => corrupt.push(format!(
-                            "{bookie}: EIO, its copy is corrupt or unreadable (see its log)"
-                        )),
+                        Some(Status::Io) => unreadable.push(bookie),
                         _ => {}
                     }
-                    outcomes.push(e.to_string());
+                    last = e.to_string();
                 }
             }
         }
@@ -440,14 +438,21 @@ impl ReadOne {
             return Err(LedgerError::Digest {
                 ledger,
                 entry,
-                bookies: corrupt.join("; "),
+                bookies: corrupt.join(", "),
             });
         }
-        let last = if outcomes.is_empty() {
-            "no replica".to_string()
-        } else {
-            outcomes.join("; ")
-        };
+        if !unreadable.is_empty() && corrupt.len() + unreadable.len() == self.replicas.len() {
+            let mut parts = Vec::new();
+            if !corrupt.is_empty() {
+                parts.push(format!("failed its digest check on {}", corrupt.join(", ")));
+            }
+            parts.push(format!(
+                "answered EIO (the bookie found its copy corrupt or could not read it; see its \
+                 log and pybkx_storage_corrupt_entries) from {}",
+                unreadable.join(", ")
+            ));
+            last = format!("every copy is corrupt or unreadable: {}", parts.join("; "));
+        }
         Err(LedgerError::ReadFailed {
             ledger,
             entry,

@@ -58,8 +58,12 @@ struct WriterState {
     lac: i64,
     lac_length: i64,
     pending: VecDeque<PendingAdd>,
-    /// Ensemble indexes that failed and await replacement; releases stop meanwhile.
+    /// Ensemble indexes that failed (reported once until the next ensemble change). Entries
+    /// still complete while Qa bookies hold them (BookKeeper's `delayEnsembleChange`).
     failed: HashSet<usize>,
+    /// The control plane is recording a new ensemble from LAC + 1: releases stop meanwhile, so
+    /// the LAC stays where the new segment starts.
+    changing: bool,
     fatal: Option<LedgerError>,
     closed: bool,
     /// Called once nothing is pending (or the writer failed).
@@ -150,6 +154,7 @@ impl LedgerWriter {
                 lac_length: spec.length,
                 pending: VecDeque::new(),
                 failed: HashSet::new(),
+                changing: false,
                 fatal: None,
                 closed: false,
                 drained: Vec::new(),
@@ -394,8 +399,8 @@ impl LedgerWriter {
 
     /// Releases completed entries at the head of the queue, in order.
     fn release(&self, st: &mut WriterState, done: &mut Completions) {
-        if !st.failed.is_empty() {
-            return; // an ensemble change is due: nothing completes until it is done
+        if st.changing {
+            return; // a new segment starts at LAC + 1: nothing completes until it is recorded
         }
         let mut now = None;
         let stats = client_stats();
@@ -443,6 +448,26 @@ impl LedgerWriter {
         Ok(())
     }
 
+    /// Freezes the LAC for an ensemble change and returns LAC + 1, where the new segment must
+    /// start: releases stop until [`change_ensemble`](Self::change_ensemble) or
+    /// [`cancel_change`](Self::cancel_change).
+    pub fn begin_change(&self) -> i64 {
+        let mut st = self.state.lock();
+        st.changing = true;
+        st.lac + 1
+    }
+
+    /// Ends a change begun with [`begin_change`](Self::begin_change) without a new ensemble.
+    pub fn cancel_change(&self) {
+        let mut done = Completions::default();
+        {
+            let mut st = self.state.lock();
+            st.changing = false;
+            self.release(&mut st, &mut done);
+        }
+        done.run();
+    }
+
     /// Installs a new ensemble from `first_entry` (which must be LAC + 1): every pending entry
     /// whose write set includes a replaced index is re-sent to the new bookie.
     pub fn change_ensemble(
@@ -475,6 +500,7 @@ impl LedgerWriter {
                 .filter(|i| st.ensemble[*i] != ensemble[*i] || st.failed.contains(i))
                 .collect();
             st.ensemble = ensemble;
+            st.changing = false;
             for i in &changed {
                 st.generations[*i] += 1;
             }

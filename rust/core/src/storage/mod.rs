@@ -59,12 +59,7 @@ pub struct RangeLimits {
     pub stride: u64,
 }
 
-/// Distinct corruptions logged at most (later ones are only counted).
-const MAX_CORRUPTIONS_LOGGED: usize = 10_000;
-
 struct Inner {
-    /// Corruptions already logged (bounded by `MAX_CORRUPTIONS_LOGGED`).
-    corruptions_logged: Mutex<std::collections::HashSet<String>>,
     cfg: StorageConfig,
     shared: Arc<Shared>,
     journals: Vec<Journal>,
@@ -162,7 +157,6 @@ impl LedgerStorage {
             })
             .collect::<Result<Vec<_>>>()?;
         let inner = Arc::new(Inner {
-            corruptions_logged: Mutex::default(),
             cfg,
             shared,
             journals,
@@ -381,20 +375,10 @@ impl LedgerStorage {
         );
         match &read {
             Ok(data) => self.count_read(std::slice::from_ref(data)),
-            Err(StorageError::Corruption(what)) => self.note_corruption(what),
+            Err(StorageError::Corruption(what)) => self.inner.stats.note_corruption(what),
             Err(_) => {}
         }
         read
-    }
-
-    /// A corrupt copy: counted every time, logged once per place (the message names the
-    /// entry, ledger, log file and offset), so a reader retrying it does not flood the log.
-    fn note_corruption(&self, what: &str) {
-        self.inner.stats.corrupt_reads.inc();
-        let mut seen = self.inner.corruptions_logged.lock();
-        if seen.len() < MAX_CORRUPTIONS_LOGGED && seen.insert(what.to_string()) {
-            log::error!("corrupt entry copy: {what}; answered EIO");
-        }
     }
 
     /// Runs a read in its two steps, finding locations in the index and reading the entry
@@ -463,6 +447,9 @@ impl LedgerStorage {
             || self.locate_range(ledger, first, limits),
             |items| {
                 let (entries, err) = self.inner.shared.entrylog.read_run(ledger, &items);
+                if let Some(StorageError::Corruption(what)) = &err {
+                    self.inner.stats.note_corruption(what);
+                }
                 match err {
                     Some(e) if entries.is_empty() => Err(e),
                     Some(e) => {

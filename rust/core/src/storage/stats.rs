@@ -2,6 +2,10 @@
 //! stats, scope `bookie`) and pybkx's own. It owns the metric fields and their read-out; the
 //! storage's paths record into them.
 
+use std::collections::HashSet;
+
+use parking_lot::Mutex;
+
 use super::Inner;
 use crate::metrics::{Counter, Export, Kind, Metric, OpStats, Unit, Value};
 
@@ -20,8 +24,26 @@ pub struct StorageStats {
     /// Entry data read from entry logs (the entry logs count what they write).
     pub read_bytes: Counter,
     pub checkpoints: Counter,
-    /// Reads that found an entry's copy corrupt (answered EIO).
-    pub corrupt_reads: Counter,
+    /// Reads that found a stored copy corrupt (a record whose framing or checksum fails).
+    pub corrupt_entries: Counter,
+    /// The corrupt records already logged (each is logged once; bounded).
+    corrupt_logged: Mutex<HashSet<String>>,
+}
+
+/// How many distinct corrupt records are remembered to log each only once; past it every
+/// further one is still counted but no longer logged.
+const CORRUPT_LOGGED_MAX: usize = 1024;
+
+impl StorageStats {
+    /// Counts a read that found a corrupt copy and logs it (file, offset, ledger and entry are
+    /// in the message) the first time this record is seen.
+    pub fn note_corruption(&self, what: &str) {
+        self.corrupt_entries.inc();
+        let mut logged = self.corrupt_logged.lock();
+        if logged.len() < CORRUPT_LOGGED_MAX && logged.insert(what.to_string()) {
+            log::error!("corrupt entry copy: {what}; answered EIO (read another replica)");
+        }
+    }
 }
 
 impl Default for StorageStats {
@@ -34,7 +56,8 @@ impl Default for StorageStats {
             get_entry: OpStats::latency(),
             read_bytes: Counter::default(),
             checkpoints: Counter::default(),
-            corrupt_reads: Counter::default(),
+            corrupt_entries: Counter::default(),
+            corrupt_logged: Mutex::new(HashSet::new()),
         }
     }
 }
@@ -47,7 +70,7 @@ crate::named_stats!(StorageStats {
     get_entry => "bookie_STORAGE_GET_ENTRY",
     read_bytes => "bookie_READ_BYTES",
     checkpoints => "pybkx_storage_checkpoints",
-    corrupt_reads => "pybkx_storage_corrupt_reads",
+    corrupt_entries => "pybkx_storage_corrupt_entries",
 });
 
 impl Inner {
