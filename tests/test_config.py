@@ -473,6 +473,10 @@ def test_storage_settings_carry_every_storage_key_and_no_server_key() -> None:
         "logSizeLimit",
         "writeBufferSizeBytes",
         "flushInterval",
+        "dbStorage_writeCacheMaxSizeMb",
+        "dbStorage_rocksDB_blockCacheSize",
+        "dbStorage_readAheadCacheMaxSizeMb",
+        "dbStorage_readAheadCacheBatchSize",
     }
 
 

@@ -140,6 +140,23 @@ class ServerConfig(KeyedConfig):
     )
     write_buffer_size_bytes: int = setting("writeBufferSizeBytes", 65536, integer(1), storage=True)
     flush_interval_ms: int = setting("flushInterval", 10_000, integer(0), storage=True)
+    db_storage_write_cache_max_size_mb: int = setting(
+        "dbStorage_writeCacheMaxSizeMb", 64, integer(1, 1 << 20), storage=True
+    )
+    """Journalled entries wait here until a flush writes them sorted by ledger; a flush starts
+    when half of it is used, adds wait while it is full and a flush runs."""
+    db_storage_rocksdb_block_cache_size: int = setting(
+        "dbStorage_rocksDB_blockCacheSize", 128 * MIB, integer(1 * MIB, 1 << 62), storage=True
+    )
+    """Bytes of decoded index blocks kept in memory (pybkx's index is not RocksDB; this key
+    keeps its meaning: the index's memory budget)."""
+    db_storage_read_ahead_cache_max_size_mb: int = setting(
+        "dbStorage_readAheadCacheMaxSizeMb", 64, integer(1, 1 << 20), storage=True
+    )
+    db_storage_read_ahead_cache_batch_size: int = setting(
+        "dbStorage_readAheadCacheBatchSize", 100, integer(0), storage=True
+    )
+    """Entries read in the same I/O after a read that missed every cache (0 or 1: off)."""
 
     # --- server limits
     netty_max_frame_size_bytes: int = setting("nettyMaxFrameSizeBytes", 5 * MIB, integer(64))

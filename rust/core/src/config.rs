@@ -47,6 +47,16 @@ pub struct StorageConfig {
     pub entry_log_write_buffer: usize,
     /// Checkpoint period (`flushInterval`); zero disables the timer.
     pub flush_interval: Duration,
+    /// Write cache (`dbStorage_writeCacheMaxSizeMb`): journalled entries wait here, sorted at
+    /// the next flush; a flush starts when half of it is used.
+    pub write_cache_bytes: usize,
+    /// Memory for the index's cached blocks (`dbStorage_rocksDB_blockCacheSize`).
+    pub index_cache_bytes: usize,
+    /// Read-ahead cache (`dbStorage_readAheadCacheMaxSizeMb`).
+    pub read_ahead_cache_bytes: usize,
+    /// Entries read ahead after a missed read (`dbStorage_readAheadCacheBatchSize`); 0 or 1
+    /// turns read-ahead off.
+    pub read_ahead_batch: usize,
 }
 
 fn invalid(what: String) -> StorageError {
@@ -76,6 +86,12 @@ impl StorageConfig {
         }
         if self.entry_log_write_buffer == 0 {
             return Err(invalid("writeBufferSizeBytes must be > 0".into()));
+        }
+        if self.write_cache_bytes < 1 << 20 {
+            return Err(invalid(format!(
+                "dbStorage_writeCacheMaxSizeMb must be at least 1, got {} bytes",
+                self.write_cache_bytes
+            )));
         }
         Ok(())
     }

@@ -36,6 +36,10 @@ pub fn storage_config(dir: &Path) -> StorageConfig {
         log_size_limit: 1 << 30,
         entry_log_write_buffer: 64 * 1024,
         flush_interval: Duration::ZERO,
+        write_cache_bytes: 16 << 20,
+        index_cache_bytes: 16 << 20,
+        read_ahead_cache_bytes: 16 << 20,
+        read_ahead_batch: 100,
     }
 }
 

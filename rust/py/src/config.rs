@@ -49,6 +49,14 @@ struct StorageAttrs {
     entry_log_write_buffer: usize,
     #[pyo3(attribute("flush_interval_ms"))]
     flush_interval_ms: u64,
+    #[pyo3(attribute("db_storage_write_cache_max_size_mb"))]
+    write_cache_mb: usize,
+    #[pyo3(attribute("db_storage_rocksdb_block_cache_size"))]
+    index_cache_bytes: usize,
+    #[pyo3(attribute("db_storage_read_ahead_cache_max_size_mb"))]
+    read_ahead_cache_mb: usize,
+    #[pyo3(attribute("db_storage_read_ahead_cache_batch_size"))]
+    read_ahead_batch: usize,
 }
 
 /// The storage part of a `pybkx.config.ServerConfig`.
@@ -75,6 +83,10 @@ pub(crate) fn storage_config(obj: &Bound<'_, PyAny>) -> PyResult<StorageConfig> 
         log_size_limit: a.log_size_limit,
         entry_log_write_buffer: a.entry_log_write_buffer,
         flush_interval: Duration::from_millis(a.flush_interval_ms),
+        write_cache_bytes: a.write_cache_mb.saturating_mul(1 << 20),
+        index_cache_bytes: a.index_cache_bytes,
+        read_ahead_cache_bytes: a.read_ahead_cache_mb.saturating_mul(1 << 20),
+        read_ahead_batch: a.read_ahead_batch,
     })
 }
 

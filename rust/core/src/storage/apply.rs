@@ -1,80 +1,160 @@
-//! Applying durable journal groups to the entry logs and the index, in journal order. Used by
-//! the journal's sync thread and by replay; it never journals anything itself.
+//! Applying durable journal groups to the write cache and the ledger states, in journal order.
+//! Used by the journal's sync thread and by replay; it never journals anything itself.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use parking_lot::RwLock;
+use parking_lot::{Condvar, Mutex, RwLock};
 
-use super::entrylog::{EntryLogger, Location};
-use super::index::Index;
+use super::entrylog::EntryLogger;
+use super::index::segments::SegmentSet;
+use super::index::{Index, IndexLog};
 use super::journal::{Applier, JournalOp, Mark};
+use super::readahead::ReadAheadCache;
+use super::writecache::WriteCache;
 use crate::error::{Result, StorageError};
 
-/// What the journal threads apply to: entry logs and index.
+/// How long an add waits for a running flush to make room in a full write cache.
+const FULL_CACHE_WAIT: Duration = Duration::from_secs(120);
+
+/// What wakes the checkpoint thread early.
+#[derive(Default)]
+pub(super) struct Wake {
+    pub(super) stop: bool,
+    pub(super) flush: bool,
+}
+
+/// The index log and what a failed flush left to retry; held while a flush or a merge
+/// records its result, which also serialises them.
+pub(super) struct Flusher {
+    pub(super) log: IndexLog,
+    pub(super) pending: Option<super::checkpoint::PendingFlush>,
+    /// The marks recorded by the last checkpoint record written.
+    pub(super) persisted_marks: Vec<Mark>,
+    /// Merged-away segments whose files go once a manifest without them is durable.
+    pub(super) doomed: Vec<Arc<super::index::segment::Segment>>,
+}
+
+/// What the journal threads apply to, and what flushes and reads use.
 pub(super) struct Shared {
     pub(super) entrylog: EntryLogger,
     pub(super) index: RwLock<Index>,
+    pub(super) cache: WriteCache,
+    pub(super) segments: SegmentSet,
+    pub(super) read_ahead: ReadAheadCache,
+    pub(super) flusher: Mutex<Flusher>,
+    pub(super) wake: Mutex<Wake>,
+    pub(super) wake_signal: Condvar,
+    /// Set while the journals replay at open: a full cache is flushed inline, as no
+    /// checkpoint thread runs yet.
+    pub(super) replaying: AtomicBool,
+}
+
+impl Shared {
+    /// Asks the checkpoint thread for a flush now.
+    pub(super) fn request_flush(&self) {
+        self.wake.lock().flush = true;
+        self.wake_signal.notify_all();
+    }
 }
 
 impl Applier for Shared {
     fn apply(&self, journal: usize, ops: &[JournalOp], mark: Mark) -> Result<()> {
-        let mut locations: Vec<Location> = Vec::new();
-        self.entrylog.append(
-            ops.iter().filter_map(|op| match op {
-                JournalOp::Entry {
-                    ledger,
-                    entry,
-                    data,
-                } => Some((*ledger, *entry, &data[..])),
-                _ => None,
-            }),
-            &mut locations,
-        )?;
-        if !locations.is_empty() {
-            // Readers may only see locations whose bytes the OS already has.
-            self.entrylog.flush()?;
-        }
-        let no_key: Arc<[u8]> = Arc::from(&[][..]);
-        let mut idx = self.index.write();
-        let mut locs = locations.into_iter();
+        let mut active = 0usize;
         for op in ops {
-            match op {
-                JournalOp::Key { ledger, key } => {
-                    let st = idx.get_or_create(*ledger, key);
-                    if st.master_key != *key {
-                        st.master_key = key.clone();
-                        idx.touch_meta(*ledger);
-                    }
-                }
-                JournalOp::Entry {
-                    ledger,
-                    entry,
-                    data,
-                } => {
-                    let Some(at) = locs.next() else {
-                        return Err(StorageError::Corruption("entry log lost a location".into()));
-                    };
-                    idx.set_location(*ledger, *entry, at, &no_key);
-                    if let Some(lac) = piggybacked_lac(data) {
-                        let st = idx.get_or_create(*ledger, &no_key);
-                        st.max_lac = st.max_lac.max(lac);
-                    }
-                }
-                JournalOp::Fence { ledger } => {
-                    let st = idx.get_or_create(*ledger, &no_key);
-                    st.fenced = true;
-                    st.fence_durable = true;
-                    idx.touch_meta(*ledger);
-                }
-                JournalOp::Lac { ledger, lac } => {
-                    idx.get_or_create(*ledger, &no_key).explicit_lac = Some(lac.clone());
-                    idx.touch_meta(*ledger);
-                }
-                JournalOp::Delete { ledger } => idx.delete(*ledger),
+            if let JournalOp::Entry {
+                ledger,
+                entry,
+                data,
+            } = op
+            {
+                active = self.cache.put(*ledger, *entry, data.clone());
             }
         }
-        if let Some(m) = idx.marks.get_mut(journal) {
-            *m = mark;
+        {
+            let no_key: Arc<[u8]> = Arc::from(&[][..]);
+            let mut idx = self.index.write();
+            for op in ops {
+                match op {
+                    JournalOp::Key { ledger, key } => {
+                        let st = idx.get_or_create(*ledger, key);
+                        if st.master_key != *key {
+                            st.master_key = key.clone();
+                            idx.touch_meta(*ledger);
+                        }
+                    }
+                    JournalOp::Entry {
+                        ledger,
+                        entry,
+                        data,
+                    } => {
+                        let st = idx.get_or_create(*ledger, &no_key);
+                        if let Some(lac) = piggybacked_lac(data) {
+                            st.max_lac = st.max_lac.max(lac);
+                        }
+                        if st.last_entry.is_none_or(|last| *entry > last) {
+                            st.last_entry = Some(*entry);
+                            idx.touch_meta(*ledger);
+                        }
+                    }
+                    JournalOp::Fence { ledger } => {
+                        let st = idx.get_or_create(*ledger, &no_key);
+                        st.fenced = true;
+                        st.fence_durable = true;
+                        idx.touch_meta(*ledger);
+                    }
+                    JournalOp::Lac { ledger, lac } => {
+                        idx.get_or_create(*ledger, &no_key).explicit_lac = Some(lac.clone());
+                        idx.touch_meta(*ledger);
+                    }
+                    JournalOp::Delete { ledger } => {
+                        idx.delete(*ledger);
+                        self.cache.forget_ledger(*ledger);
+                        self.read_ahead.forget_ledger(*ledger);
+                    }
+                }
+            }
+            if let Some(m) = idx.marks.get_mut(journal) {
+                *m = mark;
+            }
+        }
+        if self.cache.flush_due(active) {
+            if self.replaying.load(Ordering::Acquire) {
+                self.flush()?;
+            } else {
+                self.request_flush();
+            }
+        }
+        self.wait_for_room()
+    }
+}
+
+impl Shared {
+    /// Holds the caller (the journal's sync thread, so new adds queue behind it) while the
+    /// write cache is full and a flush runs: memory stays bounded when the disk is slower
+    /// than the journal.
+    fn wait_for_room(&self) -> Result<()> {
+        if !self.cache.is_full() {
+            return Ok(());
+        }
+        let deadline = Instant::now() + FULL_CACHE_WAIT;
+        while self.cache.is_full() {
+            if self.wake.lock().stop {
+                return Ok(());
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(StorageError::Io {
+                    context: "the write cache stayed full: flushes to the entry logs are failing \
+                              or stalled"
+                        .into(),
+                    source: std::io::Error::from(std::io::ErrorKind::TimedOut),
+                });
+            }
+            self.request_flush();
+            self.cache
+                .wait_for_room((deadline - now).min(Duration::from_millis(200)));
         }
         Ok(())
     }

@@ -2,9 +2,10 @@
 //! ordering that makes an acknowledged entry survive a crash; it never speaks the wire protocol.
 //!
 //! Write path: check master key and fence, journal the record (group commit), and only once it
-//! is durable append it to the entry log and index it, then acknowledge. Checkpoints flush the
-//! entry logs, persist the index with the journal marks, and remove journals they cover; on
-//! open, the journal after the last checkpoint is replayed.
+//! is durable put it in the write cache, then acknowledge. Checkpoints write the cache to the
+//! entry logs sorted by (ledger, entry), index it in a new segment, persist the ledger states
+//! with the journal marks, and remove journals they cover; on open, the journal after the last
+//! checkpoint is replayed. Reads look in the write cache, the read-ahead cache, then the index.
 
 mod apply;
 mod checkpoint;
@@ -12,9 +13,11 @@ pub mod dirs;
 pub mod entrylog;
 pub mod index;
 pub mod journal;
+mod readahead;
 mod stats;
 #[cfg(test)]
 mod tests;
+pub mod writecache;
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -31,12 +34,17 @@ use crate::done;
 use crate::error::{IoContext, Result, StorageError};
 use crate::fs;
 use crate::metrics::{self, Metric};
-use apply::Shared;
+use crate::record;
+use apply::{Flusher, Shared, Wake};
 use dirs::{LedgerDirs, RoundRobinAllocator};
 use entrylog::{EntryLogger, LedgersMap, Location};
+use index::segment::{IndexEntry, SegmentWriter};
+use index::segments::SegmentSet;
 use index::IndexLog;
 use journal::{Applier, Completion, Journal, JournalOp, Mark};
+use readahead::ReadAheadCache;
 pub use stats::StorageStats;
+use writecache::WriteCache;
 
 /// Entry id that asks for the highest stored entry (BookKeeper's entry id -1).
 pub const LAST_ENTRY: u64 = u64::MAX;
@@ -44,6 +52,8 @@ pub const LAST_ENTRY: u64 = u64::MAX;
 const MAX_ID: u64 = i64::MAX as u64;
 /// No range read collects more entries than this, whatever its limits say.
 const MAX_RANGE_ENTRIES: usize = 1 << 20;
+/// One read-ahead I/O covers at most this many bytes.
+const MAX_READ_AHEAD_BYTES: usize = 1 << 20;
 
 /// Limits of a range read, in BookKeeper's batch-read terms.
 #[derive(Debug, Clone, Copy)]
@@ -63,12 +73,10 @@ struct Inner {
     cfg: StorageConfig,
     shared: Arc<Shared>,
     journals: Vec<Journal>,
-    /// Also serialises checkpoints.
-    index_log: Mutex<IndexLog>,
     closed: AtomicBool,
     stats: StorageStats,
-    stop: Mutex<bool>,
-    stop_signal: Condvar,
+    /// A checkpoint added a segment: the merge thread looks for work.
+    merges_wanted: AtomicBool,
     /// Directory locks, released by `close`.
     locks: Mutex<Vec<File>>,
 }
@@ -76,7 +84,13 @@ struct Inner {
 /// A bookie's ledger storage. Dropping it closes it.
 pub struct LedgerStorage {
     inner: Arc<Inner>,
-    checkpointer: Mutex<Option<JoinHandle<()>>>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+/// Where a located entry is: already in memory, or in an entry log.
+enum Found {
+    Cached(Bytes),
+    At(Location),
 }
 
 fn check_id(what: &str, id: u64) -> Result<()> {
@@ -117,7 +131,7 @@ impl LedgerStorage {
             .map(|d| fs::lock_dir(d))
             .collect::<Result<Vec<_>>>()?;
 
-        let (index_log, mut index) = IndexLog::open(&index_dir)?;
+        let (mut index_log, mut index) = IndexLog::open(&index_dir)?;
         let n = journal_dirs.len();
         if index.marks.is_empty() {
             index.marks = vec![Mark::default(); n];
@@ -129,6 +143,8 @@ impl LedgerStorage {
             )));
         }
         let marks = index.marks.clone();
+        migrate_legacy_locations(&index_dir, &mut index, &mut index_log)?;
+        let segments = SegmentSet::open(&index_dir, &index.manifest, cfg.index_cache_bytes)?;
         let dirs = Arc::new(LedgerDirs::new(
             ledger_dirs,
             Box::<RoundRobinAllocator>::default(),
@@ -137,6 +153,18 @@ impl LedgerStorage {
         let shared = Arc::new(Shared {
             entrylog,
             index: RwLock::new(index),
+            cache: WriteCache::new(cfg.write_cache_bytes),
+            segments,
+            read_ahead: ReadAheadCache::new(cfg.read_ahead_cache_bytes),
+            flusher: Mutex::new(Flusher {
+                log: index_log,
+                pending: None,
+                persisted_marks: marks.clone(),
+                doomed: Vec::new(),
+            }),
+            wake: Mutex::new(Wake::default()),
+            wake_signal: Condvar::new(),
+            replaying: AtomicBool::new(true),
         });
         let mut next_ids = Vec::with_capacity(n);
         for (j, dir) in journal_dirs.iter().enumerate() {
@@ -148,6 +176,7 @@ impl LedgerStorage {
             )?;
             next_ids.push(end.next_file_id);
         }
+        shared.replaying.store(false, Ordering::Release);
         let applier: Arc<dyn Applier> = shared.clone();
         let journals = journal_dirs
             .into_iter()
@@ -160,29 +189,26 @@ impl LedgerStorage {
             cfg,
             shared,
             journals,
-            index_log: Mutex::new(index_log),
             closed: AtomicBool::new(false),
             stats: StorageStats::default(),
-            stop: Mutex::new(false),
-            stop_signal: Condvar::new(),
+            merges_wanted: AtomicBool::new(true),
             locks: Mutex::new(locks),
         });
         // Persist what replay rebuilt, so the replayed journals can go.
         inner.checkpoint()?;
-        let checkpointer = if inner.cfg.flush_interval.is_zero() {
-            None
-        } else {
+        let mut threads = Vec::new();
+        let spawn = |name: &str, run: fn(&Inner)| {
             let inner = inner.clone();
-            Some(
-                std::thread::Builder::new()
-                    .name("pybkx-checkpoint".into())
-                    .spawn(move || inner.run_checkpointer())
-                    .ctx(|| "spawning the checkpoint thread".to_string())?,
-            )
+            std::thread::Builder::new()
+                .name(name.into())
+                .spawn(move || run(&inner))
+                .ctx(|| format!("spawning the {name} thread"))
         };
+        threads.push(spawn("pybkx-checkpoint", Inner::run_checkpointer)?);
+        threads.push(spawn("pybkx-index-merge", Inner::run_merger)?);
         Ok(LedgerStorage {
             inner,
-            checkpointer: Mutex::new(checkpointer),
+            threads: Mutex::new(threads),
         })
     }
 
@@ -366,12 +392,16 @@ impl LedgerStorage {
         Ok(sum)
     }
 
-    /// Reads one entry; `LAST_ENTRY` reads the highest stored one.
+    /// Reads one entry; `LAST_ENTRY` reads the highest stored one. An entry read from an
+    /// entry log brings the ledger's following entries along in the same I/O (read-ahead).
     pub fn read_entry(&self, ledger: u64, entry: u64) -> Result<Bytes> {
         self.inner.check_open()?;
         let read = self.timed_read(
             || self.locate(ledger, entry),
-            |(entry, at)| self.inner.shared.entrylog.read(ledger, entry, at),
+            |(entry, found, since)| match found {
+                Found::Cached(data) => Ok(data),
+                Found::At(at) => self.read_with_read_ahead(ledger, entry, at, since),
+            },
         );
         match &read {
             Ok(data) => self.count_read(std::slice::from_ref(data)),
@@ -419,23 +449,89 @@ impl LedgerStorage {
         stats.read_bytes.add(bytes);
     }
 
-    /// The entry id (`LAST_ENTRY` resolved) and location of an entry.
-    fn locate(&self, ledger: u64, entry: u64) -> Result<(u64, Location)> {
+    /// The entry id (`LAST_ENTRY` resolved) and the ledger's first live segment number.
+    fn resolve(&self, ledger: u64, entry: u64) -> Result<(u64, u64)> {
         let idx = self.inner.shared.index.read();
         let st = idx
             .ledgers
             .get(&ledger)
             .ok_or(StorageError::NoLedger(ledger))?;
         let entry = if entry == LAST_ENTRY {
-            st.last_entry()
+            st.last_entry
                 .ok_or(StorageError::NoEntry { ledger, entry })?
         } else {
             entry
         };
-        let at = st
-            .get(entry)
+        Ok((entry, st.since_seq))
+    }
+
+    /// Where an entry is: the write cache, the read-ahead cache, or an entry log.
+    fn find(&self, ledger: u64, entry: u64, since: u64) -> Result<Option<Found>> {
+        let shared = &self.inner.shared;
+        if let Some(data) = shared.cache.get(ledger, entry) {
+            return Ok(Some(Found::Cached(data)));
+        }
+        if let Some(data) = shared.read_ahead.take(ledger, entry) {
+            return Ok(Some(Found::Cached(data)));
+        }
+        Ok(shared.segments.get(ledger, entry, since)?.map(Found::At))
+    }
+
+    /// The entry id (`LAST_ENTRY` resolved), where it is, and the ledger's first segment.
+    fn locate(&self, ledger: u64, entry: u64) -> Result<(u64, Found, u64)> {
+        let (entry, since) = self.resolve(ledger, entry)?;
+        let found = self
+            .find(ledger, entry, since)?
             .ok_or(StorageError::NoEntry { ledger, entry })?;
-        Ok((entry, at))
+        Ok((entry, found, since))
+    }
+
+    /// Reads an entry from its entry log together with the ledger's entries that follow it
+    /// back to back (up to `dbStorage_readAheadCacheBatchSize`), in one I/O; keeps those for
+    /// the reads to come.
+    fn read_with_read_ahead(
+        &self,
+        ledger: u64,
+        entry: u64,
+        at: Location,
+        since: u64,
+    ) -> Result<Bytes> {
+        let shared = &self.inner.shared;
+        let batch = self.inner.cfg.read_ahead_batch;
+        let mut items = vec![(entry, at)];
+        if batch > 1 && entry < MAX_ID {
+            let mut end = at.offset() + (record::RECORD_HEADER_LEN + at.len as usize) as u64;
+            let mut bytes = at.len as usize;
+            for e in shared
+                .segments
+                .scan_ledger(ledger, entry + 1, batch - 1, since)?
+            {
+                if e.at.log_id() != at.log_id() || e.at.offset() != end {
+                    break;
+                }
+                bytes += e.at.len as usize;
+                if bytes > MAX_READ_AHEAD_BYTES {
+                    break;
+                }
+                end += (record::RECORD_HEADER_LEN + e.at.len as usize) as u64;
+                items.push((e.entry, e.at));
+            }
+        }
+        let (mut entries, err) = shared.entrylog.read_run(ledger, &items);
+        if entries.is_empty() {
+            return Err(err.unwrap_or(StorageError::NoEntry { ledger, entry }));
+        }
+        let first = entries.remove(0);
+        if !entries.is_empty() {
+            self.inner
+                .stats
+                .read_ahead_entries
+                .add(entries.len() as u64);
+            shared
+                .read_ahead
+                .put(ledger, items[1..].iter().map(|(e, _)| *e).zip(entries));
+        }
+        Ok(first)
     }
 
     /// Reads entries `first, first + stride, ...` as a batch read does: the first entry always
@@ -446,7 +542,7 @@ impl LedgerStorage {
         let result = self.timed_read(
             || self.locate_range(ledger, first, limits),
             |items| {
-                let (entries, err) = self.inner.shared.entrylog.read_run(ledger, &items);
+                let (entries, err) = self.read_found(ledger, items);
                 if let Some(StorageError::Corruption(what)) = &err {
                     self.inner.stats.note_corruption(what);
                 }
@@ -466,24 +562,55 @@ impl LedgerStorage {
         result
     }
 
-    /// The entries a range read takes and their locations: the first always (or its error),
+    /// Reads located entries in order: cached ones as they are, the others with one
+    /// positional read per run of back-to-back records. Returns the entries read before the
+    /// first failure, and that failure.
+    fn read_found(
+        &self,
+        ledger: u64,
+        items: Vec<(u64, Found)>,
+    ) -> (Vec<Bytes>, Option<StorageError>) {
+        let mut out = Vec::with_capacity(items.len());
+        let mut run: Vec<(u64, Location)> = Vec::new();
+        let entrylog = &self.inner.shared.entrylog;
+        for (entry, found) in items {
+            match found {
+                Found::At(at) => run.push((entry, at)),
+                Found::Cached(data) => {
+                    if !run.is_empty() {
+                        let (got, err) = entrylog.read_run(ledger, &run);
+                        out.extend(got);
+                        if err.is_some() {
+                            return (out, err);
+                        }
+                        run.clear();
+                    }
+                    out.push(data);
+                }
+            }
+        }
+        if !run.is_empty() {
+            let (got, err) = entrylog.read_run(ledger, &run);
+            out.extend(got);
+            return (out, err);
+        }
+        (out, None)
+    }
+
+    /// The entries a range read takes and where they are: the first always (or its error),
     /// then more until a limit or a missing entry.
     fn locate_range(
         &self,
         ledger: u64,
         first: u64,
         limits: RangeLimits,
-    ) -> Result<Vec<(u64, Location)>> {
-        let idx = self.inner.shared.index.read();
-        let st = idx
-            .ledgers
-            .get(&ledger)
-            .ok_or(StorageError::NoLedger(ledger))?;
+    ) -> Result<Vec<(u64, Found)>> {
+        let (_, since) = self.resolve(ledger, first)?;
         let max_count = match limits.max_count {
             0 => MAX_RANGE_ENTRIES,
             n => n.min(MAX_RANGE_ENTRIES),
         };
-        let mut items: Vec<(u64, Location)> = Vec::new();
+        let mut items: Vec<(u64, Found)> = Vec::new();
         let mut total = 0usize;
         let stride = limits.stride.max(1);
         for i in 0..max_count as u64 {
@@ -493,17 +620,21 @@ impl LedgerStorage {
             else {
                 break;
             };
-            let Some(at) = st.get(entry) else {
+            let Some(found) = self.find(ledger, entry, since)? else {
                 if i == 0 {
                     return Err(StorageError::NoEntry { ledger, entry });
                 }
                 break;
             };
-            total += at.data_len() + limits.per_entry_overhead;
+            total += limits.per_entry_overhead
+                + match &found {
+                    Found::Cached(d) => d.len(),
+                    Found::At(at) => at.data_len(),
+                };
             if i > 0 && total > limits.max_bytes {
                 break;
             }
-            items.push((entry, at));
+            items.push((entry, found));
         }
         Ok(items)
     }
@@ -515,7 +646,7 @@ impl LedgerStorage {
             .ledgers
             .get(&ledger)
             .ok_or(StorageError::NoLedger(ledger))?;
-        st.last_entry().ok_or(StorageError::NoEntry {
+        st.last_entry.ok_or(StorageError::NoEntry {
             ledger,
             entry: LAST_ENTRY,
         })
@@ -532,12 +663,18 @@ impl LedgerStorage {
 
     /// Every entry id of the ledger this bookie stores, ascending (GET_LIST_OF_ENTRIES_OF_LEDGER).
     pub fn entry_ids(&self, ledger: u64) -> Result<Vec<u64>> {
-        let idx = self.inner.shared.index.read();
-        Ok(idx
-            .ledgers
-            .get(&ledger)
-            .ok_or(StorageError::NoLedger(ledger))?
-            .entry_ids())
+        let (_, since) = self.resolve(ledger, 0)?;
+        let shared = &self.inner.shared;
+        let mut ids: Vec<u64> = shared
+            .segments
+            .scan_ledger(ledger, 0, usize::MAX, since)?
+            .iter()
+            .map(|e| e.entry)
+            .collect();
+        ids.extend(shared.cache.entry_ids(ledger));
+        ids.sort_unstable();
+        ids.dedup();
+        Ok(ids)
     }
 
     /// The highest LAC the ledger's entries on this bookie carry (BookKeeper's
@@ -631,11 +768,11 @@ impl LedgerStorage {
         if self.inner.closed.swap(true, Ordering::SeqCst) {
             return Ok(());
         }
-        *self.inner.stop.lock() = true;
-        self.inner.stop_signal.notify_all();
-        if let Some(t) = self.checkpointer.lock().take() {
+        self.inner.shared.wake.lock().stop = true;
+        self.inner.shared.wake_signal.notify_all();
+        for t in self.threads.lock().drain(..) {
             if t.join().is_err() {
-                log::error!("checkpoint thread panicked");
+                log::error!("a storage thread panicked");
             }
         }
         for j in &self.inner.journals {
@@ -689,4 +826,44 @@ impl Inner {
         let st = idx.get_or_create(ledger, &Arc::from(master_key));
         check(st)
     }
+}
+
+/// Moves the locations a version-1 `index.log` kept in memory into the first segment and
+/// rewrites the log in the current format. Crash-safe: until the rewrite's rename the old
+/// log stays authoritative and the segment is an orphan removed at the next open.
+fn migrate_legacy_locations(
+    dir: &std::path::Path,
+    index: &mut index::Index,
+    log: &mut IndexLog,
+) -> Result<()> {
+    if log.version >= 2 {
+        return Ok(());
+    }
+    let legacy = index.legacy.take().unwrap_or_default();
+    let seq = index.next_seq.max(1);
+    index.next_seq = seq + 1;
+    let mut manifest = Vec::new();
+    if !legacy.is_empty() {
+        let mut w = SegmentWriter::create(dir, seq)?;
+        for ((ledger, entry), at) in &legacy {
+            w.push(IndexEntry {
+                ledger: *ledger,
+                entry: *entry,
+                at: *at,
+            })?;
+        }
+        w.finish()?;
+        fs::sync_dir(dir)?;
+        manifest.push(index::SegmentRef { seq, level: 0 });
+    }
+    log::info!(
+        "index: migrated {} locations of {} ledgers from index.log version 1 into segment {seq:x}.idx",
+        legacy.len(),
+        index.ledgers.len()
+    );
+    index.manifest = manifest;
+    let mut data = Vec::new();
+    index.take_delta(true, &mut data);
+    index::checkpoint_record(&index.marks, index.next_seq, &index.manifest, &mut data);
+    log.rewrite(&data)
 }

@@ -24,6 +24,10 @@ pub struct StorageStats {
     /// Entry data read from entry logs (the entry logs count what they write).
     pub read_bytes: Counter,
     pub checkpoints: Counter,
+    /// Index segment merges done.
+    pub index_merges: Counter,
+    /// Entries read ahead (brought along by a read that missed every cache).
+    pub read_ahead_entries: Counter,
     /// Reads that found a stored copy corrupt (a record whose framing or checksum fails).
     pub corrupt_entries: Counter,
     /// The corrupt records already logged (each is logged once; bounded).
@@ -56,6 +60,8 @@ impl Default for StorageStats {
             get_entry: OpStats::latency(),
             read_bytes: Counter::default(),
             checkpoints: Counter::default(),
+            index_merges: Counter::default(),
+            read_ahead_entries: Counter::default(),
             corrupt_entries: Counter::default(),
             corrupt_logged: Mutex::new(HashSet::new()),
         }
@@ -125,6 +131,38 @@ impl Inner {
         out.push(Metric::counter(
             "pybkx_storage_entry_log_rollovers",
             self.shared.entrylog.rollovers.get(),
+        ));
+        let (cache_bytes, cache_entries) = self.shared.cache.usage();
+        out.push(Metric::gauge("bookie_write_cache_size", cache_bytes as u64));
+        out.push(Metric::gauge(
+            "bookie_write_cache_count",
+            cache_entries as u64,
+        ));
+        let segs = &self.shared.segments;
+        out.push(Metric::gauge(
+            "pybkx_index_segments",
+            segs.snapshot().len() as u64,
+        ));
+        out.push(Metric::gauge("pybkx_index_entries", segs.entry_count()));
+        out.push(Metric::gauge(
+            "pybkx_index_block_cache_bytes",
+            segs.cache.bytes() as u64,
+        ));
+        out.push(Metric::counter(
+            "pybkx_index_block_cache_hits",
+            segs.cache.hits.load(std::sync::atomic::Ordering::Relaxed),
+        ));
+        out.push(Metric::counter(
+            "pybkx_index_block_cache_misses",
+            segs.cache.misses.load(std::sync::atomic::Ordering::Relaxed),
+        ));
+        out.push(Metric::counter(
+            "pybkx_index_merges",
+            self.stats.index_merges.get(),
+        ));
+        out.push(Metric::counter(
+            "pybkx_storage_read_ahead_entries",
+            self.stats.read_ahead_entries.get(),
         ));
     }
 }

@@ -5,13 +5,14 @@ use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
-use super::Index;
+use super::{checkpoint_record, Index};
 use crate::error::{IoContext, Result, StorageError};
 use crate::fs;
 use crate::record::{check_file_header, file_header, RecordReader, ScanEnd, FILE_HEADER_LEN};
 
 const INDEX_MAGIC: &[u8; 8] = b"PBKXINDX";
-const INDEX_VERSION: u32 = 1;
+/// Version 2 keeps locations in segments; version 1 (locations in this file) is migrated.
+const INDEX_VERSION: u32 = 2;
 
 /// The file that persists the index: `<dir>/index.log`.
 pub struct IndexLog {
@@ -21,6 +22,8 @@ pub struct IndexLog {
     size: u64,
     /// Size of the last snapshot, to decide when rewriting pays off.
     base_size: u64,
+    /// Format version of the file as opened (1: must be rewritten after migration).
+    pub version: u32,
 }
 
 const INDEX_FILE: &str = "index.log";
@@ -36,9 +39,13 @@ impl IndexLog {
             fs::remove_file(&tmp)?; // a rewrite that never reached its rename
         }
         if !path.exists() {
-            let mut index = Index::default();
+            let mut index = Index {
+                next_seq: 1,
+                ..Index::default()
+            };
             let mut data = file_header(INDEX_MAGIC, INDEX_VERSION, 0).to_vec();
-            index.take_checkpoint(true, &mut data);
+            index.take_delta(true, &mut data);
+            checkpoint_record(&[], index.next_seq, &[], &mut data);
             let log = IndexLog::write_new(dir, &data)?;
             return Ok((log, index));
         }
@@ -47,6 +54,7 @@ impl IndexLog {
         file.read_exact(&mut header)
             .ctx(|| format!("reading the header of {}", path.display()))?;
         check_file_header(&header, INDEX_MAGIC, INDEX_VERSION, "index log")?;
+        let version = crate::record::be_u32(&header[8..12]);
         let reader_file = file
             .try_clone()
             .ctx(|| format!("opening {}", path.display()))?;
@@ -59,12 +67,9 @@ impl IndexLog {
         let mut good_end = None;
         loop {
             match reader.next_record()? {
-                Ok(rec) => match index.load_record(rec.body) {
-                    Ok(Some(marks)) => {
-                        index.marks = marks;
-                        good_end = Some(reader.offset());
-                    }
-                    Ok(None) => {}
+                Ok(rec) => match index.load_record(version, rec.body) {
+                    Ok(true) => good_end = Some(reader.offset()),
+                    Ok(false) => {}
                     Err(why) => {
                         log::warn!("{}: {why}", path.display());
                         break;
@@ -91,13 +96,16 @@ impl IndexLog {
         fs::truncate_and_sync(&file, &path, end)?;
         file.seek(SeekFrom::Start(end))
             .ctx(|| format!("seeking {}", path.display()))?;
-        index.clear_dirty();
+        if index.next_seq == 0 {
+            index.next_seq = 1;
+        }
         let log = IndexLog {
             dir: dir.to_path_buf(),
             path,
             file,
             size: end,
             base_size: end,
+            version,
         };
         Ok((log, index))
     }
@@ -121,6 +129,7 @@ impl IndexLog {
             file,
             size: data.len() as u64,
             base_size: data.len() as u64,
+            version: INDEX_VERSION,
         })
     }
 
