@@ -37,7 +37,8 @@ MAX_PAYLOAD = 4096
 
 
 def crash_config(root: Path) -> dict[str, Any]:
-    """Small files and a fast checkpoint timer, so kills also land in rollovers and checkpoints."""
+    """Small files, a small write cache and a fast checkpoint timer, so kills also land in
+    rollovers, write-cache flushes and index merges (a merge every six flushes)."""
     return storage_config(
         root,
         journals=1,
@@ -46,6 +47,7 @@ def crash_config(root: Path) -> dict[str, Any]:
         journalMaxBackups=1,
         logSizeLimit=1 * MIB,
         flushInterval=200,
+        dbStorage_writeCacheMaxSizeMb=1,
     )
 
 

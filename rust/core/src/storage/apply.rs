@@ -62,16 +62,6 @@ impl Shared {
 impl Applier for Shared {
     fn apply(&self, journal: usize, ops: &[JournalOp], mark: Mark) -> Result<()> {
         let mut active = 0usize;
-        for op in ops {
-            if let JournalOp::Entry {
-                ledger,
-                entry,
-                data,
-            } = op
-            {
-                active = self.cache.put(*ledger, *entry, data.clone());
-            }
-        }
         {
             let no_key: Arc<[u8]> = Arc::from(&[][..]);
             let mut idx = self.index.write();
@@ -89,6 +79,9 @@ impl Applier for Shared {
                         entry,
                         data,
                     } => {
+                        // In journal order with the other records: a delete later in the
+                        // group must drop this entry, an add after a delete must survive it.
+                        active = self.cache.put(*ledger, *entry, data.clone());
                         let st = idx.get_or_create(*ledger, &no_key);
                         if let Some(lac) = piggybacked_lac(data) {
                             st.max_lac = st.max_lac.max(lac);

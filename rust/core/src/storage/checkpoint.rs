@@ -163,6 +163,8 @@ impl Inner {
             }
         }
         self.stats.checkpoints.inc();
+        self.merges_wanted.store(true, Ordering::Release);
+        self.shared.wake_signal.notify_all();
         Ok(())
     }
 
@@ -171,20 +173,23 @@ impl Inner {
     pub(super) fn run_checkpointer(&self) {
         let mut wake = self.shared.wake.lock();
         while !wake.stop {
+            let mut timed_out = false;
             if !wake.flush {
                 if self.cfg.flush_interval.is_zero() {
                     self.shared.wake_signal.wait(&mut wake);
                 } else {
-                    self.shared
+                    timed_out = self
+                        .shared
                         .wake_signal
-                        .wait_for(&mut wake, self.cfg.flush_interval);
+                        .wait_for(&mut wake, self.cfg.flush_interval)
+                        .timed_out();
                 }
             }
             if wake.stop {
                 break;
             }
-            let asked = std::mem::take(&mut wake.flush);
-            if !asked && self.cfg.flush_interval.is_zero() {
+            // Woken for another thread's sake (the merge thread shares the signal): wait on.
+            if !std::mem::take(&mut wake.flush) && !timed_out {
                 continue;
             }
             drop(wake);
@@ -193,8 +198,6 @@ impl Inner {
                 // Do not spin on a failing disk; a later request or the timer retries.
                 std::thread::sleep(std::time::Duration::from_millis(100));
             }
-            self.merges_wanted.store(true, Ordering::Release);
-            self.shared.wake_signal.notify_all();
             wake = self.shared.wake.lock();
         }
     }

@@ -165,3 +165,180 @@ fn second_open_of_the_same_directories_fails() {
         Err(StorageError::Locked(_))
     ));
 }
+
+impl LedgerStorage {
+    /// A crash as far as the files can tell: the threads stop where they are, nothing is
+    /// flushed or checkpointed, buffered entry-log bytes are lost, the locks are released.
+    fn crash(self) {
+        self.inner.closed.store(true, Ordering::SeqCst);
+        self.inner.shared.wake.lock().stop = true;
+        self.inner.shared.wake_signal.notify_all();
+        for t in self.threads.lock().drain(..) {
+            let _ = t.join();
+        }
+        for j in &self.inner.journals {
+            j.shutdown();
+        }
+        self.inner.locks.lock().clear();
+    }
+}
+
+fn small_cache_config(dir: &Path) -> crate::config::StorageConfig {
+    crate::config::StorageConfig {
+        write_cache_bytes: 1 << 20,
+        index_cache_bytes: 64 << 10,
+        log_size_limit: 256 << 10,
+        ..crate::testing::storage_config(dir)
+    }
+}
+
+fn entry_payload(l: u64, e: u64, salt: u64) -> Vec<u8> {
+    let len = 1 + ((l * 31 + e * 17 + salt) % 40_000) as usize;
+    let mut v = vec![(e % 251) as u8; len];
+    v[0] = l as u8;
+    v
+}
+
+#[test]
+fn entries_move_from_the_write_cache_to_segments_and_merge_without_loss() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = small_cache_config(dir.path());
+    let s = LedgerStorage::open(cfg.clone()).unwrap();
+    for round in 0..20u64 {
+        for l in 1..=3u64 {
+            for e in round * 10..round * 10 + 10 {
+                add(&s, l, e, &entry_payload(l, e, 0)).unwrap();
+            }
+        }
+        s.checkpoint().unwrap();
+    }
+    // Merges run in the background: wait until a level-1 segment exists.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while s.inner.shared.segments.snapshot().iter().all(|g| g.level == 0) {
+        assert!(std::time::Instant::now() < deadline, "no merge happened");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    for l in 1..=3u64 {
+        assert_eq!(s.entry_ids(l).unwrap(), (0..200).collect::<Vec<_>>());
+        for e in 0..200 {
+            assert_eq!(&s.read_entry(l, e).unwrap()[..], &entry_payload(l, e, 0)[..]);
+        }
+    }
+    assert!(s.inner.stats.read_ahead_entries.get() > 0);
+    s.close().unwrap();
+    let s = LedgerStorage::open(cfg).unwrap();
+    assert!(s.inner.shared.segments.snapshot().len() < 20);
+    let got = s
+        .read_range(2, 0, RangeLimits {
+            max_count: 0,
+            max_bytes: usize::MAX,
+            per_entry_overhead: 0,
+            stride: 1,
+        })
+        .unwrap();
+    assert_eq!(got.len(), 200);
+}
+
+mod model {
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::{BTreeMap, HashMap};
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Add { ledger: u64, count: u64 },
+        Delete { ledger: u64 },
+        Checkpoint,
+        Crash,
+        Restart,
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            6 => (1..5u64, 1..40u64).prop_map(|(ledger, count)| Op::Add { ledger, count }),
+            1 => (1..5u64).prop_map(|ledger| Op::Delete { ledger }),
+            2 => Just(Op::Checkpoint),
+            1 => Just(Op::Crash),
+            1 => Just(Op::Restart),
+        ]
+    }
+
+    fn check(s: &LedgerStorage, model: &HashMap<u64, BTreeMap<u64, Vec<u8>>>) {
+        let mut ledgers: Vec<u64> = model.keys().copied().collect();
+        ledgers.sort_unstable();
+        assert_eq!(s.list_ledgers(), ledgers);
+        for (l, entries) in model {
+            assert_eq!(
+                s.entry_ids(*l).unwrap(),
+                entries.keys().copied().collect::<Vec<_>>()
+            );
+            assert_eq!(s.last_entry_id(*l).ok(), entries.keys().last().copied());
+            for (e, data) in entries {
+                assert_eq!(&s.read_entry(*l, *e).unwrap()[..], &data[..], "{l}/{e}");
+            }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 12, ..ProptestConfig::default() })]
+
+        /// The index after any sequence of adds, deletes, checkpoints, crashes and restarts
+        /// equals a model of what was acknowledged.
+        #[test]
+        fn index_equals_the_model(ops in proptest::collection::vec(op(), 1..40)) {
+            let dir = tempfile::tempdir().unwrap();
+            let cfg = small_cache_config(dir.path());
+            let mut s = Some(LedgerStorage::open(cfg.clone()).unwrap());
+            let mut model: HashMap<u64, BTreeMap<u64, Vec<u8>>> = HashMap::new();
+            let mut salt = 0u64;
+            for op in ops {
+                let st = s.as_ref().unwrap();
+                match op {
+                    Op::Add { ledger, count } => {
+                        salt += 1;
+                        let m = model.entry(ledger).or_default();
+                        let first = m.keys().last().map_or(0, |e| e + 1);
+                        for e in first..first + count {
+                            let data = entry_payload(ledger, e, salt);
+                            add(st, ledger, e, &data).unwrap();
+                            m.insert(e, data);
+                        }
+                    }
+                    Op::Delete { ledger } => {
+                        let r = wait(|d| st.delete_ledger(ledger, d));
+                        prop_assert_eq!(r.is_ok(), model.remove(&ledger).is_some());
+                    }
+                    Op::Checkpoint => st.checkpoint().unwrap(),
+                    Op::Crash => {
+                        s.take().unwrap().crash();
+                        s = Some(LedgerStorage::open(cfg.clone()).unwrap());
+                    }
+                    Op::Restart => {
+                        s.take().unwrap().close().unwrap();
+                        s = Some(LedgerStorage::open(cfg.clone()).unwrap());
+                    }
+                }
+                check(s.as_ref().unwrap(), &model);
+            }
+            s.take().unwrap().crash();
+            let s = LedgerStorage::open(cfg).unwrap();
+            check(&s, &model);
+        }
+    }
+}
+
+#[test]
+fn a_ledger_deleted_and_created_again_survives_a_crash() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = small_cache_config(dir.path());
+    let s = LedgerStorage::open(cfg.clone()).unwrap();
+    add(&s, 4, 0, b"old").unwrap();
+    wait(|d| s.delete_ledger(4, d)).unwrap();
+    add(&s, 4, 0, b"new").unwrap();
+    assert_eq!(s.entry_ids(4).unwrap(), vec![0]);
+    s.crash();
+    let s = LedgerStorage::open(cfg).unwrap();
+    assert_eq!(s.list_ledgers(), vec![4]);
+    assert_eq!(&s.read_entry(4, 0).unwrap()[..], b"new");
+    assert_eq!(s.entry_ids(4).unwrap(), vec![0]);
+}
