@@ -30,6 +30,7 @@ from typing import Any
 from storage_helpers import master_key, payload
 
 from pybkx._core import LedgerStorage
+from pybkx._core import inject_disk_fault
 from pybkx.bookie import open_ledger_storage
 from pybkx.errors import NoSuchEntryException, NoSuchLedgerExistsException
 
@@ -159,6 +160,8 @@ MODES = {
 def main() -> None:
     spec: dict[str, Any] = json.loads(sys.argv[1])
     try:
+        for fault in spec.get("faults", []):
+            inject_disk_fault(**fault)
         storage = open_ledger_storage(**spec["config"])
         MODES[spec["mode"]](storage, spec)
     except BaseException as exc:

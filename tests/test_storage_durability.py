@@ -144,6 +144,45 @@ def test_acknowledged_entries_survive_repeated_kill_9(tmp_path: Path) -> None:
     assert all(acked[ledger] for ledger in LEDGERS), "some writer never got an acknowledgement"
 
 
+def test_acknowledged_entries_survive_kill_9_during_index_flushes_and_merges(
+    tmp_path: Path,
+) -> None:
+    """Index writes slowed down (segments and index.log), so kills land inside write-cache
+    flushes and segment merges; an interrupted one leaves an orphan segment removed on open."""
+    root = tmp_path / "bookie"
+    config = storage_config(
+        root,
+        index=True,
+        journalMaxSizeMB=1,
+        logSizeLimit=1 * MIB,
+        flushInterval=100,
+        dbStorage_writeCacheMaxSizeMb=1,
+    )
+    index_dir = root / "index0" / "current"
+    faults = [{"path_prefix": str(root / "index0"), "ops": ["write"], "delay_ms": 60}]
+    rng = random.Random(SEED + 2)
+    acked: dict[int, set[int]] = {ledger: set() for ledger in LEDGERS}
+    orphans_removed = 0
+    for round_no in range(max(ROUNDS // 2, 4)):
+        where = f"seed {SEED}, round {round_no}"
+        spec = crash_writer_spec(config, SEED + 200 + round_no) | {"faults": faults}
+        lines = run_child(
+            spec, tmp_path / f"child-{round_no}.stderr", "READY", rng.uniform(0.3, 1.5)
+        )
+        for ledger_id, ids in parse_acks(lines).items():
+            acked[ledger_id] |= ids
+        before = set(index_dir.glob("*.idx"))
+        with open_ledger_storage(**config) as storage:
+            after_open = set(index_dir.glob("*.idx"))
+            orphans_removed += len(before - after_open)
+            problems = [
+                p for ledger in LEDGERS for p in check_ledger(storage, ledger, acked[ledger])
+            ]
+        assert not problems, f"{where}: {problems}"
+    print(f"kills that left a half-written index segment: {orphans_removed}")
+    assert all(acked[ledger] for ledger in LEDGERS), "some writer never got an acknowledgement"
+
+
 def test_acknowledged_entries_survive_crashes_during_recovery_sessions(tmp_path: Path) -> None:
     """Kill after kill with no clean open in between: each child replays the last one's crash."""
     config = crash_config(tmp_path / "bookie")
