@@ -551,3 +551,12 @@ def micro_kernel(kernel: str, payload_size: int, iterations: int) -> float:
 
 def micro_kernels() -> list[tuple[str, str]]:
     """The micro-benchmark kernels: ``(name, what one iteration does)``."""
+
+def fill_storage(storage: LedgerStorage, ledgers: int, entries: int, payload_size: int) -> float:
+    """Benchmark (feature ``bench``): add ``entries`` entries of ``payload_size`` bytes from Rust,
+    entry ``i`` to ledger ``i % ledgers + 1`` as its entry ``i // ledgers``; seconds until all
+    are durable. Raises ValueError when an add fails."""
+
+def index_lookups(storage: LedgerStorage, ledgers: int, span: int, count: int) -> tuple[float, int]:
+    """Benchmark (feature ``bench``): ``count`` index lookups (no entry data read) of random
+    entries ``0..span`` of ledgers ``1..=ledgers``; returns ``(seconds, found)``."""

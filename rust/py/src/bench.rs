@@ -4,7 +4,9 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use pybkx_core::bench::{loadgen, microbench};
+use pybkx_core::bench::{loadgen, microbench, storage_scale};
+
+use crate::storage::PyLedgerStorage;
 
 use crate::errors::BkResult;
 
@@ -67,4 +69,36 @@ pub(crate) fn micro_kernel(
 #[pyfunction]
 pub(crate) fn micro_kernels() -> Vec<(&'static str, &'static str)> {
     microbench::KERNELS.to_vec()
+}
+
+/// Fills a storage with `entries` entries interleaved over `ledgers` ledgers (from Rust, GIL
+/// released); seconds until all are durable. Raises ValueError on a failed add.
+#[pyfunction]
+pub(crate) fn fill_storage(
+    py: Python<'_>,
+    storage: &PyLedgerStorage,
+    ledgers: u64,
+    entries: u64,
+    payload_size: usize,
+) -> PyResult<f64> {
+    let s = storage.inner.clone();
+    py.detach(|| storage_scale::fill(&s, ledgers, entries, payload_size))
+        .map(|d| d.as_secs_f64())
+        .map_err(PyValueError::new_err)
+}
+
+/// Times `count` index lookups of random entries `0..span` of ledgers `1..=ledgers`;
+/// returns (seconds, found).
+#[pyfunction]
+pub(crate) fn index_lookups(
+    py: Python<'_>,
+    storage: &PyLedgerStorage,
+    ledgers: u64,
+    span: u64,
+    count: u64,
+) -> PyResult<(f64, u64)> {
+    let s = storage.inner.clone();
+    py.detach(|| storage_scale::lookups(&s, ledgers, span, count))
+        .map(|(d, n)| (d.as_secs_f64(), n))
+        .map_err(PyValueError::new_err)
 }

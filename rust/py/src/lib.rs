@@ -67,6 +67,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
         m.add_function(wrap_pyfunction!(bench::run_load, m)?)?;
         m.add_function(wrap_pyfunction!(bench::micro_kernel, m)?)?;
         m.add_function(wrap_pyfunction!(bench::micro_kernels, m)?)?;
+        m.add_function(wrap_pyfunction!(bench::fill_storage, m)?)?;
+        m.add_function(wrap_pyfunction!(bench::index_lookups, m)?)?;
     }
     m.add("FLAG_NONE", protocol::FLAG_NONE)?;
     m.add("FLAG_DO_FENCING", protocol::FLAG_DO_FENCING)?;

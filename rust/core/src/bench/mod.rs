@@ -3,3 +3,4 @@
 
 pub mod loadgen;
 pub mod microbench;
+pub mod storage_scale;

@@ -90,7 +90,8 @@ pub struct LedgerStorage {
 /// Where a located entry is: already in memory, or in an entry log.
 enum Found {
     Cached(Bytes),
-    At(Location),
+    /// In an entry log, indexed by this segment (whose following entries read-ahead takes).
+    Indexed(Location, Arc<index::segment::Segment>),
 }
 
 fn check_id(what: &str, id: u64) -> Result<()> {
@@ -398,9 +399,9 @@ impl LedgerStorage {
         self.inner.check_open()?;
         let read = self.timed_read(
             || self.locate(ledger, entry),
-            |(entry, found, since)| match found {
+            |(entry, found)| match found {
                 Found::Cached(data) => Ok(data),
-                Found::At(at) => self.read_with_read_ahead(ledger, entry, at, since),
+                Found::Indexed(at, seg) => self.read_with_read_ahead(ledger, entry, at, &seg),
             },
         );
         match &read {
@@ -474,16 +475,19 @@ impl LedgerStorage {
         if let Some(data) = shared.read_ahead.take(ledger, entry) {
             return Ok(Some(Found::Cached(data)));
         }
-        Ok(shared.segments.get(ledger, entry, since)?.map(Found::At))
+        Ok(shared
+            .segments
+            .find(ledger, entry, since)?
+            .map(|(at, seg)| Found::Indexed(at, seg)))
     }
 
-    /// The entry id (`LAST_ENTRY` resolved), where it is, and the ledger's first segment.
-    fn locate(&self, ledger: u64, entry: u64) -> Result<(u64, Found, u64)> {
+    /// The entry id (`LAST_ENTRY` resolved) and where it is.
+    fn locate(&self, ledger: u64, entry: u64) -> Result<(u64, Found)> {
         let (entry, since) = self.resolve(ledger, entry)?;
         let found = self
             .find(ledger, entry, since)?
             .ok_or(StorageError::NoEntry { ledger, entry })?;
-        Ok((entry, found, since))
+        Ok((entry, found))
     }
 
     /// Reads an entry from its entry log together with the ledger's entries that follow it
@@ -494,7 +498,7 @@ impl LedgerStorage {
         ledger: u64,
         entry: u64,
         at: Location,
-        since: u64,
+        seg: &index::segment::Segment,
     ) -> Result<Bytes> {
         let shared = &self.inner.shared;
         let batch = self.inner.cfg.read_ahead_batch;
@@ -502,20 +506,20 @@ impl LedgerStorage {
         if batch > 1 && entry < MAX_ID {
             let mut end = at.offset() + (record::RECORD_HEADER_LEN + at.len as usize) as u64;
             let mut bytes = at.len as usize;
-            for e in shared
-                .segments
-                .scan_ledger(ledger, entry + 1, batch - 1, since)?
-            {
+            // The entries written back to back after this one were flushed with it: the
+            // same segment indexes them.
+            seg.scan_ledger(ledger, entry + 1, &shared.segments.cache, &mut |e| {
                 if e.at.log_id() != at.log_id() || e.at.offset() != end {
-                    break;
+                    return false;
                 }
                 bytes += e.at.len as usize;
                 if bytes > MAX_READ_AHEAD_BYTES {
-                    break;
+                    return false;
                 }
                 end += (record::RECORD_HEADER_LEN + e.at.len as usize) as u64;
                 items.push((e.entry, e.at));
-            }
+                items.len() < batch
+            })?;
         }
         let (mut entries, err) = shared.entrylog.read_run(ledger, &items);
         if entries.is_empty() {
@@ -575,7 +579,7 @@ impl LedgerStorage {
         let entrylog = &self.inner.shared.entrylog;
         for (entry, found) in items {
             match found {
-                Found::At(at) => run.push((entry, at)),
+                Found::Indexed(at, _) => run.push((entry, at)),
                 Found::Cached(data) => {
                     if !run.is_empty() {
                         let (got, err) = entrylog.read_run(ledger, &run);
@@ -629,7 +633,7 @@ impl LedgerStorage {
             total += limits.per_entry_overhead
                 + match &found {
                     Found::Cached(d) => d.len(),
-                    Found::At(at) => at.data_len(),
+                    Found::Indexed(at, _) => at.data_len(),
                 };
             if i > 0 && total > limits.max_bytes {
                 break;
@@ -637,6 +641,19 @@ impl LedgerStorage {
             items.push((entry, found));
         }
         Ok(items)
+    }
+
+    /// Whether the entry is stored, answered from the caches and the index alone (no entry
+    /// data is read): BookKeeper's `entryExists`.
+    pub fn index_lookup(&self, ledger: u64, entry: u64) -> Result<bool> {
+        let (entry, since) = match self.resolve(ledger, entry) {
+            Ok(found) => found,
+            Err(StorageError::NoLedger(_)) | Err(StorageError::NoEntry { .. }) => return Ok(false),
+            Err(e) => return Err(e),
+        };
+        let shared = &self.inner.shared;
+        Ok(shared.cache.get(ledger, entry).is_some()
+            || shared.segments.get(ledger, entry, since)?.is_some())
     }
 
     /// Highest stored entry id of the ledger.

@@ -214,14 +214,24 @@ fn entries_move_from_the_write_cache_to_segments_and_merge_without_loss() {
     }
     // Merges run in the background: wait until a level-1 segment exists.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while s.inner.shared.segments.snapshot().iter().all(|g| g.level == 0) {
+    while s
+        .inner
+        .shared
+        .segments
+        .snapshot()
+        .iter()
+        .all(|g| g.level == 0)
+    {
         assert!(std::time::Instant::now() < deadline, "no merge happened");
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     for l in 1..=3u64 {
         assert_eq!(s.entry_ids(l).unwrap(), (0..200).collect::<Vec<_>>());
         for e in 0..200 {
-            assert_eq!(&s.read_entry(l, e).unwrap()[..], &entry_payload(l, e, 0)[..]);
+            assert_eq!(
+                &s.read_entry(l, e).unwrap()[..],
+                &entry_payload(l, e, 0)[..]
+            );
         }
     }
     assert!(s.inner.stats.read_ahead_entries.get() > 0);
@@ -229,12 +239,16 @@ fn entries_move_from_the_write_cache_to_segments_and_merge_without_loss() {
     let s = LedgerStorage::open(cfg).unwrap();
     assert!(s.inner.shared.segments.snapshot().len() < 20);
     let got = s
-        .read_range(2, 0, RangeLimits {
-            max_count: 0,
-            max_bytes: usize::MAX,
-            per_entry_overhead: 0,
-            stride: 1,
-        })
+        .read_range(
+            2,
+            0,
+            RangeLimits {
+                max_count: 0,
+                max_bytes: usize::MAX,
+                per_entry_overhead: 0,
+                stride: 1,
+            },
+        )
         .unwrap();
     assert_eq!(got.len(), 200);
 }

@@ -10,6 +10,10 @@ use std::time::Duration;
 use bytes::Bytes;
 use parking_lot::{Condvar, Mutex, RwLock};
 
+/// Memory an entry costs beside its data (map node, key, buffer handle): charged so that a
+/// cache of small entries stays within its configured size too.
+const ENTRY_OVERHEAD: usize = 64;
+
 /// One generation of cached entries.
 #[derive(Default)]
 pub struct Generation {
@@ -81,9 +85,9 @@ impl WriteCache {
     pub fn put(&self, ledger: u64, entry: u64, data: Bytes) -> usize {
         let mut g = self.gens.write();
         let a = &mut g.active;
-        let len = data.len();
+        let len = data.len() + ENTRY_OVERHEAD;
         match a.ledgers.entry(ledger).or_default().insert(entry, data) {
-            Some(old) => a.bytes -= old.len(),
+            Some(old) => a.bytes -= old.len() + ENTRY_OVERHEAD,
             None => a.entries += 1,
         }
         a.bytes += len;
@@ -137,7 +141,7 @@ impl WriteCache {
         let mut g = self.gens.write();
         if let Some(m) = g.active.ledgers.remove(&ledger) {
             g.active.entries -= m.len();
-            g.active.bytes -= m.values().map(|d| d.len()).sum::<usize>();
+            g.active.bytes -= m.values().map(|d| d.len() + ENTRY_OVERHEAD).sum::<usize>();
         }
     }
 

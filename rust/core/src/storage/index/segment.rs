@@ -33,8 +33,11 @@ const TRAILER_LEN: usize = 16;
 const BLOCK_MAX_ENTRIES: usize = 1024;
 const BLOCK_MAX_BYTES: usize = 8 << 10;
 const RUN_MAX_ENTRIES: usize = 4096;
-/// Bloom filter: bits per distinct ledger and probes.
+/// Bloom filters: bits per key and probes. One filter holds ledger ids (scans), the other
+/// (ledger, entry / 1024) buckets (lookups): when many ledgers are written interleaved every
+/// segment holds every ledger, but only one or two hold a given bucket of its entries.
 const BLOOM_BITS_PER_KEY: usize = 10;
+const BUCKET_BITS: u32 = 10;
 const BLOOM_PROBES: u32 = 6;
 const DIR_ENTRY_LEN: usize = 8 + 8 + 8 + 8 + 8 + 4 + 4;
 
@@ -87,6 +90,10 @@ struct BlockMeta {
 /// Ledger-id Bloom filter: a segment without the ledger is skipped without reading a block.
 struct Bloom {
     bits: Vec<u64>,
+}
+
+fn bucket_key(ledger: u64, entry: u64) -> u64 {
+    mix(ledger) ^ (entry >> BUCKET_BITS)
 }
 
 fn mix(x: u64) -> u64 {
@@ -234,6 +241,7 @@ pub struct SegmentWriter {
     run: Option<Run>,
     dir: Vec<BlockMeta>,
     ledgers: Vec<u64>,
+    buckets: Vec<u64>,
     entries: u64,
 }
 
@@ -258,6 +266,7 @@ impl SegmentWriter {
             run: None,
             dir: Vec::new(),
             ledgers: Vec::new(),
+            buckets: Vec::new(),
             entries: 0,
         })
     }
@@ -275,6 +284,10 @@ impl SegmentWriter {
         }
         if self.ledgers.last() != Some(&e.ledger) {
             self.ledgers.push(e.ledger);
+        }
+        let bucket = bucket_key(e.ledger, e.entry);
+        if self.buckets.last() != Some(&bucket) {
+            self.buckets.push(bucket);
         }
         match &mut self.run {
             Some(run) if run.continues(&e) => {
@@ -350,6 +363,7 @@ impl SegmentWriter {
     pub fn finish(mut self) -> Result<(PathBuf, u64)> {
         self.end_block()?;
         let bloom = Bloom::with_keys(&self.ledgers);
+        let buckets = Bloom::with_keys(&self.buckets);
         let mut body = Vec::with_capacity(16 + self.dir.len() * DIR_ENTRY_LEN);
         body.extend_from_slice(&self.entries.to_be_bytes());
         body.extend_from_slice(&(self.dir.len() as u32).to_be_bytes());
@@ -360,9 +374,11 @@ impl SegmentWriter {
             body.extend_from_slice(&b.len.to_be_bytes());
             body.extend_from_slice(&0u32.to_be_bytes());
         }
-        body.extend_from_slice(&(bloom.bits.len() as u32).to_be_bytes());
-        for w in &bloom.bits {
-            body.extend_from_slice(&w.to_be_bytes());
+        for filter in [&bloom, &buckets] {
+            body.extend_from_slice(&(filter.bits.len() as u32).to_be_bytes());
+            for w in &filter.bits {
+                body.extend_from_slice(&w.to_be_bytes());
+            }
         }
         let dir_offset = self.written + self.buf.len() as u64;
         append_record(&mut self.buf, &[&body]);
@@ -383,6 +399,7 @@ pub struct Segment {
     file: File,
     dir: Vec<BlockMeta>,
     bloom: Bloom,
+    buckets: Bloom,
     entries: u64,
     bytes: u64,
 }
@@ -435,24 +452,32 @@ impl Segment {
             });
             at += DIR_ENTRY_LEN;
         }
-        let words = be_u32(body.get(at..at + 4).ok_or_else(short)?) as usize;
-        at += 4;
-        let bits = body
-            .get(at..at + words * 8)
-            .ok_or_else(short)?
-            .chunks_exact(8)
-            .map(be_u64)
-            .collect::<Vec<_>>();
-        if bits.is_empty() {
-            return Err(short());
+        let mut filters = Vec::with_capacity(2);
+        for _ in 0..2 {
+            let words = be_u32(body.get(at..at + 4).ok_or_else(short)?) as usize;
+            at += 4;
+            let bits = body
+                .get(at..at + words * 8)
+                .ok_or_else(short)?
+                .chunks_exact(8)
+                .map(be_u64)
+                .collect::<Vec<_>>();
+            if bits.is_empty() {
+                return Err(short());
+            }
+            at += words * 8;
+            filters.push(Bloom { bits });
         }
+        let buckets = filters.pop().ok_or_else(short)?;
+        let bloom = filters.pop().ok_or_else(short)?;
         Ok(Arc::new(Segment {
             seq,
             level,
             path,
             file,
             dir: blocks,
-            bloom: Bloom { bits },
+            bloom,
+            buckets,
             entries,
             bytes: size,
         }))
@@ -472,7 +497,8 @@ impl Segment {
 
     /// Memory held for this segment whatever the cache holds.
     pub fn resident_bytes(&self) -> usize {
-        self.dir.capacity() * std::mem::size_of::<BlockMeta>() + self.bloom.bits.len() * 8
+        self.dir.capacity() * std::mem::size_of::<BlockMeta>()
+            + (self.bloom.bits.len() + self.buckets.bits.len()) * 8
     }
 
     pub fn may_hold_ledger(&self, ledger: u64) -> bool {
@@ -511,7 +537,7 @@ impl Segment {
 
     /// The location of an entry, if this segment holds it.
     pub fn get(&self, ledger: u64, entry: u64, cache: &BlockCache) -> Result<Option<Location>> {
-        if !self.bloom.may_contain(ledger) {
+        if !self.buckets.may_contain(bucket_key(ledger, entry)) {
             return Ok(None);
         }
         let Some(i) = self.block_for((ledger, entry)) else {

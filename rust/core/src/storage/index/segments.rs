@@ -81,13 +81,23 @@ impl SegmentSet {
 
     /// The newest location of an entry in segments numbered `since_seq` or later.
     pub fn get(&self, ledger: u64, entry: u64, since_seq: u64) -> Result<Option<Location>> {
+        Ok(self.find(ledger, entry, since_seq)?.map(|(at, _)| at))
+    }
+
+    /// As [`get`](Self::get), with the segment that holds the entry.
+    pub fn find(
+        &self,
+        ledger: u64,
+        entry: u64,
+        since_seq: u64,
+    ) -> Result<Option<(Location, Arc<Segment>)>> {
         let list = self.snapshot();
         for seg in list.iter().rev() {
             if seg.seq < since_seq {
                 continue;
             }
             if let Some(at) = seg.get(ledger, entry, &self.cache)? {
-                return Ok(Some(at));
+                return Ok(Some((at, seg.clone())));
             }
         }
         Ok(None)
