@@ -252,6 +252,18 @@ pub fn preallocate(file: &File, path: &Path, offset: u64, len: u64) {
     }
 }
 
+/// Hints that `len` bytes at `offset` will be read soon, so the kernel reads them ahead
+/// asynchronously (a hint: errors are ignored, nothing is read here).
+pub fn advise_will_need(file: &File, offset: u64, len: u64) {
+    let (Ok(offset), Ok(len)) = (i64::try_from(offset), i64::try_from(len)) else {
+        return;
+    };
+    // SAFETY: plain syscall on an open descriptor owned by `file`; it reads no memory of ours.
+    unsafe {
+        libc::posix_fadvise(file.as_raw_fd(), offset, len, libc::POSIX_FADV_WILLNEED);
+    }
+}
+
 /// Cuts (or extends) the file to `len` bytes and syncs it.
 pub fn truncate_and_sync(file: &File, path: &Path, len: u64) -> Result<()> {
     checked(Op::Truncate, path, || {

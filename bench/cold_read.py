@@ -1,0 +1,136 @@
+"""Cold read of one ledger written interleaved with 100 others, beside the disk's own speed.
+
+Writes 101 ledgers interleaved (entry i to ledger i % 101) through one `LedgerStorage`, closes
+it, drops every file of the storage from the OS page cache (`posix_fadvise(DONTNEED)` on each: only
+the storage's files, so the code being timed is not paged out too), then reads one ledger back: by batch reads (as the
+Spark reader and recovery do) and by single reads (read-ahead). The disk's sequential read
+bandwidth is measured in the same run by reading one large entry log, equally cold. With
+``--journal-dir`` the journal goes to another directory (another device, or a tmpfs in a clearly
+labelled run) — BookKeeper's advice of a journal apart from the ledger directories.
+Not a test: ``make bench-cold-read``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from pybkx._core import fill_storage
+from pybkx.bookie import open_ledger_storage
+
+MIB = 1 << 20
+
+
+def drop_cache(root: Path) -> None:
+    """Evict the files under ``root`` from the page cache (written data is synced first)."""
+    for path in root.rglob("*"):
+        if path.is_file():
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
+
+
+def disk_read_mb_s(path: Path) -> float:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        total = 0
+        started = time.perf_counter()
+        while chunk := os.read(fd, 4 * MIB):
+            total += len(chunk)
+        return total / MIB / (time.perf_counter() - started)
+    finally:
+        os.close(fd)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--ledgers", type=int, default=101)
+    parser.add_argument("--entries-per-ledger", type=int, default=2500)
+    parser.add_argument("--payload", type=int, default=4096)
+    parser.add_argument("--target", type=int, default=51, help="the ledger read back")
+    parser.add_argument("--dir", default=None)
+    parser.add_argument("--journal-dir", default=None, help="journal apart (another device)")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--write-cache-mb", type=int, default=None)
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args(argv)
+
+    base = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="pybkx-cold-"))
+    root = base / "cold"
+    shutil.rmtree(root, ignore_errors=True)
+    journal = Path(args.journal_dir) / "cold-journal" if args.journal_dir else root / "journal"
+    shutil.rmtree(journal, ignore_errors=True)
+    cfg: dict[str, Any] = {
+        "journalDirectories": str(journal),
+        "ledgerDirectories": str(root / "ledgers"),
+        "journalPreAllocSizeMB": 64,
+    }
+    if args.write_cache_mb:
+        cfg["dbStorage_writeCacheMaxSizeMb"] = args.write_cache_mb
+    out: dict[str, Any] = {
+        "ledgers": args.ledgers,
+        "entries_per_ledger": args.entries_per_ledger,
+        "payload": args.payload,
+        "layout": "journal apart" if args.journal_dir else "one disk",
+        "write_cache_mb": args.write_cache_mb or 64,
+    }
+    try:
+        storage = open_ledger_storage(**cfg)
+        total = args.ledgers * args.entries_per_ledger
+        secs = fill_storage(storage, args.ledgers, total, args.payload)
+        out["write_mb_s"] = round(total * args.payload / MIB / secs, 1)
+        storage.close()
+        logs = sorted((root / "ledgers").rglob("*.log"), key=lambda p: p.stat().st_size)
+        ledger_bytes = args.entries_per_ledger * args.payload
+        best: dict[str, float] = {"disk": 0.0, "batch": 0.0, "single": 0.0}
+        for _ in range(args.rounds):
+            drop_cache(root)
+            best["disk"] = max(best["disk"], disk_read_mb_s(logs[-1]))
+            for mode in ("batch", "single"):
+                drop_cache(root)
+                storage = open_ledger_storage(**cfg)
+                drop_cache(root)
+                started = time.perf_counter()
+                read = 0
+                if mode == "batch":
+                    entry = 0
+                    while entry < args.entries_per_ledger:
+                        chunk = storage.read_range(args.target, entry, 256, 4 * MIB)
+                        read += sum(len(c) for c in chunk)
+                        entry += len(chunk)
+                else:
+                    for entry in range(args.entries_per_ledger):
+                        read += len(storage.read_entry(args.target, entry))
+                elapsed = time.perf_counter() - started
+                storage.close()
+                assert read == ledger_bytes, (read, ledger_bytes)
+                best[mode] = max(best[mode], ledger_bytes / MIB / elapsed)
+        out["disk_sequential_read_mb_s"] = round(best["disk"], 1)
+        out["cold_batch_read_mb_s"] = round(best["batch"], 1)
+        out["cold_single_read_mb_s"] = round(best["single"], 1)
+        out["batch_vs_disk"] = round(best["batch"] / best["disk"], 2)
+        out["single_vs_disk"] = round(best["single"] / best["disk"], 2)
+    finally:
+        if not args.dir:
+            shutil.rmtree(base, ignore_errors=True)
+        if args.journal_dir:
+            shutil.rmtree(journal, ignore_errors=True)
+    text = json.dumps(out, indent=2)
+    print(text)
+    if args.json:
+        Path(args.json).write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
