@@ -25,7 +25,8 @@ PY_LIBDIR := $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_config_
 CARGO_TEST_ENV := LD_LIBRARY_PATH="$(PY_LIBDIR)$${LD_LIBRARY_PATH:+:$$LD_LIBRARY_PATH}"
 
 .PHONY: help venv deps build lint test demo bench bench-client bench-suite bench-compare bench-builds \
-	bench-metrics bench-striped bench-recovery bench-v3 bench-spark clean distclean
+	bench-metrics bench-striped bench-recovery bench-v3 bench-spark bench-storage-scale \
+	bench-cold-read bench-cold-read-java clean distclean
 
 help:
 	@echo "make demo   build everything, then run the cluster demo (pybkx demo)"
@@ -40,6 +41,9 @@ help:
 	@echo "make bench-striped  reads of a striped ledger (E=3 Qw=2) vs a whole one (E=3 Qw=3)"
 	@echo "make bench-recovery a bookie killed for good, its ledgers healed: MB/s vs the disk"
 	@echo "make bench-v3       adds and reads over V3 beside V2, pybkx and Java bookies, one run"
+	@echo "make bench-storage-scale ENTRIES=N  N entries indexed: memory, restart, lookups/s"
+	@echo "make bench-cold-read      an interleaved ledger read back cold vs the disk's speed"
+	@echo "make bench-cold-read-java the same over the wire beside the Java DbLedgerStorage"
 	@echo "make bench-spark    Spark reading ledgers vs the same rows in Parquet, one run"
 	@echo "make venv | deps | build | lint | clean | distclean"
 
@@ -145,6 +149,20 @@ bench-v3: venv deps build
 
 bench-recovery: venv deps build
 	$(VPY) bench/recovery_speed.py $(BENCH_ARGS)
+
+# Storage at scale: many entries indexed (ENTRIES, default 20 million), memory, restart, lookups.
+ENTRIES ?= 20000000
+bench-storage-scale: venv deps build
+	$(VPY) bench/storage_scale.py --entries $(ENTRIES) $(BENCH_ARGS)
+
+# A ledger written interleaved with 100 others, read back cold, beside the disk's own speed;
+# then the same over the wire beside the Java bookie's DbLedgerStorage.
+bench-cold-read: venv deps build
+	$(VPY) bench/cold_read.py $(BENCH_ARGS)
+	$(VPY) bench/cold_read.py --journal-dir /dev/shm $(BENCH_ARGS)
+
+bench-cold-read-java: venv deps build $(BENCH_STAMP)
+	$(VPY) -m bench.cold_read_java $(BENCH_ARGS)
 
 clean:
 	cargo clean

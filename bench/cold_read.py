@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         "ledgers": args.ledgers,
         "entries_per_ledger": args.entries_per_ledger,
         "payload": args.payload,
-        "layout": "journal apart" if args.journal_dir else "one disk",
+        "layout": f"journal apart, in {args.journal_dir}" if args.journal_dir else "one disk",
         "write_cache_mb": args.write_cache_mb or 64,
     }
     try:

@@ -1,0 +1,164 @@
+"""Cold read of an interleaved ledger: a pybkx bookie beside the Java bookie's DbLedgerStorage.
+
+Both bookies (ZooKeeper for the Java one's registration) get the same data from the same load
+generator (`pybkx._core.run_load`): 101 ledgers of 4 KiB entries written interleaved. Each bookie
+is then restarted (a clean shutdown flushes the Java write cache as our checkpoint does), every
+file under its data directory is dropped from the page cache (`posix_fadvise(DONTNEED)`), and one
+ledger is read back over the wire: by BATCH_READ_ENTRY (100 entries, one in flight, a scan), and by
+single READs (16 in flight), then read again warm (what the wire and client allow). The disk's
+sequential read bandwidth is measured in the same run.
+Rounds alternate which system goes first. Both run their defaults (the Java bookie: BookKeeper's
+launch heap and direct memory, so a 512 MiB write cache; pybkx: 64 MiB).
+Not a test: ``make bench-cold-read-java``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests" / "interop"))
+sys.path.insert(0, str(REPO))
+
+import harness  # noqa: E402
+
+from bench.cold_read import MIB, disk_read_mb_s, drop_cache  # noqa: E402
+from bench.compare import GROUP_COMMIT, JAVA_BOOKIE_JVM  # noqa: E402
+from pybkx._core import run_load  # noqa: E402
+
+DB_STORAGE = "org.apache.bookkeeper.bookie.storage.ldb.DbLedgerStorage"
+
+
+def start_java(classpath: str, zookeeper: str, data: Path, port: int) -> harness.Process:
+    jvm = [o for o in harness.JVM_OPTS if "GC" not in o]
+    argv = [
+        harness.tool("java"), *JAVA_BOOKIE_JVM, *jvm, "-cp", classpath,
+        "pybkx.interop.JavaBookie", str(port), zookeeper, str(data),
+        *(f"{k}={v}" for k, v in GROUP_COMMIT.items()),
+        f"ledgerStorageClass={DB_STORAGE}",
+    ]
+    log = data.parent / f"java-bookie-{time.monotonic_ns()}.log"
+    process = harness.Process("java-bookie", argv, log)
+    harness.wait_until(
+        process,
+        lambda: "READY" in process.log.read_text(errors="replace") and harness.accepts(port),
+        "serving",
+    )
+    return process
+
+
+def start_pybkx(data: Path, port: int) -> harness.Process:
+    conf = data.parent / "pybkx-bookie.conf"
+    conf.write_text(
+        f"bookiePort={port}\njournalDirectories={data / 'journal'}\n"
+        f"ledgerDirectories={data / 'ledgers'}\nlisteningInterface=lo\nallowLoopback=true\n"
+        + "".join(f"{k}={v}\n" for k, v in GROUP_COMMIT.items())
+    )
+    executable = Path(sys.executable).with_name("pybkx")
+    log = data.parent / f"pybkx-bookie-{time.monotonic_ns()}.log"
+    process = harness.Process("pybkx-bookie", [str(executable), "bookie", "--conf", str(conf)], log)
+    harness.wait_until(process, lambda: harness.accepts(port), "accepting connections")
+    return process
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--ledgers", type=int, default=101)
+    parser.add_argument("--entries-per-ledger", type=int, default=4000)
+    parser.add_argument("--payload", type=int, default=4096)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--dir", default=None)
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args(argv)
+
+    base = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="pybkx-coldj-"))
+    root = base / "coldj"
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    first = 1000
+    target = first + args.ledgers // 2
+    entries = args.entries_per_ledger
+    out: dict[str, Any] = {
+        "ledgers": args.ledgers, "entries_per_ledger": entries, "payload": args.payload,
+    }
+    started: list[harness.Process] = []
+    try:
+        classpath = harness.java_classpath()
+        zk, zk_address = harness.start_zookeeper(classpath, root)
+        started.append(zk)
+        ports = {"pybkx": harness.free_port(), "java": harness.free_port()}
+        data = {s: root / s / "data" for s in ports}
+        for d in data.values():
+            d.mkdir(parents=True)
+
+        def start(system: str) -> harness.Process:
+            if system == "java":
+                return start_java(classpath, zk_address, data["java"], ports["java"])
+            return start_pybkx(data["pybkx"], ports["pybkx"])
+
+        for system in ports:
+            process = start(system)
+            report = run_load(
+                f"127.0.0.1:{ports[system]}", "add", ledger_id=first, ledgers=args.ledgers,
+                count=args.ledgers * entries, payload_size=args.payload, in_flight=1000,
+            )
+            assert report["errors"] == 0, report
+            out[f"{system}_write_mb_s"] = round(report["bytes"] / MIB / report["seconds"], 1)
+            process.stop()
+        best: dict[str, float] = {}
+        for rnd in range(args.rounds):
+            systems = list(ports) if rnd % 2 == 0 else list(reversed(ports))
+            for system in systems:
+                process = start(system)
+                address = f"127.0.0.1:{ports[system]}"
+                try:
+                    for mode, kw in (
+                        ("batch", {"batch": 100, "in_flight": 1}),
+                        ("single", {"in_flight": 16}),
+                    ):
+                        drop_cache(data[system])
+                        report = run_load(address, "read", ledger_id=target, count=entries, **kw)
+                        assert report["errors"] == 0 and report["entries"] == entries, report
+                        rate = report["bytes"] / MIB / report["seconds"]
+                        key = f"{system}_cold_{mode}_mb_s"
+                        best[key] = max(best.get(key, 0.0), rate)
+                        # The same read again, from the page cache: what the wire allows.
+                        report = run_load(address, "read", ledger_id=target, count=entries, **kw)
+                        rate = report["bytes"] / MIB / report["seconds"]
+                        key = f"{system}_warm_{mode}_mb_s"
+                        best[key] = max(best.get(key, 0.0), rate)
+                finally:
+                    process.stop()
+            logs = sorted((data["pybkx"] / "ledgers").rglob("*.log"), key=lambda p: p.stat().st_size)
+            drop_cache(data["pybkx"])
+            best["disk"] = max(best.get("disk", 0.0), disk_read_mb_s(logs[-1]))
+        out["disk_sequential_read_mb_s"] = round(best.pop("disk"), 1)
+        out |= {k: round(v, 1) for k, v in best.items()}
+        for mode in ("batch", "single"):
+            p, j = best[f"pybkx_cold_{mode}_mb_s"], best[f"java_cold_{mode}_mb_s"]
+            out[f"{mode}_pybkx_vs_java"] = round(p / j, 2)
+            out[f"{mode}_pybkx_vs_disk"] = round(p / out["disk_sequential_read_mb_s"], 2)
+            out[f"{mode}_java_vs_disk"] = round(j / out["disk_sequential_read_mb_s"], 2)
+            out[f"{mode}_pybkx_cold_vs_warm"] = round(p / best[f"pybkx_warm_{mode}_mb_s"], 2)
+    finally:
+        for process in reversed(started):
+            process.stop()
+        if not args.dir:
+            shutil.rmtree(base, ignore_errors=True)
+    text = json.dumps(out, indent=2)
+    print(text)
+    if args.json:
+        Path(args.json).write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
