@@ -58,6 +58,16 @@ const MAX_READ_AHEAD_BYTES: usize = 1 << 20;
 /// runs), are hinted to the kernel for asynchronous read-ahead.
 const PREFETCH_BYTES: u64 = 4 << 20;
 const PREFETCH_RUNS: usize = 4;
+/// Ledgers whose prefetch window is remembered (forgotten all at once beyond it).
+const PREFETCH_LEDGERS: usize = 4096;
+
+/// The entries of a ledger last hinted for read-ahead.
+#[derive(Clone, Copy)]
+struct PrefetchWindow {
+    start: u64,
+    trigger: u64,
+    upto: u64,
+}
 
 /// Limits of a range read, in BookKeeper's batch-read terms.
 #[derive(Debug, Clone, Copy)]
@@ -81,6 +91,8 @@ struct Inner {
     stats: StorageStats,
     /// A checkpoint added a segment: the merge thread looks for work.
     merges_wanted: AtomicBool,
+    /// Per ledger, the window last hinted for kernel read-ahead.
+    prefetched: Mutex<HashMap<u64, PrefetchWindow>>,
     /// Directory locks, released by `close`.
     locks: Mutex<Vec<File>>,
 }
@@ -94,6 +106,8 @@ pub struct LedgerStorage {
 /// Where a located entry is: already in memory, or in an entry log.
 enum Found {
     Cached(Bytes),
+    /// In an entry log.
+    At(Location),
     /// In an entry log, indexed by this segment (whose following entries read-ahead takes).
     Indexed(Location, Arc<index::segment::Segment>),
 }
@@ -197,6 +211,7 @@ impl LedgerStorage {
             closed: AtomicBool::new(false),
             stats: StorageStats::default(),
             merges_wanted: AtomicBool::new(true),
+            prefetched: Mutex::new(HashMap::new()),
             locks: Mutex::new(locks),
         });
         // Persist what replay rebuilt, so the replayed journals can go.
@@ -405,6 +420,7 @@ impl LedgerStorage {
             || self.locate(ledger, entry),
             |(entry, found)| match found {
                 Found::Cached(data) => Ok(data),
+                Found::At(at) => self.inner.shared.entrylog.read(ledger, entry, at),
                 Found::Indexed(at, seg) => self.read_with_read_ahead(ledger, entry, at, &seg),
             },
         );
@@ -552,7 +568,7 @@ impl LedgerStorage {
         let result = self.timed_read(
             || self.locate_range(ledger, first, limits),
             |items| {
-                if let Some((last, Found::Indexed(..))) = items.last() {
+                if let Some((last, Found::At(_) | Found::Indexed(..))) = items.last() {
                     self.prefetch(ledger, *last, since_of(&self.inner.shared, ledger));
                 }
                 let (entries, err) = self.read_found(ledger, items);
@@ -578,20 +594,39 @@ impl LedgerStorage {
     /// Hints the kernel to read ahead the ledger's entries after `after` that live in entry
     /// logs: up to `PREFETCH_BYTES` over at most `PREFETCH_RUNS` runs of back-to-back records,
     /// found through the index (a block walk per run, no per-entry search).
+    ///
+    /// A scan calls this on every read; it hints again only once the reads have passed the
+    /// middle of the window hinted last, continuing where that window ended, so the index walk
+    /// and the system calls are paid once per window, not per read.
     fn prefetch(&self, ledger: u64, after: u64, since: u64) {
         let shared = &self.inner.shared;
-        let mut next = after.saturating_add(1);
+        // `start`: where this scan's chain of windows began (a read before it is another scan).
+        let (start, from) = {
+            let mut hinted = self.inner.prefetched.lock();
+            match hinted.get(&ledger) {
+                Some(w) if after >= w.start && after < w.trigger => return,
+                Some(w) if after >= w.start && after < w.upto => (w.start, w.upto),
+                _ => {
+                    if hinted.len() >= PREFETCH_LEDGERS {
+                        hinted.clear();
+                    }
+                    (after, after)
+                }
+            }
+        };
+        let mut next = from.saturating_add(1);
+        let mut last = from;
         let mut budget = PREFETCH_BYTES;
         for _ in 0..PREFETCH_RUNS {
             if budget == 0 || next > MAX_ID || shared.cache.get(ledger, next).is_some() {
-                return;
+                break;
             }
             let Ok(Some((at, seg))) = shared.segments.find(ledger, next, since) else {
-                return;
+                break;
             };
             let start = at.offset();
             let mut end = start + (record::RECORD_HEADER_LEN + at.len as usize) as u64;
-            let mut last = next;
+            last = next;
             let scanned = seg.scan_ledger(ledger, next + 1, &shared.segments.cache, &mut |e| {
                 if e.at.log_id() != at.log_id() || e.at.offset() != end || end - start >= budget {
                     return false;
@@ -601,11 +636,19 @@ impl LedgerStorage {
                 true
             });
             if scanned.is_err() {
-                return;
+                break;
             }
             shared.entrylog.prefetch(at.log_id(), start, end - start);
             budget = budget.saturating_sub(end - start);
             next = last.saturating_add(1);
+        }
+        if last > from {
+            let window = PrefetchWindow {
+                start,
+                trigger: from + (last - from) / 2,
+                upto: last,
+            };
+            self.inner.prefetched.lock().insert(ledger, window);
         }
     }
 
@@ -622,7 +665,7 @@ impl LedgerStorage {
         let entrylog = &self.inner.shared.entrylog;
         for (entry, found) in items {
             match found {
-                Found::Indexed(at, _) => run.push((entry, at)),
+                Found::At(at) | Found::Indexed(at, _) => run.push((entry, at)),
                 Found::Cached(data) => {
                     if !run.is_empty() {
                         let (got, err) = entrylog.read_run(ledger, &run);
@@ -657,31 +700,63 @@ impl LedgerStorage {
             0 => MAX_RANGE_ENTRIES,
             n => n.min(MAX_RANGE_ENTRIES),
         };
+        let stride = limits.stride.max(1);
+        let cache = &self.inner.shared.segments.cache;
         let mut items: Vec<(u64, Found)> = Vec::new();
         let mut total = 0usize;
-        let stride = limits.stride.max(1);
-        for i in 0..max_count as u64 {
-            let Some(entry) = i
-                .checked_mul(stride)
-                .and_then(|offset| first.checked_add(offset))
-            else {
+        let mut next = Some(first);
+        // Whether one more entry of `len` bytes fits (the first always does).
+        let mut fits = |items: &Vec<(u64, Found)>, len: usize| {
+            total += limits.per_entry_overhead + len;
+            items.is_empty() || (items.len() < max_count && total <= limits.max_bytes)
+        };
+        while let Some(entry) = next {
+            if items.len() >= max_count {
                 break;
-            };
+            }
             let Some(found) = self.find(ledger, entry, since)? else {
-                if i == 0 {
+                if items.is_empty() {
                     return Err(StorageError::NoEntry { ledger, entry });
                 }
                 break;
             };
-            total += limits.per_entry_overhead
-                + match &found {
-                    Found::Cached(d) => d.len(),
-                    Found::Indexed(at, _) => at.data_len(),
-                };
-            if i > 0 && total > limits.max_bytes {
+            let len = match &found {
+                Found::Cached(d) => d.len(),
+                Found::At(at) | Found::Indexed(at, _) => at.data_len(),
+            };
+            if !fits(&items, len) {
                 break;
             }
+            let seg = match &found {
+                Found::Indexed(_, seg) => Some(seg.clone()),
+                _ => None,
+            };
             items.push((entry, found));
+            next = entry.checked_add(stride);
+            let Some(seg) = seg else { continue };
+            // The entries that follow were most likely flushed with this one: walk its segment
+            // instead of searching every segment for each. (An entry's bytes never change, so a
+            // copy indexed elsewhere too is the same entry.) Stop where the segment has a gap.
+            let mut full = false;
+            seg.scan_ledger(ledger, entry.saturating_add(1), cache, &mut |e| {
+                let Some(want) = next else { return false };
+                if e.entry < want {
+                    return true; // a strided read steps over the other write-set positions
+                }
+                if e.entry > want {
+                    return false;
+                }
+                if !fits(&items, e.at.data_len()) {
+                    full = true;
+                    return false;
+                }
+                items.push((e.entry, Found::At(e.at)));
+                next = want.checked_add(stride);
+                true
+            })?;
+            if full {
+                break;
+            }
         }
         Ok(items)
     }

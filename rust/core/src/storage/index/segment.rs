@@ -105,7 +105,11 @@ fn mix(x: u64) -> u64 {
 
 impl Bloom {
     fn with_keys(keys: &[u64]) -> Bloom {
-        let words = (keys.len() * BLOOM_BITS_PER_KEY).div_ceil(64).max(1);
+        // A power of two, so a probe is a mask rather than a division.
+        let words = (keys.len() * BLOOM_BITS_PER_KEY)
+            .div_ceil(64)
+            .max(1)
+            .next_power_of_two();
         let mut bloom = Bloom {
             bits: vec![0; words],
         };
@@ -120,8 +124,8 @@ impl Bloom {
     fn probes(&self, key: u64) -> impl Iterator<Item = usize> {
         let h = mix(key);
         let (h1, h2) = (h as u32 as u64, (h >> 32) | 1);
-        let m = (self.bits.len() * 64) as u64;
-        (0..BLOOM_PROBES as u64).map(move |i| (h1.wrapping_add(i.wrapping_mul(h2)) % m) as usize)
+        let mask = (self.bits.len() * 64 - 1) as u64;
+        (0..BLOOM_PROBES as u64).map(move |i| (h1.wrapping_add(i.wrapping_mul(h2)) & mask) as usize)
     }
 
     fn may_contain(&self, key: u64) -> bool {
@@ -462,8 +466,8 @@ impl Segment {
                 .chunks_exact(8)
                 .map(be_u64)
                 .collect::<Vec<_>>();
-            if bits.is_empty() {
-                return Err(short());
+            if !bits.len().is_power_of_two() {
+                return Err(corrupt("bad Bloom filter size"));
             }
             at += words * 8;
             filters.push(Bloom { bits });
@@ -502,7 +506,14 @@ impl Segment {
     }
 
     pub fn may_hold_ledger(&self, ledger: u64) -> bool {
-        self.bloom.may_contain(ledger)
+        self.in_ledger_range(ledger) && self.bloom.may_contain(ledger)
+    }
+
+    fn in_ledger_range(&self, ledger: u64) -> bool {
+        match (self.dir.first(), self.dir.last()) {
+            (Some(first), Some(last)) => first.first.0 <= ledger && ledger <= last.last.0,
+            _ => false,
+        }
     }
 
     /// Index of the block that would hold `key`.
@@ -537,7 +548,7 @@ impl Segment {
 
     /// The location of an entry, if this segment holds it.
     pub fn get(&self, ledger: u64, entry: u64, cache: &BlockCache) -> Result<Option<Location>> {
-        if !self.buckets.may_contain(bucket_key(ledger, entry)) {
+        if !self.in_ledger_range(ledger) || !self.buckets.may_contain(bucket_key(ledger, entry)) {
             return Ok(None);
         }
         let Some(i) = self.block_for((ledger, entry)) else {
@@ -555,7 +566,7 @@ impl Segment {
         cache: &BlockCache,
         f: &mut dyn FnMut(&IndexEntry) -> bool,
     ) -> Result<()> {
-        if !self.bloom.may_contain(ledger) {
+        if !self.may_hold_ledger(ledger) {
             return Ok(());
         }
         let start = self.dir.partition_point(|b| b.last < (ledger, from));
