@@ -30,6 +30,14 @@ pub(super) struct Wake {
 pub(super) struct Flusher {
     pub(super) log: IndexLog,
     pub(super) pending: Option<super::checkpoint::PendingFlush>,
+    /// Segments flushed since the last checkpoint: not synced, not in the manifest yet.
+    pub(super) unsynced: Vec<Arc<super::index::segment::Segment>>,
+    /// Ledger-state changes taken by flushes since the last checkpoint.
+    pub(super) records: Vec<u8>,
+    /// Whether the next checkpoint rewrites `index.log` as a snapshot.
+    pub(super) snapshot: bool,
+    /// The journal marks the flushed segments and `records` cover.
+    pub(super) flushed_marks: Vec<Mark>,
     /// The marks recorded by the last checkpoint record written.
     pub(super) persisted_marks: Vec<Mark>,
     /// Merged-away segments whose files go once a manifest without them is durable.
@@ -114,7 +122,7 @@ impl Applier for Shared {
         }
         if self.cache.flush_due(active) {
             if self.replaying.load(Ordering::Acquire) {
-                self.flush()?;
+                self.flush(false)?;
             } else {
                 self.request_flush();
             }

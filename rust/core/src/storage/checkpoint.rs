@@ -18,23 +18,25 @@ use crate::fs;
 
 /// A flush that failed after its generation was taken: retried before anything else.
 pub(super) struct PendingFlush {
-    gen: Option<Arc<Generation>>,
+    gen: Arc<Generation>,
     seq: u64,
-    marks: Vec<Mark>,
-    records: Vec<u8>,
-    snapshot: bool,
 }
 
 impl Shared {
-    /// Flushes the write cache and records a checkpoint; returns the marks it made durable.
-    pub(super) fn flush(&self) -> Result<Vec<Mark>> {
+    /// Flushes the write cache to the entry logs and a new segment. `durable`: then also
+    /// sync everything flushed so far and record a checkpoint (ledger states, journal marks,
+    /// manifest) in `index.log`; returns the marks it made durable (journals before them may
+    /// go). A flush that is not durable (the cache filled up between checkpoints) leaves its
+    /// segment out of the manifest until the next checkpoint: after a crash the journal,
+    /// still holding those entries, replays them.
+    pub(super) fn flush(&self, durable: bool) -> Result<Vec<Mark>> {
         let mut f = self.flusher.lock();
         if let Some(p) = f.pending.take() {
-            self.finish_flush(&mut f, p)?;
+            self.write_pending(&mut f, p)?;
         }
-        let p = {
+        let pending = {
             let mut idx = self.index.write();
-            let snapshot = f.log.wants_snapshot() || idx.needs_snapshot();
+            let snapshot = durable && (f.log.wants_snapshot() || idx.needs_snapshot());
             let gen = self.cache.swap();
             let seq = if gen.is_some() {
                 idx.next_seq += 1;
@@ -42,68 +44,85 @@ impl Shared {
             } else {
                 0
             };
-            let mut records = Vec::new();
-            idx.take_delta(snapshot, &mut records);
-            PendingFlush {
-                gen,
-                seq,
-                marks: idx.marks.clone(),
-                records,
-                snapshot,
-            }
+            idx.take_delta(snapshot, &mut f.records);
+            f.snapshot |= snapshot;
+            f.flushed_marks = idx.marks.clone();
+            gen.map(|gen| PendingFlush { gen, seq })
         };
-        self.finish_flush(&mut f, p)
+        if let Some(p) = pending {
+            self.write_pending(&mut f, p)?;
+        }
+        if !durable {
+            return Ok(Vec::new());
+        }
+        self.record_checkpoint(&mut f)
     }
 
-    fn finish_flush(&self, f: &mut Flusher, mut p: PendingFlush) -> Result<Vec<Mark>> {
-        if let Some(gen) = p.gen.clone() {
-            match self.write_generation(&gen, p.seq) {
-                Ok(seg) => {
-                    // Readers find the entries in the segment before they leave the cache.
-                    self.segments.push(seg);
-                    self.cache.flushed();
-                    p.gen = None;
-                }
-                Err(e) => {
-                    f.pending = Some(p);
-                    return Err(e);
-                }
+    fn write_pending(&self, f: &mut Flusher, p: PendingFlush) -> Result<()> {
+        match self.write_generation(&p.gen, p.seq) {
+            Ok(seg) => {
+                // Readers find the entries in the segment before they leave the cache.
+                self.segments.push(seg.clone());
+                self.cache.flushed();
+                f.unsynced.push(seg);
+                Ok(())
             }
+            Err(e) => {
+                f.pending = Some(p);
+                Err(e)
+            }
+        }
+    }
+
+    /// Syncs the entry logs and the segments flushed since the last checkpoint, then appends
+    /// the ledger-state changes and a checkpoint record to `index.log`.
+    fn record_checkpoint(&self, f: &mut Flusher) -> Result<Vec<Mark>> {
+        self.entrylog.sync()?;
+        for seg in &f.unsynced {
+            seg.sync()?;
+        }
+        if !f.unsynced.is_empty() {
+            fs::sync_dir(self.segments.dir())?;
+        }
+        // Synced with the entry-log bytes they index: safe to list (merges may take them too).
+        for seg in f.unsynced.drain(..) {
+            seg.set_durable();
         }
         let next_seq = self.index.read().next_seq;
         let manifest = self.segments.manifest();
-        let mut data = std::mem::take(&mut p.records);
-        checkpoint_record(&p.marks, next_seq, &manifest, &mut data);
-        let written = if p.snapshot {
+        let mut data = std::mem::take(&mut f.records);
+        checkpoint_record(&f.flushed_marks, next_seq, &manifest, &mut data);
+        let written = if std::mem::take(&mut f.snapshot) {
             f.log.rewrite(&data)
         } else {
             f.log.append(&data)
         };
         if let Err(e) = written {
-            // The delta is lost with the failed write: the next checkpoint writes everything.
+            // The changes are lost with the failed write: the next checkpoint writes a
+            // snapshot of every ledger.
             self.index.write().checkpoint_failed();
             return Err(e);
         }
-        f.persisted_marks = p.marks.clone();
+        f.persisted_marks = f.flushed_marks.clone();
         self.remove_doomed(f);
-        Ok(p.marks)
+        Ok(f.persisted_marks.clone())
     }
 
-    /// Writes a generation to the entry logs, sorted, and its index segment; both durable.
+    /// Writes a generation to the entry logs, sorted, and its index segment (not synced).
     fn write_generation(&self, gen: &Generation, seq: u64) -> Result<Arc<Segment>> {
         let mut locations = Vec::with_capacity(gen.entries());
         self.entrylog
             .append(gen.sorted().map(|(l, e, d)| (l, e, &d[..])), &mut locations)?;
         self.entrylog.flush()?;
-        self.entrylog.sync()?;
         let dir = self.segments.dir().to_path_buf();
         let mut w = SegmentWriter::create(&dir, seq)?;
         for ((ledger, entry, _), at) in gen.sorted().zip(locations) {
             w.push(IndexEntry { ledger, entry, at })?;
         }
-        w.finish()?;
-        fs::sync_dir(&dir)?;
-        Segment::open(&dir, seq, 0)
+        w.finish(false)?;
+        let seg = Segment::open(&dir, seq, 0)?;
+        seg.set_unsynced();
+        Ok(seg)
     }
 
     fn remove_doomed(&self, f: &mut Flusher) {
@@ -140,7 +159,8 @@ impl Shared {
         };
         let merged = self.segments.merge(&inputs, seq, &mut keep)?;
         let mut f = self.flusher.lock();
-        let manifest = self.segments.replace(&inputs, merged);
+        // Segments flushed since the last checkpoint are not in the manifest yet.
+        let manifest: Vec<_> = self.segments.replace(&inputs, merged);
         f.doomed.extend(inputs);
         let next_seq = self.index.read().next_seq;
         let mut data = Vec::new();
@@ -156,7 +176,7 @@ impl Shared {
 
 impl Inner {
     pub(super) fn checkpoint(&self) -> Result<()> {
-        let marks = self.shared.flush()?;
+        let marks = self.shared.flush(true)?;
         for (j, journal) in self.journals.iter().enumerate() {
             if let Some(m) = marks.get(j) {
                 journal.remove_old_files(m.file_id, self.cfg.journal.max_backups)?;
@@ -188,12 +208,19 @@ impl Inner {
             if wake.stop {
                 break;
             }
+            let asked = std::mem::take(&mut wake.flush);
             // Woken for another thread's sake (the merge thread shares the signal): wait on.
-            if !std::mem::take(&mut wake.flush) && !timed_out {
+            if !asked && !timed_out {
                 continue;
             }
             drop(wake);
-            if let Err(e) = self.checkpoint() {
+            // The cache filled up: flush it; the timer: a checkpoint.
+            let done = if timed_out {
+                self.checkpoint()
+            } else {
+                self.shared.flush(false).map(|_| ())
+            };
+            if let Err(e) = done {
                 log::error!("checkpoint failed: {e}");
                 // Do not spin on a failing disk; a later request or the timer retries.
                 std::thread::sleep(std::time::Duration::from_millis(100));

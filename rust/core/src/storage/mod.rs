@@ -178,6 +178,10 @@ impl LedgerStorage {
             flusher: Mutex::new(Flusher {
                 log: index_log,
                 pending: None,
+                unsynced: Vec::new(),
+                records: Vec::new(),
+                snapshot: false,
+                flushed_marks: marks.clone(),
                 persisted_marks: marks.clone(),
                 doomed: Vec::new(),
             }),
@@ -987,7 +991,7 @@ fn migrate_legacy_locations(
                 at: *at,
             })?;
         }
-        w.finish()?;
+        w.finish(true)?;
         fs::sync_dir(dir)?;
         manifest.push(index::SegmentRef { seq, level: 0 });
     }

@@ -13,6 +13,7 @@
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use super::cache::{BlockCache, BlockKey};
@@ -363,8 +364,8 @@ impl SegmentWriter {
         self.entries
     }
 
-    /// Writes the directory, Bloom filter and trailer and makes the file durable.
-    pub fn finish(mut self) -> Result<(PathBuf, u64)> {
+    /// Writes the directory, Bloom filters and trailer; `sync`: and makes the file durable.
+    pub fn finish(mut self, sync: bool) -> Result<(PathBuf, u64)> {
         self.end_block()?;
         let bloom = Bloom::with_keys(&self.ledgers);
         let buckets = Bloom::with_keys(&self.buckets);
@@ -389,7 +390,9 @@ impl SegmentWriter {
         self.buf.extend_from_slice(&dir_offset.to_be_bytes());
         self.buf.extend_from_slice(TRAILER_MAGIC);
         self.write_buf()?;
-        fs::fsync(&self.file, &self.path)?;
+        if sync {
+            fs::fsync(&self.file, &self.path)?;
+        }
         Ok((self.path, self.written))
     }
 }
@@ -406,6 +409,8 @@ pub struct Segment {
     buckets: Bloom,
     entries: u64,
     bytes: u64,
+    /// Synced and listed in the manifest (a segment flushed since the last checkpoint is not).
+    durable: AtomicBool,
 }
 
 impl Segment {
@@ -484,11 +489,29 @@ impl Segment {
             buckets,
             entries,
             bytes: size,
+            durable: AtomicBool::new(true),
         }))
     }
 
     pub fn entries(&self) -> u64 {
         self.entries
+    }
+
+    pub fn is_durable(&self) -> bool {
+        self.durable.load(Ordering::Acquire)
+    }
+
+    pub fn set_unsynced(&self) {
+        self.durable.store(false, Ordering::Release);
+    }
+
+    pub fn set_durable(&self) {
+        self.durable.store(true, Ordering::Release);
+    }
+
+    /// Makes the file durable.
+    pub fn sync(&self) -> Result<()> {
+        fs::fsync(&self.file, &self.path)
     }
 
     pub fn bytes(&self) -> u64 {
@@ -651,7 +674,7 @@ mod tests {
             w.push(*x).unwrap();
         }
         assert!(w.push(e(0, 0, 1, 32, 16)).is_err());
-        w.finish().unwrap();
+        w.finish(true).unwrap();
         let seg = Segment::open(dir.path(), 7, 0).unwrap();
         assert_eq!(seg.entries(), all.len() as u64);
         let cache = BlockCache::new(1 << 20);
@@ -686,7 +709,7 @@ mod tests {
             w.push(e(i / 10_000, i % 10_000, 1, off, 116)).unwrap();
             off += 8 + 116;
         }
-        w.finish().unwrap();
+        w.finish(true).unwrap();
         let seg = Segment::open(dir.path(), 1, 0).unwrap();
         assert!(seg.bytes() < n * 3, "{} bytes", seg.bytes());
     }
@@ -696,7 +719,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut w = SegmentWriter::create(dir.path(), 1).unwrap();
         w.push(e(1, 0, 1, 32, 16)).unwrap();
-        let (path, size) = w.finish().unwrap();
+        let (path, size) = w.finish(true).unwrap();
         let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
         f.set_len(size - 3).unwrap();
         assert!(Segment::open(dir.path(), 1, 0).is_err());

@@ -59,11 +59,13 @@ impl SegmentSet {
         self.list.read().clone()
     }
 
-    /// The manifest describing the live segments.
+    /// The manifest describing the live segments that are durable (all of them right after a
+    /// checkpoint synced the others).
     pub fn manifest(&self) -> Vec<SegmentRef> {
         self.list
             .read()
             .iter()
+            .filter(|s| s.is_durable())
             .map(|s| SegmentRef {
                 seq: s.seq,
                 level: s.level,
@@ -137,9 +139,15 @@ impl SegmentSet {
         self.list.read().iter().map(|s| s.entries()).sum()
     }
 
-    /// The oldest group of `MERGE_FANIN` adjacent segments of one level, if any.
+    /// The oldest group of `MERGE_FANIN` adjacent durable segments of one level, if any
+    /// (segments flushed since the last checkpoint are the newest and not merged yet).
     pub fn pick_merge(&self) -> Option<Vec<Arc<Segment>>> {
-        let list = self.snapshot();
+        let list: Vec<Arc<Segment>> = self
+            .snapshot()
+            .iter()
+            .take_while(|s| s.is_durable())
+            .cloned()
+            .collect();
         let mut start = 0;
         for i in 1..=list.len() {
             if i == list.len() || list[i].level != list[start].level {
@@ -198,7 +206,7 @@ impl SegmentSet {
                 out.push(chosen)?;
             }
         }
-        out.finish()?;
+        out.finish(true)?;
         fs::sync_dir(&self.dir)?;
         let level = inputs.iter().map(|s| s.level).max().unwrap_or(0) + 1;
         Segment::open(&self.dir, seq, level)
@@ -222,6 +230,7 @@ impl SegmentSet {
         }
         *list = Arc::new(next);
         list.iter()
+            .filter(|s| s.is_durable())
             .map(|s| SegmentRef {
                 seq: s.seq,
                 level: s.level,
