@@ -94,9 +94,10 @@ impl Applier for Shared {
                         if let Some(lac) = piggybacked_lac(data) {
                             st.max_lac = st.max_lac.max(lac);
                         }
+                        // Persisted by the flush that writes the entry (it marks the ledgers of
+                        // its generation changed), not tracked per entry here.
                         if st.last_entry.is_none_or(|last| *entry > last) {
                             st.last_entry = Some(*entry);
-                            idx.touch_meta(*ledger);
                         }
                     }
                     JournalOp::Fence { ledger } => {

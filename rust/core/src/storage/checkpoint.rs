@@ -38,6 +38,11 @@ impl Shared {
             let mut idx = self.index.write();
             let snapshot = durable && (f.log.wants_snapshot() || idx.needs_snapshot());
             let gen = self.cache.swap();
+            if let Some(gen) = &gen {
+                for ledger in gen.ledger_ids() {
+                    idx.touch_meta(ledger); // their last entry moved
+                }
+            }
             let seq = if gen.is_some() {
                 idx.next_seq += 1;
                 idx.next_seq - 1

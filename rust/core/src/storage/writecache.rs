@@ -3,7 +3,7 @@
 //! entries lie together on disk. Two generations, as BookKeeper's DbLedgerStorage has: the
 //! active one takes adds while the other is being flushed. It never touches a file.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,10 +14,12 @@ use parking_lot::{Condvar, Mutex, RwLock};
 /// cache of small entries stays within its configured size too.
 const ENTRY_OVERHEAD: usize = 64;
 
+use super::IdMap;
+
 /// One generation of cached entries.
 #[derive(Default)]
 pub struct Generation {
-    ledgers: HashMap<u64, BTreeMap<u64, Bytes>>,
+    ledgers: IdMap<BTreeMap<u64, Bytes>>,
     bytes: usize,
     entries: usize,
 }
@@ -29,6 +31,11 @@ impl Generation {
 
     pub fn bytes(&self) -> usize {
         self.bytes
+    }
+
+    /// The ledgers with entries here.
+    pub fn ledger_ids(&self) -> impl Iterator<Item = u64> + '_ {
+        self.ledgers.keys().copied()
     }
 
     pub fn entries(&self) -> usize {

@@ -15,7 +15,7 @@ mod log;
 pub mod segment;
 pub mod segments;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -104,7 +104,7 @@ pub struct SegmentRef {
 /// The ledger states and what has changed since the last checkpoint.
 #[derive(Default)]
 pub struct Index {
-    pub ledgers: HashMap<u64, LedgerState>,
+    pub ledgers: crate::storage::IdMap<LedgerState>,
     /// Ledgers whose state changed since the last checkpoint.
     meta_dirty: HashSet<u64>,
     /// Ledgers deleted since the last checkpoint, in order.
