@@ -28,26 +28,6 @@ pub fn append_record(out: &mut Vec<u8>, parts: &[&[u8]]) {
     }
 }
 
-/// As [`append_record`], with the body's CRC32C already known (computed once for a body that
-/// is written to two files).
-pub fn append_record_with_crc(out: &mut Vec<u8>, crc: u32, parts: &[&[u8]]) {
-    let len: usize = parts.iter().map(|p| p.len()).sum();
-    out.reserve(RECORD_HEADER_LEN + len);
-    out.extend_from_slice(&(len as u32).to_be_bytes());
-    out.extend_from_slice(&crc.to_be_bytes());
-    for p in parts {
-        out.extend_from_slice(p);
-    }
-}
-
-/// CRC32C of an entry's record body in an entry log: ledger id, entry id, data. The journal
-/// record's CRC is derived from it (`crc32c_combine`), so the data is checksummed once.
-pub fn entry_body_crc(ledger: u64, entry: u64, data: &[u8]) -> u32 {
-    let crc = crc32c::crc32c(&ledger.to_be_bytes());
-    let crc = crc32c::crc32c_append(crc, &entry.to_be_bytes());
-    crc32c::crc32c_append(crc, data)
-}
-
 /// Builds a file header for `magic` (8 bytes) with `version` and the file's own id.
 pub fn file_header(magic: &[u8; 8], version: u32, file_id: u64) -> [u8; FILE_HEADER_LEN] {
     let mut h = [0u8; FILE_HEADER_LEN];

@@ -86,11 +86,10 @@ impl Applier for Shared {
                         ledger,
                         entry,
                         data,
-                        body_crc,
                     } => {
                         // In journal order with the other records: a delete later in the
                         // group must drop this entry, an add after a delete must survive it.
-                        active = self.cache.put(*ledger, *entry, data.clone(), *body_crc);
+                        active = self.cache.put(*ledger, *entry, data.clone());
                         let st = idx.get_or_create(*ledger, &no_key);
                         if let Some(lac) = piggybacked_lac(data) {
                             st.max_lac = st.max_lac.max(lac);

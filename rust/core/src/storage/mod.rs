@@ -360,12 +360,9 @@ impl LedgerStorage {
             .add_entry_bytes
             .ok
             .record(data.len() as u64);
-        // Checksummed once, here on the caller's thread: the journal and the entry log
-        // records share the body's CRC32C.
         let op = JournalOp::Entry {
             ledger,
             entry,
-            body_crc: record::entry_body_crc(ledger, entry, &data),
             data,
         };
         if wait_for_room {

@@ -25,9 +25,7 @@ pub use log::read_ledgers_map;
 use crate::error::{Result, StorageError};
 use crate::fs;
 use crate::metrics::Counter;
-use crate::record::{
-    append_record_with_crc, be_u64, verify_record, FILE_HEADER_LEN, RECORD_HEADER_LEN,
-};
+use crate::record::{append_record, be_u64, verify_record, FILE_HEADER_LEN, RECORD_HEADER_LEN};
 use crate::storage::dirs::LedgerDirs;
 use log::ActiveLog;
 
@@ -114,23 +112,9 @@ impl EntryLogger {
         entries: impl IntoIterator<Item = (u64, u64, &'a [u8])>,
         out: &mut Vec<Location>,
     ) -> Result<()> {
-        self.append_with_crc(
-            entries
-                .into_iter()
-                .map(|(l, e, d)| (l, e, d, crate::record::entry_body_crc(l, e, d))),
-            out,
-        )
-    }
-
-    /// As [`append`](Self::append), with each record body's CRC32C already computed.
-    pub fn append_with_crc<'a>(
-        &self,
-        entries: impl IntoIterator<Item = (u64, u64, &'a [u8], u32)>,
-        out: &mut Vec<Location>,
-    ) -> Result<()> {
         let mut guard = self.active.lock();
         let mut written = 0u64;
-        for (ledger, entry, data, crc) in entries {
+        for (ledger, entry, data) in entries {
             let size = (ENTRY_RECORD_OVERHEAD + data.len()) as u64;
             let must_roll = match guard.as_ref() {
                 None => true,
@@ -147,9 +131,8 @@ impl EntryLogger {
                 return Err(StorageError::Closed);
             };
             let offset = log.end;
-            append_record_with_crc(
+            append_record(
                 &mut log.buf,
-                crc,
                 &[&ledger.to_be_bytes(), &entry.to_be_bytes(), data],
             );
             log.end += size;

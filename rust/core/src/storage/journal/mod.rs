@@ -369,7 +369,6 @@ mod tests {
                 ledger,
                 entry,
                 data: Bytes::copy_from_slice(data),
-                body_crc: crate::record::entry_body_crc(ledger, entry, data),
             },
             Some(Arc::from(&b"key"[..])),
             Box::new(move |r| {

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use crate::record::{append_record, append_record_with_crc, be_u64, entry_body_crc};
+use crate::record::{append_record, be_u64};
 
 const KIND_KEY: u8 = 1;
 const KIND_ENTRY: u8 = 2;
@@ -25,9 +25,6 @@ pub enum JournalOp {
         ledger: u64,
         entry: u64,
         data: Bytes,
-        /// CRC32C of (ledger, entry, data): the entry-log record's checksum, from which the
-        /// journal record's is derived.
-        body_crc: u32,
     },
     Fence {
         ledger: u64,
@@ -62,10 +59,8 @@ impl JournalOp {
                 ledger,
                 entry,
                 data,
-                body_crc,
-            } => append_record_with_crc(
+            } => append_record(
                 out,
-                crc32c::crc32c_combine(crc32c::crc32c(&[KIND_ENTRY]), *body_crc, 16 + data.len()),
                 &[
                     &[KIND_ENTRY],
                     &ledger.to_be_bytes(),
@@ -100,16 +95,11 @@ impl JournalOp {
                 ledger,
                 key: Arc::from(rest),
             },
-            KIND_ENTRY if rest.len() >= 8 => {
-                let entry = be_u64(&rest[0..8]);
-                let data = Bytes::copy_from_slice(&rest[8..]);
-                JournalOp::Entry {
-                    ledger,
-                    entry,
-                    body_crc: entry_body_crc(ledger, entry, &data),
-                    data,
-                }
-            }
+            KIND_ENTRY if rest.len() >= 8 => JournalOp::Entry {
+                ledger,
+                entry: be_u64(&rest[0..8]),
+                data: Bytes::copy_from_slice(&rest[8..]),
+            },
             KIND_FENCE => JournalOp::Fence { ledger },
             KIND_LAC => JournalOp::Lac {
                 ledger,
