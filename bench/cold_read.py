@@ -1,12 +1,12 @@
 """Cold read of one ledger written interleaved with 100 others, beside the disk's own speed.
 
 Writes 101 ledgers interleaved (entry i to ledger i % 101) through one `LedgerStorage`, closes
-it, drops every file of the storage from the OS page cache (`posix_fadvise(DONTNEED)` on each: only
-the storage's files, so the code being timed is not paged out too), then reads one ledger back: by batch reads (as the
-Spark reader and recovery do) and by single reads (read-ahead). The disk's sequential read
+it, drops every file of the storage from the OS page cache (`posix_fadvise(DONTNEED)` on each,
+so the code being timed is not paged out too), then reads one ledger back: by batch reads (as
+the Spark reader and recovery do) and by single reads (read-ahead). The disk's sequential read
 bandwidth is measured in the same run by reading one large entry log, equally cold. With
 ``--journal-dir`` the journal goes to another directory (another device, or a tmpfs in a clearly
-labelled run) — BookKeeper's advice of a journal apart from the ledger directories.
+labelled run): BookKeeper's advice of a journal apart from the ledger directories.
 Not a test: ``make bench-cold-read``.
 """
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import sys
 import tempfile
@@ -40,8 +39,15 @@ DB_STORAGE = "org.apache.bookkeeper.bookie.storage.ldb.DbLedgerStorage"
 def start_java(classpath: str, zookeeper: str, data: Path, port: int) -> harness.Process:
     jvm = [o for o in harness.JVM_OPTS if "GC" not in o]
     argv = [
-        harness.tool("java"), *JAVA_BOOKIE_JVM, *jvm, "-cp", classpath,
-        "pybkx.interop.JavaBookie", str(port), zookeeper, str(data),
+        harness.tool("java"),
+        *JAVA_BOOKIE_JVM,
+        *jvm,
+        "-cp",
+        classpath,
+        "pybkx.interop.JavaBookie",
+        str(port),
+        zookeeper,
+        str(data),
         *(f"{k}={v}" for k, v in GROUP_COMMIT.items()),
         f"ledgerStorageClass={DB_STORAGE}",
     ]
@@ -87,7 +93,9 @@ def main(argv: list[str] | None = None) -> int:
     target = first + args.ledgers // 2
     entries = args.entries_per_ledger
     out: dict[str, Any] = {
-        "ledgers": args.ledgers, "entries_per_ledger": entries, "payload": args.payload,
+        "ledgers": args.ledgers,
+        "entries_per_ledger": entries,
+        "payload": args.payload,
     }
     started: list[harness.Process] = []
     try:
@@ -107,8 +115,13 @@ def main(argv: list[str] | None = None) -> int:
         for system in ports:
             process = start(system)
             report = run_load(
-                f"127.0.0.1:{ports[system]}", "add", ledger_id=first, ledgers=args.ledgers,
-                count=args.ledgers * entries, payload_size=args.payload, in_flight=1000,
+                f"127.0.0.1:{ports[system]}",
+                "add",
+                ledger_id=first,
+                ledgers=args.ledgers,
+                count=args.ledgers * entries,
+                payload_size=args.payload,
+                in_flight=1000,
             )
             assert report["errors"] == 0, report
             out[f"{system}_write_mb_s"] = round(report["bytes"] / MIB / report["seconds"], 1)
@@ -137,7 +150,9 @@ def main(argv: list[str] | None = None) -> int:
                         best[key] = max(best.get(key, 0.0), rate)
                 finally:
                     process.stop()
-            logs = sorted((data["pybkx"] / "ledgers").rglob("*.log"), key=lambda p: p.stat().st_size)
+            logs = sorted(
+                (data["pybkx"] / "ledgers").rglob("*.log"), key=lambda p: p.stat().st_size
+            )
             drop_cache(data["pybkx"])
             best["disk"] = max(best.get("disk", 0.0), disk_read_mb_s(logs[-1]))
         out["disk_sequential_read_mb_s"] = round(best.pop("disk"), 1)

@@ -107,9 +107,19 @@ def main(argv: list[str] | None = None) -> int:
         # Crash: a child adds more (entries past the last checkpoint) and is SIGKILLed.
         child_cfg = json.dumps(cfg)
         child = subprocess.Popen(
-            [sys.executable, "-c", CHILD, str(root), str(args.ledgers + 1000),
-             str(args.crash_entries), str(args.payload), child_cfg],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            [
+                sys.executable,
+                "-c",
+                CHILD,
+                str(root),
+                str(args.ledgers + 1000),
+                str(args.crash_entries),
+                str(args.payload),
+                child_cfg,
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
         )
         assert child.stdout is not None
         line = child.stdout.readline()

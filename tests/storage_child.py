@@ -29,8 +29,7 @@ from typing import Any
 
 from storage_helpers import master_key, payload
 
-from pybkx._core import LedgerStorage
-from pybkx._core import inject_disk_fault
+from pybkx._core import LedgerStorage, inject_disk_fault
 from pybkx.bookie import open_ledger_storage
 from pybkx.errors import NoSuchEntryException, NoSuchLedgerExistsException
 
