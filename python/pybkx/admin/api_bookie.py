@@ -127,7 +127,7 @@ def bookie_routes(ctx: AdminContext) -> dict[str, Handler]:
                 "index files",
                 _files(
                     config.index_directories or config.ledger_directories[:1],
-                    lambda name: name == "index.log",
+                    lambda name: name == "index.log" or name.endswith(".idx"),
                 ),
             ),
         }

@@ -360,6 +360,7 @@ impl LedgerStorage {
             .add_entry_bytes
             .ok
             .record(data.len() as u64);
+        self.inner.stats.write_bytes.add(data.len() as u64);
         let op = JournalOp::Entry {
             ledger,
             entry,

@@ -24,6 +24,9 @@ pub struct StorageStats {
     /// Entry data read from entry logs (the entry logs count what they write).
     pub read_bytes: Counter,
     pub checkpoints: Counter,
+    /// Entry data accepted for journalling (BookKeeper counts `WRITE_BYTES` at the add, not
+    /// when its ledger storage later writes the entry log).
+    pub write_bytes: Counter,
     /// Index segment merges done.
     pub index_merges: Counter,
     /// Entries read ahead (brought along by a read that missed every cache).
@@ -61,6 +64,7 @@ impl Default for StorageStats {
             read_bytes: Counter::default(),
             checkpoints: Counter::default(),
             index_merges: Counter::default(),
+            write_bytes: Counter::default(),
             read_ahead_entries: Counter::default(),
             corrupt_entries: Counter::default(),
             corrupt_logged: Mutex::new(HashSet::new()),
@@ -126,16 +130,19 @@ impl Inner {
         ));
         out.push(Metric::counter(
             "bookie_WRITE_BYTES",
-            self.shared.entrylog.written_bytes.get(),
+            self.stats.write_bytes.get(),
         ));
         out.push(Metric::counter(
             "pybkx_storage_entry_log_rollovers",
             self.shared.entrylog.rollovers.get(),
         ));
         let (cache_bytes, cache_entries) = self.shared.cache.usage();
-        out.push(Metric::gauge("bookie_write_cache_size", cache_bytes as u64));
         out.push(Metric::gauge(
-            "bookie_write_cache_count",
+            "pybkx_storage_write_cache_bytes",
+            cache_bytes as u64,
+        ));
+        out.push(Metric::gauge(
+            "pybkx_storage_write_cache_entries",
             cache_entries as u64,
         ));
         let segs = &self.shared.segments;
