@@ -26,7 +26,10 @@ def cluster(
         zk_uri = f"zk+hierarchical://{server}/t{uuid.uuid4().hex[:12]}/ledgers"
     directory = tmp_path_factory.mktemp(f"cluster-{request.param}")
     sandbox = Sandbox(
-        3, zk_uri=zk_uri, directory=Path(directory), conf={"zkTimeout": ZK_TIMEOUT_MS, "flushInterval": 500}
+        3,
+        zk_uri=zk_uri,
+        directory=Path(directory),
+        conf={"zkTimeout": ZK_TIMEOUT_MS, "flushInterval": 500},
     )
     sandbox.start()
     try:
