@@ -158,13 +158,13 @@ def test_bookkeeper_keys_pybkx_does_not_implement_are_kept_and_noted_one_per_lin
 ) -> None:
     conf = write(
         tmp_path / "x.conf",
-        "gcWaitTime=600000\nnumAddWorkerThreads=8\nbookiePort=3181\nzkLedgersRootPath=/x\n",
+        "gcOverreplicatedLedgerWaitTime=600000\nnumAddWorkerThreads=8\nbookiePort=3181\nzkLedgersRootPath=/x\n",
     )
     config = ServerConfig.from_file(conf)
-    assert dict(config.extra) == {"gcWaitTime": "600000", "numAddWorkerThreads": "8"}
+    assert dict(config.extra) == {"gcOverreplicatedLedgerWaitTime": "600000", "numAddWorkerThreads": "8"}
     notes = config.notes()
     assert len(notes) == 2
-    assert notes[0].startswith(f"gcWaitTime=600000 ({conf}:1) is not implemented: ")
+    assert notes[0].startswith(f"gcOverreplicatedLedgerWaitTime=600000 ({conf}:1) is not implemented: ")
     assert "garbage collection" in notes[0]
     assert notes[1].startswith(f"numAddWorkerThreads=8 ({conf}:2) is not implemented: ")
     assert "tokio" in notes[1]
@@ -183,8 +183,8 @@ def test_a_misspelt_key_is_refused_naming_the_closest_key_and_the_line(tmp_path:
 
 
 def test_a_misspelt_bookkeeper_key_pybkx_does_not_implement_is_named_too(tmp_path: Path) -> None:
-    conf = write(tmp_path / "x.conf", "gcWaitTim=1000\n")
-    with pytest.raises(ConfigError, match="did you mean gcWaitTime"):
+    conf = write(tmp_path / "x.conf", "gcOverreplicatedLedgerWaitTim=1000\n")
+    with pytest.raises(ConfigError, match="did you mean gcOverreplicatedLedgerWaitTime"):
         ServerConfig.from_file(conf)
 
 
@@ -218,7 +218,7 @@ def test_origins_name_the_line_the_command_line_or_the_default(tmp_path: Path) -
 
 
 def test_print_config_shows_each_value_with_its_source(tmp_path: Path) -> None:
-    conf = write(tmp_path / "x.conf", "bookiePort=3999\ngcWaitTime=5\ntypoKey=1\n")
+    conf = write(tmp_path / "x.conf", "bookiePort=3999\ngcOverreplicatedLedgerWaitTime=5\ntypoKey=1\n")
     run = subprocess.run(
         [
             sys.executable,
@@ -242,8 +242,8 @@ def test_print_config_shows_each_value_with_its_source(tmp_path: Path) -> None:
     assert rows["bookiePort"]["value"] == 4000
     assert rows["bookiePort"]["source"] == "command line"
     assert rows["journalQueueSize"]["source"] == "default"
-    assert rows["gcWaitTime"]["source"] == f"{conf}:2"
-    assert rows["gcWaitTime"]["note"].startswith("not implemented: ")
+    assert rows["gcOverreplicatedLedgerWaitTime"]["source"] == f"{conf}:2"
+    assert rows["gcOverreplicatedLedgerWaitTime"]["note"].startswith("not implemented: ")
     assert "unknown key" in rows["typoKey"]["note"]
     table = subprocess.run(
         [sys.executable, "-m", "pybkx", "bookie", "--conf", str(conf), "--print-config"],
@@ -269,9 +269,9 @@ def test_keyword_arguments_refuse_unknown_keys_with_a_suggestion() -> None:
 
 
 def test_unknown_keys_survive_overrides(tmp_path: Path) -> None:
-    conf = write(tmp_path / "x.conf", "gcWaitTime=600000\n")
+    conf = write(tmp_path / "x.conf", "gcOverreplicatedLedgerWaitTime=600000\n")
     config = ServerConfig.from_file(conf).with_overrides({"bookiePort": 4000})
-    assert config.extra["gcWaitTime"] == "600000"
+    assert config.extra["gcOverreplicatedLedgerWaitTime"] == "600000"
     assert config.bookie_port == 4000
 
 
@@ -477,6 +477,7 @@ def test_storage_settings_carry_every_storage_key_and_no_server_key() -> None:
         "dbStorage_rocksDB_blockCacheSize",
         "dbStorage_readAheadCacheMaxSizeMb",
         "dbStorage_readAheadCacheBatchSize",
+        "gcWaitTime",
     }
 
 

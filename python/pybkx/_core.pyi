@@ -147,7 +147,12 @@ class LedgerStorage:
         """Delete the ledger and its index durably. Raises NoSuchLedgerExistsException."""
 
     def checkpoint(self) -> None:
-        """Flush entry logs and index, record the journal mark, and remove covered journals."""
+        """Flush the write cache to the entry logs and index (sorted by ledger), sync them,
+        record the journal marks, and remove covered journals. Raises BookieIOException."""
+
+    def gc_entry_logs(self) -> tuple[int, int]:
+        """Remove the entry logs none of whose ledgers exists any more; returns
+        ``(logs removed, bytes freed)``. Raises BookieIOException."""
 
     def journal_marks(self) -> list[tuple[int, int]]:
         """Per journal directory, ``(journal file id, offset)`` up to which its records are

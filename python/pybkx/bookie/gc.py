@@ -1,7 +1,8 @@
 """Garbage collection of a bookie's ledgers, as BookKeeper's scan-and-compare collector does it:
-a ledger this bookie stores whose metadata is gone from the cluster is deleted from its storage.
-It decides which ledgers go (once per ledger); it never frees entry-log space itself (there is no
-compaction yet) and never touches the metadata.
+a ledger this bookie stores whose metadata is gone from the cluster is deleted from its storage,
+then the storage removes the entry logs none of whose ledgers is left (it also does so by itself
+every ``gcWaitTime``). It decides which ledgers go (once per ledger); it never touches the
+metadata. Entry logs that mix live and deleted ledgers stay (no compaction yet).
 """
 
 from __future__ import annotations
@@ -34,6 +35,10 @@ class GcRun:
     """Ledgers this bookie stored when the pass began."""
     deleted: tuple[int, ...]
     """Ledgers deleted because their metadata no longer exists."""
+    entry_logs_removed: int = 0
+    """Entry logs removed because every ledger in them is deleted."""
+    reclaimed_bytes: int = 0
+    """Their bytes."""
 
 
 @dataclass
@@ -102,7 +107,8 @@ class GarbageCollector:
                 continue  # deleted meanwhile by another pass or a client
             deleted.append(ledger_id)
             logger.info("gc: deleted ledger %d (its metadata is gone)", ledger_id)
-        return GcRun(started, _now_ms(), len(local), tuple(deleted))
+        logs, freed = self._storage.gc_entry_logs()
+        return GcRun(started, _now_ms(), len(local), tuple(deleted), logs, freed)
 
     def details(self) -> dict[str, object]:
         """BookKeeper's ``gc_details`` fields (no compaction exists, so its counters stay 0 and
@@ -125,4 +131,6 @@ class GarbageCollector:
                 "deletedLedgerCounter": state.deleted_total,
                 "lastGcTime": last.finished_ms if last else None,
                 "lastGcDeletedLedgers": list(last.deleted) if last else [],
+                "lastGcEntryLogsRemoved": last.entry_logs_removed if last else 0,
+                "lastGcReclaimedBytes": last.reclaimed_bytes if last else 0,
             }

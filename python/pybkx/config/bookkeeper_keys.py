@@ -65,7 +65,6 @@ _GROUPS: Final[tuple[tuple[str, tuple[str, ...]], ...]] = (
         "no garbage collection or compaction yet: entry logs are kept; PUT "
         "/api/v1/bookie/gc drops local ledgers whose metadata is gone",
         (
-            "gcWaitTime",
             "gcOverreplicatedLedgerWaitTime",
             "gcOverreplicatedLedgerMaxConcurrentRequests",
             "gcMetadataOpRateLimit",

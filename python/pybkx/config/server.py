@@ -140,6 +140,9 @@ class ServerConfig(KeyedConfig):
     )
     write_buffer_size_bytes: int = setting("writeBufferSizeBytes", 65536, integer(1), storage=True)
     flush_interval_ms: int = setting("flushInterval", 10_000, integer(0), storage=True)
+    gc_wait_time_ms: int = setting("gcWaitTime", 600_000, integer(0), storage=True)
+    """Every this many ms (after a checkpoint) entry logs whose ledgers are all deleted are
+    removed; 0 turns the timer off (``PUT /api/v1/bookie/gc`` still collects)."""
     db_storage_write_cache_max_size_mb: int = setting(
         "dbStorage_writeCacheMaxSizeMb", 64, integer(1, 1 << 20), storage=True
     )

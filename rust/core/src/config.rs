@@ -57,6 +57,8 @@ pub struct StorageConfig {
     /// Entries read ahead after a missed read (`dbStorage_readAheadCacheBatchSize`); 0 or 1
     /// turns read-ahead off.
     pub read_ahead_batch: usize,
+    /// Entry-log garbage collection period (`gcWaitTime`); zero turns the timer off.
+    pub gc_wait: Duration,
 }
 
 fn invalid(what: String) -> StorageError {

@@ -40,6 +40,7 @@ pub fn storage_config(dir: &Path) -> StorageConfig {
         index_cache_bytes: 16 << 20,
         read_ahead_cache_bytes: 16 << 20,
         read_ahead_batch: 100,
+        gc_wait: Duration::ZERO,
     }
 }
 

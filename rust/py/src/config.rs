@@ -57,6 +57,8 @@ struct StorageAttrs {
     read_ahead_cache_mb: usize,
     #[pyo3(attribute("db_storage_read_ahead_cache_batch_size"))]
     read_ahead_batch: usize,
+    #[pyo3(attribute("gc_wait_time_ms"))]
+    gc_wait_ms: u64,
 }
 
 /// The storage part of a `pybkx.config.ServerConfig`.
@@ -87,6 +89,7 @@ pub(crate) fn storage_config(obj: &Bound<'_, PyAny>) -> PyResult<StorageConfig> 
         index_cache_bytes: a.index_cache_bytes,
         read_ahead_cache_bytes: a.read_ahead_cache_mb.saturating_mul(1 << 20),
         read_ahead_batch: a.read_ahead_batch,
+        gc_wait: Duration::from_millis(a.gc_wait_ms),
     })
 }
 

@@ -200,6 +200,10 @@ impl PyLedgerStorage {
             .collect()
     }
 
+    fn gc_entry_logs(&self, py: Python<'_>) -> BkResult<(u64, u64)> {
+        Ok(py.detach(|| self.inner.gc_entry_logs())?)
+    }
+
     fn checkpoint(&self, py: Python<'_>) -> BkResult<()> {
         py.detach(|| self.inner.checkpoint())?;
         Ok(())

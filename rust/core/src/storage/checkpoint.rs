@@ -196,6 +196,7 @@ impl Inner {
     /// The checkpoint thread: a checkpoint every `flushInterval`, or as soon as the write
     /// cache asks for one.
     pub(super) fn run_checkpointer(&self) {
+        let mut last_gc = std::time::Instant::now();
         let mut wake = self.shared.wake.lock();
         while !wake.stop {
             let mut timed_out = false;
@@ -219,9 +220,18 @@ impl Inner {
                 continue;
             }
             drop(wake);
-            // The cache filled up: flush it; the timer: a checkpoint.
+            // The cache filled up: flush it; the timer: a checkpoint (and, every gcWaitTime,
+            // removal of entry logs whose ledgers are all deleted).
             let done = if timed_out {
-                self.checkpoint()
+                self.checkpoint().and_then(|_| {
+                    let gc = &self.cfg.gc_wait;
+                    if !gc.is_zero() && last_gc.elapsed() >= *gc {
+                        last_gc = std::time::Instant::now();
+                        self.gc_entry_logs().map(|_| ())
+                    } else {
+                        Ok(())
+                    }
+                })
             } else {
                 self.shared.flush(false).map(|_| ())
             };

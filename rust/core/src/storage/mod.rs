@@ -118,6 +118,8 @@ struct Inner {
     merges_wanted: AtomicBool,
     /// Per ledger, the window last hinted for kernel read-ahead.
     prefetched: Mutex<HashMap<u64, PrefetchWindow>>,
+    /// One entry-log garbage collection at a time.
+    gc_lock: Mutex<()>,
     /// Directory locks, released by `close`.
     locks: Mutex<Vec<File>>,
 }
@@ -241,6 +243,7 @@ impl LedgerStorage {
             stats: StorageStats::default(),
             merges_wanted: AtomicBool::new(true),
             prefetched: Mutex::new(HashMap::new()),
+            gc_lock: Mutex::new(()),
             locks: Mutex::new(locks),
         });
         // Persist what replay rebuilt, so the replayed journals can go.
@@ -914,6 +917,14 @@ impl LedgerStorage {
         self.inner.shared.entrylog.ledgers_maps()
     }
 
+    /// Removes the entry logs none of whose ledgers exists any more (BookKeeper's garbage
+    /// collection of fully deleted entry logs); returns (logs removed, bytes freed). Runs by
+    /// itself every `gcWaitTime`. Logs that still hold a live ledger's entries are kept.
+    pub fn gc_entry_logs(&self) -> Result<(u64, u64)> {
+        self.inner.check_open()?;
+        self.inner.gc_entry_logs()
+    }
+
     /// Flushes entry logs and index and records the journal marks; removes covered journals.
     pub fn checkpoint(&self) -> Result<()> {
         self.inner.check_open()?;
@@ -970,6 +981,36 @@ impl Inner {
 
     fn journal_for(&self, ledger: u64) -> &Journal {
         &self.journals[(ledger % self.journals.len() as u64) as usize]
+    }
+
+    fn gc_entry_logs(&self) -> Result<(u64, u64)> {
+        let _one_at_a_time = self.gc_lock.lock();
+        let active = self.shared.entrylog.active_id();
+        let maps = self.shared.entrylog.ledgers_maps()?;
+        let dead: Vec<u32> = {
+            let idx = self.shared.index.read();
+            maps.iter()
+                .filter(|(id, map)| {
+                    Some(**id) != active && map.keys().all(|l| !idx.ledgers.contains_key(l))
+                })
+                .map(|(id, _)| *id)
+                .collect()
+        };
+        let (mut logs, mut bytes) = (0u64, 0u64);
+        for id in dead {
+            // A deleted ledger is never read again (a new ledger with its id starts from a
+            // later index segment), so its entries' logs can go at once.
+            let freed = self.shared.entrylog.remove_log(id)?;
+            log::info!(
+                "gc: removed entry log {} ({freed} bytes): every ledger in it is deleted",
+                entrylog::log_name(id)
+            );
+            logs += 1;
+            bytes += freed;
+        }
+        self.stats.gc_logs_removed.add(logs);
+        self.stats.gc_reclaimed_bytes.add(bytes);
+        Ok((logs, bytes))
     }
 
     /// Checks key and fence for a write and returns the ledger's key, creating the ledger with

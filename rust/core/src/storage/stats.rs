@@ -27,6 +27,9 @@ pub struct StorageStats {
     /// Entry data accepted for journalling (BookKeeper counts `WRITE_BYTES` at the add, not
     /// when its ledger storage later writes the entry log).
     pub write_bytes: Counter,
+    /// Entry logs removed by garbage collection, and their bytes.
+    pub gc_logs_removed: Counter,
+    pub gc_reclaimed_bytes: Counter,
     /// Index segment merges done.
     pub index_merges: Counter,
     /// Entries read ahead (brought along by a read that missed every cache).
@@ -64,6 +67,8 @@ impl Default for StorageStats {
             read_bytes: Counter::default(),
             checkpoints: Counter::default(),
             index_merges: Counter::default(),
+            gc_logs_removed: Counter::default(),
+            gc_reclaimed_bytes: Counter::default(),
             write_bytes: Counter::default(),
             read_ahead_entries: Counter::default(),
             corrupt_entries: Counter::default(),
@@ -166,6 +171,14 @@ impl Inner {
         out.push(Metric::counter(
             "pybkx_index_merges",
             self.stats.index_merges.get(),
+        ));
+        out.push(Metric::counter(
+            "pybkx_gc_entry_logs_removed",
+            self.stats.gc_logs_removed.get(),
+        ));
+        out.push(Metric::counter(
+            "pybkx_gc_reclaimed_bytes",
+            self.stats.gc_reclaimed_bytes.get(),
         ));
         out.push(Metric::counter(
             "pybkx_storage_read_ahead_entries",

@@ -356,3 +356,42 @@ fn a_ledger_deleted_and_created_again_survives_a_crash() {
     assert_eq!(&s.read_entry(4, 0).unwrap()[..], b"new");
     assert_eq!(s.entry_ids(4).unwrap(), vec![0]);
 }
+
+#[test]
+fn gc_removes_entry_logs_whose_ledgers_are_all_deleted() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = small_cache_config(dir.path());
+    let s = LedgerStorage::open(cfg.clone()).unwrap();
+    // Ledger 1 fills its own logs (256 KiB each), then ledger 2 (and 3, which stays) follow.
+    for e in 0..40 {
+        add(&s, 1, e, &[1u8; 20_000]).unwrap();
+    }
+    s.checkpoint().unwrap();
+    for e in 0..40 {
+        add(&s, 2, e, &[2u8; 20_000]).unwrap();
+        add(&s, 3, e, &[3u8; 20_000]).unwrap();
+    }
+    s.checkpoint().unwrap();
+    let logs_before = s.entry_log_ledgers().unwrap().len();
+    assert_eq!(s.gc_entry_logs().unwrap(), (0, 0), "nothing is deleted yet");
+    wait(|d| s.delete_ledger(1, d)).unwrap();
+    let (removed, bytes) = s.gc_entry_logs().unwrap();
+    assert!(removed >= 2, "ledger 1's own logs go: {removed}");
+    assert!(bytes >= 40 * 20_000 * 3 / 4, "{bytes}");
+    assert_eq!(
+        s.entry_log_ledgers().unwrap().len(),
+        logs_before - removed as usize
+    );
+    wait(|d| s.delete_ledger(2, d)).unwrap();
+    // Logs shared by ledgers 2 and 3 stay while 3 lives.
+    s.gc_entry_logs().unwrap();
+    for e in 0..40 {
+        assert_eq!(&s.read_entry(3, e).unwrap()[..], &[3u8; 20_000][..]);
+    }
+    s.crash();
+    let s = LedgerStorage::open(cfg).unwrap();
+    assert_eq!(s.list_ledgers(), vec![3]);
+    for e in 0..40 {
+        assert_eq!(&s.read_entry(3, e).unwrap()[..], &[3u8; 20_000][..]);
+    }
+}

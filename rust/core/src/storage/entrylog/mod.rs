@@ -265,6 +265,31 @@ impl EntryLogger {
         Ok(Bytes::from(buf))
     }
 
+    /// The id of the log being appended to, if any.
+    pub fn active_id(&self) -> Option<u32> {
+        self.active.lock().as_ref().map(|l| l.id)
+    }
+
+    /// Deletes sealed log `id` (never the active one); returns the bytes freed. Readers that
+    /// still hold the file keep reading it until they let go.
+    pub fn remove_log(&self, id: u32) -> Result<u64> {
+        if self.active_id() == Some(id) {
+            return Err(StorageError::InvalidArgument(format!(
+                "entry log {} is being written",
+                log_name(id)
+            )));
+        }
+        self.files.write().remove(&id);
+        let name = log_name(id);
+        let Some(dir) = self.dirs.locate(&name) else {
+            return Ok(0);
+        };
+        let path = dir.join(&name);
+        let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+        fs::remove_file(&path)?;
+        Ok(size)
+    }
+
     /// The ledgers map of every log: from its sealed map, by scanning an unsealed log, or from
     /// memory for the active one.
     pub fn ledgers_maps(&self) -> Result<HashMap<u32, LedgersMap>> {
