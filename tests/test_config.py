@@ -161,10 +161,15 @@ def test_bookkeeper_keys_pybkx_does_not_implement_are_kept_and_noted_one_per_lin
         "gcOverreplicatedLedgerWaitTime=600000\nnumAddWorkerThreads=8\nbookiePort=3181\nzkLedgersRootPath=/x\n",
     )
     config = ServerConfig.from_file(conf)
-    assert dict(config.extra) == {"gcOverreplicatedLedgerWaitTime": "600000", "numAddWorkerThreads": "8"}
+    assert dict(config.extra) == {
+        "gcOverreplicatedLedgerWaitTime": "600000",
+        "numAddWorkerThreads": "8",
+    }
     notes = config.notes()
     assert len(notes) == 2
-    assert notes[0].startswith(f"gcOverreplicatedLedgerWaitTime=600000 ({conf}:1) is not implemented: ")
+    assert notes[0].startswith(
+        f"gcOverreplicatedLedgerWaitTime=600000 ({conf}:1) is not implemented: "
+    )
     assert "garbage collection" in notes[0]
     assert notes[1].startswith(f"numAddWorkerThreads=8 ({conf}:2) is not implemented: ")
     assert "tokio" in notes[1]
@@ -218,7 +223,9 @@ def test_origins_name_the_line_the_command_line_or_the_default(tmp_path: Path) -
 
 
 def test_print_config_shows_each_value_with_its_source(tmp_path: Path) -> None:
-    conf = write(tmp_path / "x.conf", "bookiePort=3999\ngcOverreplicatedLedgerWaitTime=5\ntypoKey=1\n")
+    conf = write(
+        tmp_path / "x.conf", "bookiePort=3999\ngcOverreplicatedLedgerWaitTime=5\ntypoKey=1\n"
+    )
     run = subprocess.run(
         [
             sys.executable,
