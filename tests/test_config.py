@@ -485,6 +485,11 @@ def test_storage_settings_carry_every_storage_key_and_no_server_key() -> None:
         "dbStorage_readAheadCacheMaxSizeMb",
         "dbStorage_readAheadCacheBatchSize",
         "gcWaitTime",
+        "minorCompactionThreshold",
+        "minorCompactionInterval",
+        "majorCompactionThreshold",
+        "majorCompactionInterval",
+        "compactionRateByBytes",
     }
 
 

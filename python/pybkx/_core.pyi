@@ -150,6 +150,11 @@ class LedgerStorage:
         """Flush the write cache to the entry logs and index (sorted by ledger), sync them,
         record the journal marks, and remove covered journals. Raises BookieIOException."""
 
+    def compact(self, threshold: float) -> tuple[int, int, int]:
+        """Compact the sealed entry logs whose live share of bytes is at most ``threshold``
+        (their live entries are written again, the logs removed); returns ``(logs compacted,
+        live bytes moved, bytes freed)``. Raises BookieIOException."""
+
     def gc_entry_logs(self) -> tuple[int, int]:
         """Remove the entry logs none of whose ledgers exists any more; returns
         ``(logs removed, bytes freed)``. Raises BookieIOException."""

@@ -146,7 +146,11 @@ def bookie_routes(ctx: AdminContext) -> dict[str, Handler]:
             raise HttpError(400, 'expected a JSON body {"forceMajor": .., "forceMinor": ..}')
         if collector is None:
             raise HttpError(404, "this bookie runs standalone: there is no metadata to compare")
-        collector.run()
+        options = body or {}
+        collector.run(
+            force_major=bool(options.get("forceMajor", False)),
+            force_minor=bool(options.get("forceMinor", False)),
+        )
         return Response(200, f"Triggered GC on BookieServer: {bookie.bookie_id}")
 
     def gc_details(request: Request) -> Response:

@@ -244,7 +244,12 @@ class Bookie:
         with self._state_lock:
             self._storage, self._server, self._store = storage, server, store
             if store is not None:
-                self._gc = GarbageCollector(storage, store)
+                self._gc = GarbageCollector(
+                    storage,
+                    store,
+                    minor_threshold=config.minor_compaction_threshold,
+                    major_threshold=config.major_compaction_threshold,
+                )
             if bookie_id is None:
                 try:
                     bookie_id = config.bookie_identity(server.port)

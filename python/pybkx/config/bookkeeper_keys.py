@@ -62,8 +62,8 @@ _GROUPS: Final[tuple[tuple[str, tuple[str, ...]], ...]] = (
         ),
     ),
     (
-        "no garbage collection or compaction yet: entry logs are kept; PUT "
-        "/api/v1/bookie/gc drops local ledgers whose metadata is gone",
+        "not implemented: garbage collection removes entry logs whose ledgers are all deleted "
+        "and compacts by the minor/major thresholds and compactionRateByBytes only",
         (
             "gcOverreplicatedLedgerWaitTime",
             "gcOverreplicatedLedgerMaxConcurrentRequests",
@@ -74,15 +74,10 @@ _GROUPS: Final[tuple[tuple[str, tuple[str, ...]], ...]] = (
             "useTargetEntryLogSizeForGc",
             "isForceGCAllowWhenNoSpace",
             "forceAllowCompaction",
-            "majorCompactionInterval",
-            "majorCompactionThreshold",
             "majorCompactionMaxTimeMillis",
-            "minorCompactionInterval",
-            "minorCompactionThreshold",
             "minorCompactionMaxTimeMillis",
             "compactionRate",
             "compactionRateByEntries",
-            "compactionRateByBytes",
             "compactionMaxOutstandingRequests",
             "isThrottleByBytes",
             "useTransactionalCompaction",

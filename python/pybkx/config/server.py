@@ -32,6 +32,7 @@ from pybkx.config.values import (
     boolean,
     dirs,
     integer,
+    number,
     optional_dirs,
     optional_str,
     servers,
@@ -143,6 +144,22 @@ class ServerConfig(KeyedConfig):
     gc_wait_time_ms: int = setting("gcWaitTime", 600_000, integer(0), storage=True)
     """Every this many ms (after a checkpoint) entry logs whose ledgers are all deleted are
     removed; 0 turns the timer off (``PUT /api/v1/bookie/gc`` still collects)."""
+    minor_compaction_threshold: float = setting(
+        "minorCompactionThreshold", 0.2, number(0.0, 1.0), storage=True
+    )
+    minor_compaction_interval_s: int = setting(
+        "minorCompactionInterval", 3600, integer(0), storage=True
+    )
+    major_compaction_threshold: float = setting(
+        "majorCompactionThreshold", 0.8, number(0.0, 1.0), storage=True
+    )
+    major_compaction_interval_s: int = setting(
+        "majorCompactionInterval", 86400, integer(0), storage=True
+    )
+    compaction_rate_by_bytes: int = setting(
+        "compactionRateByBytes", 1_000_000, integer(0), storage=True
+    )
+    """Bytes per second a compaction scans (0: unpaced); BookKeeper's default."""
     db_storage_write_cache_max_size_mb: int = setting(
         "dbStorage_writeCacheMaxSizeMb", 64, integer(1, 1 << 20), storage=True
     )

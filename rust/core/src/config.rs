@@ -59,6 +59,15 @@ pub struct StorageConfig {
     pub read_ahead_batch: usize,
     /// Entry-log garbage collection period (`gcWaitTime`); zero turns the timer off.
     pub gc_wait: Duration,
+    /// Minor compaction: logs at most this live (`minorCompactionThreshold`), every
+    /// `minorCompactionInterval` (zero: off).
+    pub minor_compaction_threshold: f64,
+    pub minor_compaction_interval: Duration,
+    /// Major compaction (`majorCompactionThreshold`, `majorCompactionInterval`).
+    pub major_compaction_threshold: f64,
+    pub major_compaction_interval: Duration,
+    /// Bytes per second a compaction scans (`compactionRateByBytes`); 0: unpaced.
+    pub compaction_rate_bytes: u64,
 }
 
 fn invalid(what: String) -> StorageError {

@@ -41,6 +41,11 @@ pub fn storage_config(dir: &Path) -> StorageConfig {
         read_ahead_cache_bytes: 16 << 20,
         read_ahead_batch: 100,
         gc_wait: Duration::ZERO,
+        minor_compaction_threshold: 0.2,
+        minor_compaction_interval: Duration::ZERO,
+        major_compaction_threshold: 0.8,
+        major_compaction_interval: Duration::ZERO,
+        compaction_rate_bytes: 0,
     }
 }
 

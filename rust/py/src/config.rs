@@ -59,6 +59,16 @@ struct StorageAttrs {
     read_ahead_batch: usize,
     #[pyo3(attribute("gc_wait_time_ms"))]
     gc_wait_ms: u64,
+    #[pyo3(attribute("minor_compaction_threshold"))]
+    minor_compaction_threshold: f64,
+    #[pyo3(attribute("minor_compaction_interval_s"))]
+    minor_compaction_interval_s: u64,
+    #[pyo3(attribute("major_compaction_threshold"))]
+    major_compaction_threshold: f64,
+    #[pyo3(attribute("major_compaction_interval_s"))]
+    major_compaction_interval_s: u64,
+    #[pyo3(attribute("compaction_rate_by_bytes"))]
+    compaction_rate_bytes: u64,
 }
 
 /// The storage part of a `pybkx.config.ServerConfig`.
@@ -90,6 +100,11 @@ pub(crate) fn storage_config(obj: &Bound<'_, PyAny>) -> PyResult<StorageConfig> 
         read_ahead_cache_bytes: a.read_ahead_cache_mb.saturating_mul(1 << 20),
         read_ahead_batch: a.read_ahead_batch,
         gc_wait: Duration::from_millis(a.gc_wait_ms),
+        minor_compaction_threshold: a.minor_compaction_threshold,
+        minor_compaction_interval: Duration::from_secs(a.minor_compaction_interval_s),
+        major_compaction_threshold: a.major_compaction_threshold,
+        major_compaction_interval: Duration::from_secs(a.major_compaction_interval_s),
+        compaction_rate_bytes: a.compaction_rate_bytes,
     })
 }
 

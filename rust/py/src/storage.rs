@@ -200,6 +200,12 @@ impl PyLedgerStorage {
             .collect()
     }
 
+    /// (logs compacted, live bytes moved, bytes freed)
+    fn compact(&self, py: Python<'_>, threshold: f64) -> BkResult<(u64, u64, u64)> {
+        let r = py.detach(|| self.inner.compact(threshold))?;
+        Ok((r.logs_compacted, r.bytes_moved, r.bytes_freed))
+    }
+
     fn gc_entry_logs(&self, py: Python<'_>) -> BkResult<(u64, u64)> {
         Ok(py.detach(|| self.inner.gc_entry_logs())?)
     }

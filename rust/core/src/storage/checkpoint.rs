@@ -197,6 +197,7 @@ impl Inner {
     /// cache asks for one.
     pub(super) fn run_checkpointer(&self) {
         let mut last_gc = std::time::Instant::now();
+        let (mut last_minor, mut last_major) = (last_gc, last_gc);
         let mut wake = self.shared.wake.lock();
         while !wake.stop {
             let mut timed_out = false;
@@ -227,10 +228,27 @@ impl Inner {
                     let gc = &self.cfg.gc_wait;
                     if !gc.is_zero() && last_gc.elapsed() >= *gc {
                         last_gc = std::time::Instant::now();
-                        self.gc_entry_logs().map(|_| ())
-                    } else {
-                        Ok(())
+                        self.gc_entry_logs()?;
                     }
+                    let cfg = &self.cfg;
+                    for (interval, threshold, last) in [
+                        (
+                            cfg.major_compaction_interval,
+                            cfg.major_compaction_threshold,
+                            &mut last_major,
+                        ),
+                        (
+                            cfg.minor_compaction_interval,
+                            cfg.minor_compaction_threshold,
+                            &mut last_minor,
+                        ),
+                    ] {
+                        if !interval.is_zero() && last.elapsed() >= interval {
+                            *last = std::time::Instant::now();
+                            self.compact(threshold)?;
+                        }
+                    }
+                    Ok(())
                 })
             } else {
                 self.shared.flush(false).map(|_| ())

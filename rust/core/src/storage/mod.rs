@@ -9,6 +9,7 @@
 
 mod apply;
 mod checkpoint;
+mod compaction;
 pub mod dirs;
 pub mod entrylog;
 pub mod index;
@@ -36,6 +37,7 @@ use crate::fs;
 use crate::metrics::{self, Metric};
 use crate::record;
 use apply::{Flusher, Shared, Wake};
+pub use compaction::CompactionReport;
 use dirs::{LedgerDirs, RoundRobinAllocator};
 use entrylog::{EntryLogger, LedgersMap, Location};
 use index::segment::{IndexEntry, SegmentWriter};
@@ -925,6 +927,15 @@ impl LedgerStorage {
         self.inner.gc_entry_logs()
     }
 
+    /// Compacts the entry logs whose live share of bytes is at most `threshold`: their live
+    /// entries are written again and the logs removed (BookKeeper's minor compaction at
+    /// `minorCompactionThreshold`, major at `majorCompactionThreshold`; runs by itself every
+    /// `minorCompactionInterval` / `majorCompactionInterval`).
+    pub fn compact(&self, threshold: f64) -> Result<CompactionReport> {
+        self.inner.check_open()?;
+        self.inner.compact(threshold)
+    }
+
     /// Flushes entry logs and index and records the journal marks; removes covered journals.
     pub fn checkpoint(&self) -> Result<()> {
         self.inner.check_open()?;
@@ -987,11 +998,16 @@ impl Inner {
         let _one_at_a_time = self.gc_lock.lock();
         let active = self.shared.entrylog.active_id();
         let maps = self.shared.entrylog.ledgers_maps()?;
+        // The newest log on disk is kept: at the next start new logs are numbered after it, so
+        // an id is never reused while old index segments may still name it.
+        let newest = maps.keys().max().copied();
         let dead: Vec<u32> = {
             let idx = self.shared.index.read();
             maps.iter()
                 .filter(|(id, map)| {
-                    Some(**id) != active && map.keys().all(|l| !idx.ledgers.contains_key(l))
+                    Some(**id) != active
+                        && Some(**id) != newest
+                        && map.keys().all(|l| !idx.ledgers.contains_key(l))
                 })
                 .map(|(id, _)| *id)
                 .collect()

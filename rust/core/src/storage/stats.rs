@@ -30,6 +30,8 @@ pub struct StorageStats {
     /// Entry logs removed by garbage collection, and their bytes.
     pub gc_logs_removed: Counter,
     pub gc_reclaimed_bytes: Counter,
+    /// Entry logs compacted.
+    pub compacted_logs: Counter,
     /// Index segment merges done.
     pub index_merges: Counter,
     /// Entries read ahead (brought along by a read that missed every cache).
@@ -69,6 +71,7 @@ impl Default for StorageStats {
             index_merges: Counter::default(),
             gc_logs_removed: Counter::default(),
             gc_reclaimed_bytes: Counter::default(),
+            compacted_logs: Counter::default(),
             write_bytes: Counter::default(),
             read_ahead_entries: Counter::default(),
             corrupt_entries: Counter::default(),
@@ -179,6 +182,10 @@ impl Inner {
         out.push(Metric::counter(
             "pybkx_gc_reclaimed_bytes",
             self.stats.gc_reclaimed_bytes.get(),
+        ));
+        out.push(Metric::counter(
+            "pybkx_gc_compacted_entry_logs",
+            self.stats.compacted_logs.get(),
         ));
         out.push(Metric::counter(
             "pybkx_storage_read_ahead_entries",

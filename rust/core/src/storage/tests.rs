@@ -265,6 +265,8 @@ mod model {
         Checkpoint,
         Crash,
         Restart,
+        Compact,
+        Gc,
     }
 
     fn op() -> impl Strategy<Value = Op> {
@@ -274,6 +276,8 @@ mod model {
             2 => Just(Op::Checkpoint),
             1 => Just(Op::Crash),
             1 => Just(Op::Restart),
+            1 => Just(Op::Compact),
+            1 => Just(Op::Gc),
         ]
     }
 
@@ -296,8 +300,8 @@ mod model {
     proptest! {
         #![proptest_config(ProptestConfig { cases: 12, ..ProptestConfig::default() })]
 
-        /// The index after any sequence of adds, deletes, checkpoints, crashes and restarts
-        /// equals a model of what was acknowledged.
+        /// The index after any sequence of adds, deletes, checkpoints, compactions, garbage
+        /// collections, crashes and restarts equals a model of what was acknowledged.
         #[test]
         fn index_equals_the_model(ops in proptest::collection::vec(op(), 1..40)) {
             let dir = tempfile::tempdir().unwrap();
@@ -323,6 +327,13 @@ mod model {
                         prop_assert_eq!(r.is_ok(), model.remove(&ledger).is_some());
                     }
                     Op::Checkpoint => st.checkpoint().unwrap(),
+                    Op::Compact => {
+                        st.checkpoint().unwrap();
+                        st.compact(0.9).unwrap();
+                    }
+                    Op::Gc => {
+                        st.gc_entry_logs().unwrap();
+                    }
                     Op::Crash => {
                         s.take().unwrap().crash();
                         s = Some(LedgerStorage::open(cfg.clone()).unwrap());
@@ -394,4 +405,49 @@ fn gc_removes_entry_logs_whose_ledgers_are_all_deleted() {
     for e in 0..40 {
         assert_eq!(&s.read_entry(3, e).unwrap()[..], &[3u8; 20_000][..]);
     }
+}
+
+#[test]
+fn compaction_rewrites_live_entries_and_frees_the_rest() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = small_cache_config(dir.path());
+    let s = LedgerStorage::open(cfg.clone()).unwrap();
+    let data = |l: u64, e: u64| vec![(l * 7 + e) as u8; 10_000];
+    for round in 0..8u64 {
+        for l in 1..=3u64 {
+            for e in round * 10..round * 10 + 10 {
+                add(&s, l, e, &data(l, e)).unwrap();
+            }
+        }
+        s.checkpoint().unwrap();
+    }
+    wait(|d| s.delete_ledger(1, d)).unwrap();
+    wait(|d| s.delete_ledger(2, d)).unwrap();
+    assert_eq!(s.compact(0.2).unwrap().logs_compacted, 0, "a third is live");
+    let report = s.compact(0.5).unwrap();
+    assert!(report.logs_compacted >= 2, "{report:?}");
+    assert!(report.bytes_freed > 2 * report.bytes_moved, "{report:?}");
+    let check = |s: &LedgerStorage| {
+        assert_eq!(s.entry_ids(3).unwrap(), (0..80).collect::<Vec<_>>());
+        for e in 0..80 {
+            assert_eq!(&s.read_entry(3, e).unwrap()[..], &data(3, e)[..]);
+        }
+        let all = s
+            .read_range(
+                3,
+                0,
+                RangeLimits {
+                    max_count: 0,
+                    max_bytes: usize::MAX,
+                    per_entry_overhead: 0,
+                    stride: 1,
+                },
+            )
+            .unwrap();
+        assert_eq!(all.len(), 80);
+    };
+    check(&s);
+    s.crash();
+    let s = LedgerStorage::open(cfg).unwrap();
+    check(&s);
 }

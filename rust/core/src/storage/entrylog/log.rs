@@ -100,6 +100,35 @@ impl ActiveLog {
     }
 }
 
+/// Calls `f(ledger, entry, offset, data)` for every entry record of the log, in file order,
+/// up to a torn tail or the ledgers map.
+pub fn scan_entries(path: &Path, mut f: impl FnMut(u64, u64, u64, &[u8])) -> Result<()> {
+    let mut file = fs::open_read(path)?;
+    let mut header = [0u8; FILE_HEADER_LEN];
+    if file.read_exact(&mut header).is_err() {
+        return Ok(());
+    }
+    check_file_header(&header, LOG_MAGIC, LOG_VERSION, "entry log")?;
+    let mut reader = RecordReader::new(file, FILE_HEADER_LEN as u64, path.display().to_string());
+    loop {
+        match reader.next_record()? {
+            Ok(rec) if rec.body.len() >= 16 => {
+                let ledger = be_u64(&rec.body[0..8]);
+                if ledger == MAP_MARKER {
+                    return Ok(());
+                }
+                f(
+                    ledger,
+                    be_u64(&rec.body[8..16]),
+                    rec.offset,
+                    &rec.body[16..],
+                );
+            }
+            _ => return Ok(()),
+        }
+    }
+}
+
 /// Reads a log's ledgers map from its seal, or rebuilds it by scanning the records.
 pub fn read_ledgers_map(path: &Path) -> Result<LedgersMap> {
     let mut file = fs::open_read(path)?;

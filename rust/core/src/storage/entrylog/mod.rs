@@ -20,7 +20,7 @@ use parking_lot::{Mutex, RwLock};
 
 pub use ledgers_map::LedgersMap;
 pub use location::{log_name, Location};
-pub use log::read_ledgers_map;
+pub use log::{read_ledgers_map, scan_entries};
 
 use crate::error::{Result, StorageError};
 use crate::fs;
@@ -288,6 +288,12 @@ impl EntryLogger {
         let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
         fs::remove_file(&path)?;
         Ok(size)
+    }
+
+    /// Where sealed log `id` is, if it exists.
+    pub fn log_path(&self, id: u32) -> Option<PathBuf> {
+        let name = log_name(id);
+        self.dirs.locate(&name).map(|d| d.join(name))
     }
 
     /// The ledgers map of every log: from its sealed map, by scanning an unsealed log, or from
