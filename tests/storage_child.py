@@ -137,6 +137,37 @@ def run_delete(storage: LedgerStorage, spec: dict[str, Any]) -> None:
     write_forever(storage, keeper, 8, seed=spec["seed"], max_size=4096)
 
 
+def run_churn(storage: LedgerStorage, spec: dict[str, Any]) -> None:
+    """Ledgers written, some deleted, entry logs collected and compacted, over and over:
+    ``ACK l e`` once an add returned, ``DELETING l`` before a deletion, ``DELETED l`` once it
+    returned."""
+    rng = random.Random(spec["seed"])
+    first: int = spec["first_ledger"]
+    emit("READY")
+    written: list[int] = []
+    try:
+        for ledger_id in range(first, first + 10_000):
+            entries = [(e, payload(ledger_id, e, max_size=8192)) for e in range(rng.randint(5, 40))]
+            storage.add_entries(ledger_id, entries, master_key(ledger_id))
+            emit(*(f"ACK {ledger_id} {e}" for e, _ in entries))
+            written.append(ledger_id)
+            if len(written) > 2 and rng.random() < 0.6:
+                victim = written.pop(rng.randrange(len(written) - 2))
+                emit(f"DELETING {victim}")
+                storage.delete_ledger(victim)
+                emit(f"DELETED {victim}")
+            step = rng.random()
+            if step < 0.3:
+                storage.gc_entry_logs()
+            elif step < 0.6:
+                storage.compact(0.9)
+            elif step < 0.7:
+                storage.checkpoint()
+    except BaseException as exc:
+        die(exc)
+    wait_to_be_killed()
+
+
 def run_meta(storage: LedgerStorage, spec: dict[str, Any]) -> None:
     ledger_id: int = spec["ledger"]
     key = master_key(ledger_id)
@@ -153,6 +184,7 @@ MODES = {
     "write": run_write,
     "delete": run_delete,
     "meta": run_meta,
+    "churn": run_churn,
 }
 
 

@@ -34,8 +34,16 @@ impl Inner {
         if !(threshold > 0.0 && threshold <= 1.0) {
             return Ok(report);
         }
-        let active = self.shared.entrylog.active_id();
-        let maps = self.shared.entrylog.ledgers_maps()?;
+        // Chosen while no flush runs: a flush in progress may have sealed a log whose entries
+        // its segment does not index yet (they would look dead). Later flushes only write to
+        // the active log (never chosen) and newer ones.
+        let (active, maps) = {
+            let _no_flush = self.shared.flusher.lock();
+            (
+                self.shared.entrylog.active_id(),
+                self.shared.entrylog.ledgers_maps()?,
+            )
+        };
         // The newest log on disk is kept: at the next start new logs are numbered after it, so
         // an id is never reused while old index segments may still name it.
         let newest = maps.keys().max().copied();

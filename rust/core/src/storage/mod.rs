@@ -996,8 +996,15 @@ impl Inner {
 
     fn gc_entry_logs(&self) -> Result<(u64, u64)> {
         let _one_at_a_time = self.gc_lock.lock();
-        let active = self.shared.entrylog.active_id();
-        let maps = self.shared.entrylog.ledgers_maps()?;
+        // Chosen while no flush runs (see `compact`): a log a flush has just sealed holds
+        // entries its segment does not index yet.
+        let (active, maps) = {
+            let _no_flush = self.shared.flusher.lock();
+            (
+                self.shared.entrylog.active_id(),
+                self.shared.entrylog.ledgers_maps()?,
+            )
+        };
         // The newest log on disk is kept: at the next start new logs are numbered after it, so
         // an id is never reused while old index segments may still name it.
         let newest = maps.keys().max().copied();
