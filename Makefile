@@ -26,7 +26,7 @@ CARGO_TEST_ENV := LD_LIBRARY_PATH="$(PY_LIBDIR)$${LD_LIBRARY_PATH:+:$$LD_LIBRARY
 
 .PHONY: help venv deps build lint test demo bench bench-client bench-suite bench-compare bench-builds \
 	bench-metrics bench-striped bench-recovery bench-v3 bench-spark bench-storage-scale \
-	bench-cold-read bench-cold-read-java clean distclean
+	bench-cold-read bench-cold-read-java bench-gc clean distclean
 
 help:
 	@echo "make demo   build everything, then run the cluster demo (pybkx demo)"
@@ -44,6 +44,7 @@ help:
 	@echo "make bench-storage-scale ENTRIES=N  N entries indexed: memory, restart, lookups/s"
 	@echo "make bench-cold-read      an interleaved ledger read back cold vs the disk's speed"
 	@echo "make bench-cold-read-java the same over the wire beside the Java DbLedgerStorage"
+	@echo "make bench-gc       entry-log GC of 10,000 deleted ledgers; compaction vs disk speed"
 	@echo "make bench-spark    Spark reading ledgers vs the same rows in Parquet, one run"
 	@echo "make venv | deps | build | lint | clean | distclean"
 
@@ -160,6 +161,10 @@ bench-storage-scale: venv deps build
 bench-cold-read: venv deps build
 	$(VPY) bench/cold_read.py $(BENCH_ARGS)
 	$(VPY) bench/cold_read.py --journal-dir /dev/shm $(BENCH_ARGS)
+
+# Entry-log GC after 10,000 deleted ledgers, and a major compaction beside the disk's write limit.
+bench-gc: venv deps build
+	$(VPY) bench/gc_compaction.py $(BENCH_ARGS)
 
 bench-cold-read-java: venv deps build $(BENCH_STAMP)
 	$(VPY) -m bench.cold_read_java $(BENCH_ARGS)
