@@ -32,6 +32,8 @@ from pybkx.config.values import (
     boolean,
     dirs,
     integer,
+    number,
+    optional,
     optional_dirs,
     optional_str,
     servers,
@@ -175,6 +177,28 @@ class ServerConfig(KeyedConfig):
     registration ends with its session) and still exits within this bound (a pybkx key)."""
     force_read_only_bookie: bool = setting("forceReadOnlyBookie", False, boolean)
 
+    # --- the disk checker (BookKeeper's LedgerDirsMonitor keys and defaults)
+    disk_usage_threshold: float = setting("diskUsageThreshold", 0.95, number(0.0, 1.0))
+    """A ledger directory whose file system is used past this fraction takes no new entry log;
+    with every one past it (or an index or journal directory) the bookie turns read-only."""
+    disk_usage_warn_threshold: float = setting("diskUsageWarnThreshold", 0.90, number(0.0, 1.0))
+    """Past this fraction a directory is logged as almost full."""
+    disk_usage_lwm_threshold: float | None = setting(
+        "diskUsageLwmThreshold", None, optional(number(0.0, 1.0))
+    )
+    """A read-only bookie becomes writable again once the usage of its ledger directories
+    together falls below this (default: ``diskUsageThreshold``; set it lower for hysteresis)."""
+    disk_check_interval_ms: int = setting("diskCheckInterval", 10_000, integer(1))
+    read_only_mode_on_any_disk_full_enabled: bool = setting(
+        "readOnlyModeOnAnyDiskFullEnabled", False, boolean
+    )
+    """Turn read-only when any ledger directory is full, not only when all are."""
+    min_usable_size_for_high_priority_writes: int | None = setting(
+        "minUsableSizeForHighPriorityWrites", None, optional(integer(0, JAVA_LONG_MAX))
+    )
+    """A read-only bookie still takes high-priority (recovery) adds while some ledger directory
+    has this many bytes free (default: ``logSizeLimit``, as BookKeeper)."""
+
     # --- metrics and the admin HTTP server (BookKeeper's keys and defaults, and pybkx's bounds)
     enable_statistics: bool = setting("enableStatistics", True, boolean)
     stats_provider_class: str = setting(
@@ -242,6 +266,21 @@ class ServerConfig(KeyedConfig):
             raise ConfigError(
                 f"invalid forceReadOnlyBookie in {self.source}: a forced read-only bookie "
                 "needs readOnlyModeEnabled=true"
+            )
+        threshold = self.disk_usage_threshold
+        if not 0.0 < threshold < 1.0:
+            raise ConfigError(
+                f"invalid diskUsageThreshold in {self.source}: {threshold} (must be in (0, 1))"
+            )
+        if self.disk_usage_warn_threshold - threshold > 1e-6:
+            raise ConfigError(
+                f"invalid diskUsageWarnThreshold in {self.source}: "
+                f"{self.disk_usage_warn_threshold} exceeds diskUsageThreshold {threshold}"
+            )
+        if self.disk_usage_lwm - threshold > 1e-6:
+            raise ConfigError(
+                f"invalid diskUsageLwmThreshold in {self.source}: {self.disk_usage_lwm} exceeds "
+                f"diskUsageThreshold {threshold}"
             )
         if self.server_write_buffer_low_water_mark_bytes > (
             self.server_write_buffer_high_water_mark_bytes
@@ -311,6 +350,20 @@ class ServerConfig(KeyedConfig):
                 "implemented: metrics are exported in Prometheus format"
             )
         return lines
+
+    # --- disks
+
+    @property
+    def disk_usage_lwm(self) -> float:
+        """``diskUsageLwmThreshold``, defaulting to ``diskUsageThreshold``."""
+        lwm = self.disk_usage_lwm_threshold
+        return self.disk_usage_threshold if lwm is None else lwm
+
+    @property
+    def high_priority_min_free_bytes(self) -> int:
+        """``minUsableSizeForHighPriorityWrites``, defaulting to ``logSizeLimit``."""
+        value = self.min_usable_size_for_high_priority_writes
+        return self.log_size_limit_bytes if value is None else value
 
     # --- metrics
 

@@ -218,6 +218,27 @@ impl PyLedgerStorage {
         Ok(out)
     }
 
+    /// `[(kind, path, total_bytes, free_bytes, marked_full)]` for every directory written to.
+    fn directory_usage(&self, py: Python<'_>) -> BkResult<Vec<(String, String, u64, u64, bool)>> {
+        let dirs = py.detach(|| self.inner.directory_usage())?;
+        Ok(dirs
+            .into_iter()
+            .map(|d| {
+                (
+                    d.kind.name().to_string(),
+                    d.path.display().to_string(),
+                    d.usage.total_bytes,
+                    d.usage.free_bytes,
+                    d.full,
+                )
+            })
+            .collect())
+    }
+
+    fn set_full_ledger_dirs(&self, full: Vec<bool>) {
+        self.inner.set_full_ledger_dirs(&full);
+    }
+
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         crate::metrics::flat_dict(py, &self.inner.metrics())
     }

@@ -1,8 +1,10 @@
 //! A bookie's ledger directories: which directory takes each new entry log (an [`Allocator`]
 //! over the directories' current disk usage), and where an existing log lives. It owns the
-//! directory list and its usage; it never opens or writes a log itself.
+//! directory list, its usage and which directories the disk checker found full (those take no
+//! new entry log while another can); it never opens or writes a log itself.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use parking_lot::Mutex;
 
@@ -50,6 +52,8 @@ impl Allocator for RoundRobinAllocator {
 /// The ledger directories of one bookie.
 pub struct LedgerDirs {
     dirs: Vec<PathBuf>,
+    /// Per directory: the disk checker found it past `diskUsageThreshold`.
+    full: Vec<AtomicBool>,
     allocator: Mutex<Box<dyn Allocator>>,
 }
 
@@ -57,9 +61,26 @@ impl LedgerDirs {
     /// `dirs` are `current/` directories, in configuration order.
     pub fn new(dirs: Vec<PathBuf>, allocator: Box<dyn Allocator>) -> Self {
         LedgerDirs {
+            full: dirs.iter().map(|_| AtomicBool::new(false)).collect(),
             dirs,
             allocator: Mutex::new(allocator),
         }
+    }
+
+    /// Records which directories are full (one flag per directory, in configuration order;
+    /// missing flags mean not full). Set by the bookie's disk checker.
+    pub fn set_full(&self, full: &[bool]) {
+        for (i, flag) in self.full.iter().enumerate() {
+            flag.store(full.get(i).copied().unwrap_or(false), Ordering::Relaxed);
+        }
+    }
+
+    /// Per directory: whether the disk checker found it full.
+    pub fn full_flags(&self) -> Vec<bool> {
+        self.full
+            .iter()
+            .map(|f| f.load(Ordering::Relaxed))
+            .collect()
     }
 
     pub fn paths(&self) -> &[PathBuf] {
@@ -79,17 +100,41 @@ impl LedgerDirs {
             .collect()
     }
 
-    /// The directory the next entry log goes to.
+    /// The directory the next entry log goes to: the allocator chooses among the directories
+    /// not marked full. When every one is full (the bookie is then read-only, and only
+    /// high-priority or recovery adds still come), the one with the most free bytes takes it.
     pub fn choose_for_new_log(&self) -> Result<PathBuf> {
         let states = self.states()?;
+        let full = self.full_flags();
+        let mut writable = Vec::with_capacity(states.len());
+        let mut filled = Vec::new();
+        for (i, state) in states.into_iter().enumerate() {
+            if full.get(i).copied().unwrap_or(false) {
+                filled.push(state);
+            } else {
+                writable.push(state);
+            }
+        }
+        if writable.is_empty() {
+            let best = filled
+                .into_iter()
+                .max_by_key(|s| s.usage.free_bytes)
+                .ok_or_else(|| StorageError::InvalidArgument("no ledger directory".into()))?;
+            log::warn!(
+                "every ledger directory is full; a new entry log goes to {} ({} bytes free)",
+                best.path.display(),
+                best.usage.free_bytes
+            );
+            return Ok(best.path);
+        }
         let mut allocator = self.allocator.lock();
-        let chosen = allocator.choose(&states).ok_or_else(|| {
+        let chosen = allocator.choose(&writable).ok_or_else(|| {
             StorageError::InvalidArgument(format!(
                 "{} found no ledger directory that can take a new entry log",
                 allocator.name()
             ))
         })?;
-        states
+        writable
             .into_iter()
             .nth(chosen)
             .map(|s| s.path)
@@ -124,5 +169,25 @@ mod tests {
         std::fs::write(b.path().join("1.log"), b"x").unwrap();
         assert_eq!(dirs.locate("1.log"), Some(b.path()));
         assert_eq!(dirs.locate("2.log"), None);
+    }
+
+    #[test]
+    fn full_directories_take_no_new_log_while_another_can() {
+        let a = tempfile::tempdir().unwrap();
+        let b = tempfile::tempdir().unwrap();
+        let dirs = LedgerDirs::new(
+            vec![a.path().into(), b.path().into()],
+            Box::<RoundRobinAllocator>::default(),
+        );
+        dirs.set_full(&[true, false]);
+        for _ in 0..4 {
+            assert_eq!(dirs.choose_for_new_log().unwrap(), b.path());
+        }
+        // All full: still a directory (the bookie is read-only; recovery adds may come).
+        dirs.set_full(&[true, true]);
+        let p = dirs.choose_for_new_log().unwrap();
+        assert!(p == a.path() || p == b.path());
+        dirs.set_full(&[]);
+        assert_eq!(dirs.full_flags(), vec![false, false]);
     }
 }
