@@ -79,7 +79,9 @@ def test_full_directories_come_back_only_by_bookkeepers_rules(
     before = was[: len(dirs)]
     verdict = evaluate(dirs, before, limits)
     overall = 1 - sum(d.free_bytes for d in dirs) / sum(d.total_bytes for d in dirs)
-    still_writable = any(not b and d.usage <= limits.threshold for b, d in zip(before, dirs, strict=True))
+    still_writable = any(
+        not b and d.usage <= limits.threshold for b, d in zip(before, dirs, strict=True)
+    )
     for b, d, now in zip(before, dirs, verdict.full, strict=True):
         if d.usage > limits.threshold:
             assert now  # past the threshold: full whatever it was
