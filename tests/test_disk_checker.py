@@ -42,9 +42,7 @@ def ledger(used: int, total: int = TOTAL) -> DirUsage:
 
 
 usages = st.lists(st.integers(0, TOTAL), min_size=1, max_size=5)
-limits_st = st.tuples(
-    st.integers(1, 999), st.integers(0, 999), st.integers(0, 999)
-).map(
+limits_st = st.tuples(st.integers(1, 999), st.integers(0, 999), st.integers(0, 999)).map(
     lambda t: DiskThresholds(
         threshold=t[0] / TOTAL,
         warn=min(t[1], t[0]) / TOTAL,
@@ -217,8 +215,10 @@ def test_a_full_disk_turns_the_bookie_read_only_and_it_comes_back_by_itself(
                 filler = fill(disk, 1 * MIB)  # ~88 % used
                 wait_for(lambda: bookie.read_only, 10, "read-only on a full disk")
                 wait_for(
-                    lambda: bookie.bookie_id in store.readonly_bookies()
-                    and bookie.bookie_id not in store.writable_bookies(),
+                    lambda: (
+                        bookie.bookie_id in store.readonly_bookies()
+                        and bookie.bookie_id not in store.writable_bookies()
+                    ),
                     10,
                     "registered read-only",
                 )
@@ -232,8 +232,10 @@ def test_a_full_disk_turns_the_bookie_read_only_and_it_comes_back_by_itself(
                 filler.unlink()  # space returns
                 wait_for(lambda: not bookie.read_only, 10, "writable again")
                 wait_for(
-                    lambda: bookie.bookie_id in store.writable_bookies()
-                    and bookie.bookie_id not in store.readonly_bookies(),
+                    lambda: (
+                        bookie.bookie_id in store.writable_bookies()
+                        and bookie.bookie_id not in store.readonly_bookies()
+                    ),
                     10,
                     "registered writable again",
                 )
