@@ -185,7 +185,8 @@ impl Writer {
 
     fn add(&mut self, req: Request) {
         if self.failure.get().is_some() && !self.failure.is_fatal() && self.ops.is_empty() {
-            // Space may be back: try before refusing.
+            // Space may be back: try before refusing (a read-only bookie sends few requests).
+            self.last_retry = None;
             self.retry();
         }
         if let Some(err) = self.failure.get() {
