@@ -194,9 +194,22 @@ def test_a_full_disk_fails_appends_clearly_and_the_bookie_recovers_without_resta
                 last = min(first + 31, acked[-1])
                 assert all(bytes(e) == data for e in rh.read(first, last))
             rh.close()
-            again = bk.create_ledger(
-                ensemble_size=1, write_quorum_size=1, ack_quorum_size=1, password=b"pw"
-            )
-            assert again.append_many([data] * 20) == 19
+            # The client learns of the registration by its watch: allow it a moment.
+            deadline = time.monotonic() + 10
+            while True:
+                try:
+                    again = bk.create_ledger(
+                        ensemble_size=1, write_quorum_size=1, ack_quorum_size=1, password=b"pw"
+                    )
+                    break
+                except errors.NotEnoughBookiesException:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.1)
+            fresh = [os.urandom(64 << 10) for _ in range(20)]
+            assert again.append_many(fresh) == 19
             again.close()
+            rh = bk.open_ledger(again.ledger_id, b"pw")  # written after the failure: intact
+            assert [bytes(e) for e in rh.read(0, 19)] == fresh
+            rh.close()
             assert sandbox.pid(0) == pid  # the same bookie process throughout
