@@ -15,7 +15,7 @@ import os
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -32,9 +32,9 @@ RESULT_TIMEOUT_S = 60.0
 """Bound on every wait: the fault was an append that never returned."""
 
 
-def wait_for(condition: object, timeout_s: float, what: str) -> None:
+def wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
     deadline = time.monotonic() + timeout_s
-    while not condition():  # type: ignore[operator]
+    while not condition():
         if time.monotonic() > deadline:
             pytest.fail(f"not within {timeout_s}s: {what}")
         time.sleep(0.05)
