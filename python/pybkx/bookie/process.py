@@ -157,6 +157,7 @@ class Bookie:
         # Serialises read-only moves with stop(): the server mode and the registration move
         # together.
         self._state_lock = threading.Lock()
+        self._stop_lock = threading.Lock()
         self._disks: DiskChecker | None = None
         # Read-only because the disk checker found the disks full (it alone turns it back).
         self._disk_read_only = False
@@ -461,6 +462,10 @@ class Bookie:
         store is closed anyway); a failed unregistration is only logged, since the registration
         ends with the store's session.
         """
+        with self._stop_lock:  # a second caller waits for a stop in progress to finish
+            self._stop()
+
+    def _stop(self) -> None:
         self._stopping = True
         budget_s = self.config.bookie_shutdown_timeout_ms / 1000.0
         deadline = time.monotonic() + budget_s

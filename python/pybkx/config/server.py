@@ -24,10 +24,20 @@ from typing import ClassVar, Final
 from pybkx.config.bookkeeper_keys import NOT_IMPLEMENTED
 from pybkx.config.network import interface_ipv4, interface_names, is_ip
 from pybkx.config.properties import read_file
+from pybkx.config.tiers import (
+    ALLOCATORS,
+    MAX_TIERS,
+    REVIEWERS,
+    Tier,
+    build_tiers,
+    byte_sizes,
+    class_name,
+)
 from pybkx.config.values import (
     JAVA_LONG_MAX,
     MIB,
     ConfigError,
+    InvalidValue,
     KeyedConfig,
     boolean,
     dirs,
@@ -101,6 +111,68 @@ class ServerConfig(KeyedConfig):
     index_directories: tuple[str, ...] | None = setting(
         "indexDirectories", None, optional_dirs, storage=True
     )
+
+    # --- tiered ledger directories and entry-log placement (pybkx's; Alluxio's design)
+    tiered_storage_levels: int = setting(
+        "tieredStorageLevels", 0, integer(0, MAX_TIERS), storage=True
+    )
+    """Storage tiers (0: none, ``ledgerDirectories`` is one tier). With tiers, their directories
+    take the place of ``ledgerDirectories``."""
+    tiered_storage_level0_alias: str | None = setting(
+        "tieredStorageLevel0Alias", None, optional_str, storage=True
+    )
+    tiered_storage_level0_dirs: tuple[str, ...] | None = setting(
+        "tieredStorageLevel0Dirs", None, optional_dirs, storage=True
+    )
+    tiered_storage_level0_dirs_quota: tuple[int, ...] | None = setting(
+        "tieredStorageLevel0DirsQuota", None, byte_sizes, storage=True
+    )
+    tiered_storage_level1_alias: str | None = setting(
+        "tieredStorageLevel1Alias", None, optional_str, storage=True
+    )
+    tiered_storage_level1_dirs: tuple[str, ...] | None = setting(
+        "tieredStorageLevel1Dirs", None, optional_dirs, storage=True
+    )
+    tiered_storage_level1_dirs_quota: tuple[int, ...] | None = setting(
+        "tieredStorageLevel1DirsQuota", None, byte_sizes, storage=True
+    )
+    tiered_storage_level2_alias: str | None = setting(
+        "tieredStorageLevel2Alias", None, optional_str, storage=True
+    )
+    tiered_storage_level2_dirs: tuple[str, ...] | None = setting(
+        "tieredStorageLevel2Dirs", None, optional_dirs, storage=True
+    )
+    tiered_storage_level2_dirs_quota: tuple[int, ...] | None = setting(
+        "tieredStorageLevel2DirsQuota", None, byte_sizes, storage=True
+    )
+    tiered_storage_level3_alias: str | None = setting(
+        "tieredStorageLevel3Alias", None, optional_str, storage=True
+    )
+    tiered_storage_level3_dirs: tuple[str, ...] | None = setting(
+        "tieredStorageLevel3Dirs", None, optional_dirs, storage=True
+    )
+    tiered_storage_level3_dirs_quota: tuple[int, ...] | None = setting(
+        "tieredStorageLevel3DirsQuota", None, byte_sizes, storage=True
+    )
+    entry_log_allocator_class: str = setting(
+        "entryLogAllocatorClass", ALLOCATORS[0], class_name(ALLOCATORS), storage=True
+    )
+    """Which directory takes a new entry log: the most free one of the top tier with room
+    (MaxFreeAllocator), the first with room top tier down (GreedyAllocator), or the next in turn
+    in the top tier with room (RoundRobinAllocator)."""
+    entry_log_reviewer_class: str = setting(
+        "entryLogReviewerClass", REVIEWERS[0], class_name(REVIEWERS), storage=True
+    )
+    """A veto on the allocator's choice: ProbabilisticBufferReviewer refuses fuller directories
+    ever more often between the soft and hard limits; AcceptingReviewer never refuses."""
+    reviewer_soft_limit_bytes: int = setting(
+        "reviewerSoftLimitBytes", 256 * MIB, integer(0, JAVA_LONG_MAX), storage=True
+    )
+    """Above this many bytes available a directory is always accepted."""
+    reviewer_hard_limit_bytes: int = setting(
+        "reviewerHardLimitBytes", 64 * MIB, integer(0, JAVA_LONG_MAX), storage=True
+    )
+    """At or below this many bytes available a directory is refused (unless all are)."""
 
     # --- metadata (None: a standalone bookie)
     metadata_service_uri: str | None = setting("metadataServiceUri", None, optional_str)
@@ -257,6 +329,7 @@ class ServerConfig(KeyedConfig):
 
     def __post_init__(self) -> None:
         self._parse_fields()
+        self._apply_tiers()
         if self.bookie_port == 0 and not self.allow_ephemeral_ports:
             raise ConfigError(
                 f"invalid bookiePort in {self.source}: 0 (an ephemeral port) needs "
@@ -343,6 +416,12 @@ class ServerConfig(KeyedConfig):
             f"{key}={value} ({self.origin(key)}) is not implemented: {note}"
             for key, value, note in self.not_implemented()
         ]
+        if self.tiers and "ledgerDirectories" in self.origins:
+            lines.append(
+                f"ledgerDirectories ({self.origin('ledgerDirectories')}) is replaced by the "
+                f"directories of tieredStorageLevels={self.tiered_storage_levels}: "
+                + ", ".join(self.ledger_directories)
+            )
         provider = self.stats_provider_class
         if provider not in (NULL_STATS_PROVIDER, PROMETHEUS_STATS_PROVIDER):
             lines.append(
@@ -350,6 +429,50 @@ class ServerConfig(KeyedConfig):
                 "implemented: metrics are exported in Prometheus format"
             )
         return lines
+
+    # --- tiers
+
+    def _apply_tiers(self) -> None:
+        """With ``tieredStorageLevels`` set, the tiers' directories become the ledger
+        directories (top tier first). Raises ConfigError."""
+        try:
+            tiers = self.tiers
+        except InvalidValue as exc:
+            raise ConfigError(f"invalid tiered storage in {self.source}: {exc}") from None
+        if tiers:
+            dirs_in_order = tuple(d for tier in tiers for d in tier.dirs)
+            object.__setattr__(self, "ledger_directories", dirs_in_order)
+
+    @property
+    def tiers(self) -> tuple[Tier, ...]:
+        """The storage tiers, top first (empty without ``tieredStorageLevels``). Raises
+        InvalidValue."""
+        if self.tiered_storage_levels == 0 and not any(
+            getattr(self, f"tiered_storage_level{i}_dirs") is not None for i in range(MAX_TIERS)
+        ):
+            return ()
+        return build_tiers(
+            self.tiered_storage_levels,
+            [getattr(self, f"tiered_storage_level{i}_alias") for i in range(MAX_TIERS)],
+            [getattr(self, f"tiered_storage_level{i}_dirs") for i in range(MAX_TIERS)],
+            [getattr(self, f"tiered_storage_level{i}_dirs_quota") for i in range(MAX_TIERS)],
+        )
+
+    @property
+    def ledger_dir_tiers(self) -> list[int]:
+        """Per ledger directory (in order): its tier (all 0 without tiers)."""
+        tiers = self.tiers
+        if not tiers:
+            return [0] * len(self.ledger_directories)
+        return [tier.level for tier in tiers for _ in tier.dirs]
+
+    @property
+    def ledger_dir_quotas(self) -> list[int | None]:
+        """Per ledger directory (in order): its quota in bytes (None: its file system's size)."""
+        tiers = self.tiers
+        if not tiers:
+            return [None] * len(self.ledger_directories)
+        return [q for tier in tiers for q in tier.quotas]
 
     # --- disks
 

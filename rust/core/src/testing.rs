@@ -36,6 +36,7 @@ pub fn storage_config(dir: &Path) -> StorageConfig {
         log_size_limit: 1 << 30,
         entry_log_write_buffer: 64 * 1024,
         flush_interval: Duration::ZERO,
+        dirs: Default::default(),
     }
 }
 

@@ -32,7 +32,7 @@ use crate::error::{IoContext, Result, StorageError};
 use crate::fs;
 use crate::metrics::{self, Metric};
 use apply::Shared;
-use dirs::{LedgerDirs, RoundRobinAllocator};
+use dirs::LedgerDirs;
 use entrylog::{EntryLogger, LedgersMap, Location};
 use index::IndexLog;
 use journal::{Applier, Completion, Journal, JournalOp, Mark};
@@ -157,10 +157,11 @@ impl LedgerStorage {
             )));
         }
         let marks = index.marks.clone();
-        let dirs = Arc::new(LedgerDirs::new(
+        let dirs = Arc::new(LedgerDirs::configured(
             ledger_dirs,
-            Box::<RoundRobinAllocator>::default(),
-        ));
+            &cfg.dirs,
+            cfg.log_size_limit,
+        )?);
         let entrylog = EntryLogger::open(dirs, cfg.log_size_limit, cfg.entry_log_write_buffer)?;
         let shared = Arc::new(Shared {
             entrylog,
