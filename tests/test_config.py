@@ -490,6 +490,16 @@ def test_storage_settings_carry_every_storage_key_and_no_server_key() -> None:
         "majorCompactionThreshold",
         "majorCompactionInterval",
         "compactionRateByBytes",
+        "tieredStorageLevels",
+        *(
+            f"tieredStorageLevel{level}{what}"
+            for level in range(4)
+            for what in ("Alias", "Dirs", "DirsQuota")
+        ),
+        "entryLogAllocatorClass",
+        "entryLogReviewerClass",
+        "reviewerSoftLimitBytes",
+        "reviewerHardLimitBytes",
     }
 
 

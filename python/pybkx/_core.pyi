@@ -159,6 +159,15 @@ class LedgerStorage:
         """Remove the entry logs none of whose ledgers exists any more; returns
         ``(logs removed, bytes freed)``. Raises BookieIOException."""
 
+    def directory_usage(self) -> list[tuple[str, str, int, int, bool]]:
+        """``(kind, path, total_bytes, free_bytes, marked_full)`` per directory written to:
+        ledger directories (``current/``, in order), the index directory if separate, then the
+        journal directories. Raises BookieException (a directory cannot be examined)."""
+
+    def set_full_ledger_dirs(self, full: list[bool]) -> None:
+        """Mark ledger directories full (one flag each, in order): they take no new entry log
+        while another directory can."""
+
     def journal_marks(self) -> list[tuple[int, int]]:
         """Per journal directory, ``(journal file id, offset)`` up to which its records are
         durable and applied (BookKeeper's last log mark)."""
@@ -206,6 +215,10 @@ class BookieServer:
         """In read-only mode normal adds get EREADONLY; reads and fencing still work."""
 
     def is_read_only(self) -> bool: ...
+    def set_high_priority_writes(self, available: bool) -> None:
+        """Whether a read-only server still takes high-priority (recovery) adds; default True."""
+
+    def high_priority_writes(self) -> bool: ...
     def stop(self, drain_timeout_ms: int = 10_000) -> None:
         """Stop accepting, let in-flight requests finish (up to the timeout), close connections.
         Idempotent. The storage stays open: close it afterwards."""

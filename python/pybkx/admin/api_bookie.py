@@ -78,7 +78,7 @@ def bookie_routes(ctx: AdminContext) -> dict[str, Handler]:
                 "running": running,
                 "readOnly": read_only,
                 "shuttingDown": bookie.shutting_down,
-                "availableForHighPriorityWrites": running and not bookie.shutting_down,
+                "availableForHighPriorityWrites": bookie.available_for_high_priority_writes,
             },
         )
 

@@ -81,15 +81,27 @@ def bookie_metrics(bookie: Bookie) -> list[Metric]:
     scopes = [("ledger", config.ledger_directories)]
     if config.index_directories:
         scopes.append(("index", config.index_directories))
+    checker = bookie.disk_checker
+    verdict = checker.last if checker is not None else None
     for scope, dirs in scopes:
-        # pybkx writes to every directory whatever its usage (no disk checker yet).
+        # Writable: not marked full by the disk checker's last check.
+        writable = len(dirs)
+        if verdict is not None:
+            if scope == "ledger":
+                writable = verdict.writable_dirs
+            elif verdict.other_full:
+                writable = 0 if verdict.other_full[0] else 1
         out.append(_gauge(f"bookie_{scope}_num_dirs", len(dirs)))
-        out.append(_gauge(f"bookie_{scope}_writable_dirs", len(dirs)))
+        out.append(_gauge(f"bookie_{scope}_writable_dirs", writable))
         for d in dirs:
             usage = dir_usage_percent(d)
             if usage is not None:
                 name = f"bookie_{scope}_dir_{_UNSAFE.sub('_', d)}_usage"
                 out.append((name, "gauge", "percent", {}, usage))
+    out.append(
+        _gauge("pybkx_bookie_high_priority_writes", int(bookie.available_for_high_priority_writes))
+    )
+    out.append(_gauge("pybkx_disk_checks", checker.checks if checker is not None else 0))
     logs, log_bytes = _entry_logs(config.ledger_directories)
     out.append(_gauge("bookie_gc_ACTIVE_ENTRY_LOG_TOTAL", logs))
     out.append(_gauge("bookie_gc_ACTIVE_ENTRY_LOG_SPACE_BYTES", log_bytes))

@@ -16,13 +16,17 @@ from typing import Protocol
 from pybkx import errors
 from pybkx._core import BookieServer, LedgerStorage
 from pybkx.bookie.cookies import check_and_stamp_cookie
+from pybkx.bookie.disks import DiskChecker, DiskThresholds, DiskVerdict
 from pybkx.bookie.gc import GarbageCollector
 from pybkx.config import ConfigError, ServerConfig
 from pybkx.meta import BookieServiceInfo, Endpoint, MetadataStore, open_metadata_store
 
-__all__ = ["DRAIN_TIMEOUT_MS", "Bookie", "BookieError", "BookieService"]
+__all__ = ["DRAIN_TIMEOUT_MS", "HALT_EXIT_CODE", "Bookie", "BookieError", "BookieService"]
 
 logger = logging.getLogger(__name__)
+
+HALT_EXIT_CODE = 3
+"""``run()``'s exit code when the bookie stopped by itself (BookKeeper's BOOKIE_EXCEPTION)."""
 
 DRAIN_TIMEOUT_MS = 10_000
 """How long a stopping bookie lets in-flight requests finish before closing connections."""
@@ -153,6 +157,16 @@ class Bookie:
         # Serialises read-only moves with stop(): the server mode and the registration move
         # together.
         self._state_lock = threading.Lock()
+        self._stop_lock = threading.Lock()
+        self._disks: DiskChecker | None = None
+        # Read-only because the disk checker found the disks full (it alone turns it back).
+        self._disk_read_only = False
+        # The mode the registration shows (None: not registered); a failed move is retried.
+        self._registered_read_only: bool | None = None
+        # Set when the bookie must stop by itself (disks full with readOnlyModeEnabled=false).
+        self._halt = threading.Event()
+        self._halt_reason = ""
+        self._in_run = False
 
     # --- state
 
@@ -199,6 +213,25 @@ class Bookie:
         return self._stopping
 
     @property
+    def disk_checker(self) -> DiskChecker | None:
+        """The disk checker while running."""
+        return self._disks
+
+    @property
+    def available_for_high_priority_writes(self) -> bool:
+        """BookKeeper's ``availableForHighPriorityWrites``: a writable bookie, or a read-only
+        one whose disks still have ``minUsableSizeForHighPriorityWrites`` free."""
+        server = self._server
+        if server is None or self._stopping:
+            return False
+        return not server.is_read_only() or server.high_priority_writes()
+
+    @property
+    def halt_reason(self) -> str:
+        """Why the bookie stopped by itself ("" if it did not)."""
+        return self._halt_reason
+
+    @property
     def garbage_collector(self) -> GarbageCollector | None:
         """The collector of ledgers whose metadata is gone; None when standalone."""
         return self._gc
@@ -241,7 +274,40 @@ class Bookie:
             raise
 
         registration_error: BookieError | None = None
+        disks = DiskChecker(
+            storage,
+            DiskThresholds(
+                threshold=config.disk_usage_threshold,
+                warn=config.disk_usage_warn_threshold,
+                lwm=config.disk_usage_lwm,
+                min_usable_for_high_priority=config.high_priority_min_free_bytes,
+                any_disk_full=config.read_only_mode_on_any_disk_full_enabled,
+            ),
+            config.disk_check_interval_ms,
+            self._on_disk_verdict,
+        )
+        try:
+            first = disks.check()
+        except errors.BKException as exc:
+            first = None
+            _event(logging.ERROR, "disk check failed", error=f"{type(exc).__name__}: {exc}")
+        if first is not None and not first.writable:
+            if not config.read_only_mode_enabled:
+                with contextlib.suppress(Exception):
+                    server.stop(0)
+                self._close_storage_after_failure(storage)
+                if store is not None:
+                    _close_store_quietly(store)
+                raise BookieError(
+                    "no writable ledger directory (disks past diskUsageThreshold) and "
+                    "readOnlyModeEnabled=false"
+                )
+            server.set_read_only(True)
+            server.set_high_priority_writes(first.high_priority_writes)
+            self._disk_read_only = True
+            _event(logging.WARNING, "disks full: starting read-only")
         with self._state_lock:
+            self._disks = disks
             self._storage, self._server, self._store = storage, server, store
             if store is not None:
                 self._gc = GarbageCollector(
@@ -270,6 +336,7 @@ class Bookie:
             with contextlib.suppress(BookieError):
                 self.stop()
             raise registration_error
+        disks.start()
         _event(
             logging.INFO,
             "bookie serving",
@@ -309,11 +376,83 @@ class Bookie:
                 except BookieError:
                     server.set_read_only(not read_only)
                     raise
+            self._disk_read_only = False  # an operator's choice: the disk checker keeps it
             _event(
                 logging.INFO,
                 "bookie is read-only" if read_only else "bookie is writable",
                 bookie_id=self._bookie_id,
             )
+
+    def _on_disk_verdict(self, verdict: DiskVerdict) -> None:
+        """Act on a disk check (on the checker's thread): turn read-only when the disks are full
+        (or stop, with ``readOnlyModeEnabled=false``), writable again when they have room and
+        the checker was what made the bookie read-only. A registration that could not be moved
+        is moved at a later check. Never raises."""
+        halt = ""
+        with self._state_lock:
+            server = self._server
+            if server is None or self._stopping:
+                return
+            server.set_high_priority_writes(verdict.high_priority_writes)
+            read_only = server.is_read_only()
+            if not verdict.writable and not read_only:
+                if not self.config.read_only_mode_enabled:
+                    halt = (
+                        "every ledger directory is full and readOnlyModeEnabled=false: "
+                        "shutting down"
+                    )
+                else:
+                    server.set_read_only(True)
+                    self._disk_read_only = True
+                    _event(
+                        logging.WARNING,
+                        "disks full: bookie is read-only",
+                        bookie_id=self._bookie_id,
+                        writable_dirs=verdict.writable_dirs,
+                        high_priority_writes=verdict.high_priority_writes,
+                    )
+            elif (
+                verdict.writable
+                and read_only
+                and self._disk_read_only
+                and not self.config.force_read_only_bookie
+            ):
+                server.set_read_only(False)
+                self._disk_read_only = False
+                _event(
+                    logging.INFO,
+                    "disks have room again: bookie is writable",
+                    bookie_id=self._bookie_id,
+                    writable_dirs=verdict.writable_dirs,
+                )
+            wanted = server.is_read_only()
+            if (
+                not halt
+                and self._store is not None
+                and self._registered
+                and self._registered_read_only != wanted
+            ):
+                with contextlib.suppress(BookieError):  # logged; retried at the next check
+                    self._register(self._store, wanted)
+        if halt:
+            self._request_halt(halt)
+
+    def _request_halt(self, reason: str) -> None:
+        """Stop the bookie from inside (as BookKeeper's shutdown on a fatal condition): ``run()``
+        returns; a bookie driven by ``start()``/``stop()`` is stopped on a thread of its own."""
+        if self._halt.is_set():
+            return
+        self._halt_reason = reason
+        _event(logging.ERROR, reason, bookie_id=self._bookie_id)
+        self._halt.set()
+        if not self._in_run:
+            threading.Thread(target=self._halt_stop, name="pybkx-halt", daemon=True).start()
+
+    def _halt_stop(self) -> None:
+        try:
+            self.stop()
+        except BookieError as exc:
+            _event(logging.ERROR, "stopping after a halt failed", error=str(exc))
 
     def stop(self) -> None:
         """Unregister, stop serving (draining in-flight requests), close the storage (which
@@ -328,6 +467,10 @@ class Bookie:
         store is closed anyway); a failed unregistration is only logged, since the registration
         ends with the store's session.
         """
+        with self._stop_lock:  # a second caller waits for a stop in progress to finish
+            self._stop()
+
+    def _stop(self) -> None:
         self._stopping = True
         budget_s = self.config.bookie_shutdown_timeout_ms / 1000.0
         deadline = time.monotonic() + budget_s
@@ -335,7 +478,11 @@ class Bookie:
             server, storage, store = self._server, self._storage, self._store
             self._server = self._storage = self._store = None
             self._gc = None
+            disks, self._disks = self._disks, None
+            self._registered_read_only = None
             registered, self._registered = self._registered, False
+        if disks is not None:
+            disks.stop()
         try:
             if store is not None and registered:
                 bookie_id = self.bookie_id
@@ -390,19 +537,23 @@ class Bookie:
             stop_requested.set()
 
         previous = {sig: signal.signal(sig, on_signal) for sig in _STOP_SIGNALS}
+        self._in_run = True
         try:
             self.start()
             while not stop_requested.wait(_SIGNAL_POLL_S):
-                pass
-            _event(logging.INFO, "stop requested", signal=received[0])
+                if self._halt.is_set():
+                    break
+            if received:
+                _event(logging.INFO, "stop requested", signal=received[0])
         finally:
+            self._in_run = False
             try:
                 self.stop()
             finally:
                 for sig, handler in previous.items():
                     signal.signal(sig, handler)
         _event(logging.INFO, "bookie stopped", bookie_id=self._bookie_id)
-        return 0
+        return HALT_EXIT_CODE if self._halt.is_set() else 0
 
     def __enter__(self) -> Bookie:
         self.start()
@@ -528,6 +679,7 @@ class Bookie:
                 f"cannot register bookie {bookie_id} in {store.uri}: {type(exc).__name__}: {exc}"
             ) from None
         self._registered = True
+        self._registered_read_only = read_only
         _event(
             logging.INFO,
             "bookie registered",

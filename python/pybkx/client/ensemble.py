@@ -68,7 +68,8 @@ def replacement_ensemble(
                 break
             if not wait or time.monotonic() >= deadline:
                 raise errors.NotEnoughBookiesException(
-                    f"no bookie to replace {[metadata.last_ensemble[i] for i in failed]}: {exc}"
+                    f"no writable bookie to replace {_describe(bk, metadata, failed, reasons)}: "
+                    f"{exc}"
                 ) from exc
         time.sleep(_RETRY_S)
     for index, reason in zip(failed, reasons, strict=True):
@@ -80,3 +81,20 @@ def replacement_ensemble(
             ensemble[index],
         )
     return ensemble
+
+
+def _describe(
+    bk: ClientContext, metadata: LedgerMetadata, failed: Sequence[int], reasons: Sequence[str]
+) -> str:
+    """Each failed bookie with why it failed and whether it is now registered read-only (a
+    full disk, say), for the error an append raises."""
+    try:
+        read_only = bk.store.readonly_bookies()
+    except errors.BKException:
+        read_only = frozenset()
+    parts = []
+    for index, reason in zip(failed, reasons, strict=True):
+        bookie = metadata.last_ensemble[index]
+        note = "; now registered read-only" if bookie in read_only else ""
+        parts.append(f"{bookie} ({reason}{note})")
+    return ", ".join(parts)

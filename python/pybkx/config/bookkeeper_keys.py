@@ -85,16 +85,11 @@ _GROUPS: Final[tuple[tuple[str, tuple[str, ...]], ...]] = (
         ),
     ),
     (
-        "no disk checker yet: the bookie never turns read-only by itself when a disk fills",
+        "the disk checker marks full directories and turns the bookie read-only by its "
+        "thresholds; these finer knobs do not exist",
         (
-            "diskUsageThreshold",
-            "diskUsageWarnThreshold",
-            "diskUsageLwmThreshold",
-            "diskCheckInterval",
-            "readOnlyModeOnAnyDiskFullEnabled",
             "minUsableSizeForEntryLogCreation",
             "minUsableSizeForIndexFileCreation",
-            "minUsableSizeForHighPriorityWrites",
             "allowStorageExpansion",
             "allowMultipleDirsUnderSameDiskPartition",
             "persistBookieStatusEnabled",

@@ -24,15 +24,26 @@ from typing import ClassVar, Final
 from pybkx.config.bookkeeper_keys import NOT_IMPLEMENTED
 from pybkx.config.network import interface_ipv4, interface_names, is_ip
 from pybkx.config.properties import read_file
+from pybkx.config.tiers import (
+    ALLOCATORS,
+    MAX_TIERS,
+    REVIEWERS,
+    Tier,
+    build_tiers,
+    byte_sizes,
+    class_name,
+)
 from pybkx.config.values import (
     JAVA_LONG_MAX,
     MIB,
     ConfigError,
+    InvalidValue,
     KeyedConfig,
     boolean,
     dirs,
     integer,
     number,
+    optional,
     optional_dirs,
     optional_str,
     servers,
@@ -100,6 +111,68 @@ class ServerConfig(KeyedConfig):
     index_directories: tuple[str, ...] | None = setting(
         "indexDirectories", None, optional_dirs, storage=True
     )
+
+    # --- tiered ledger directories and entry-log placement (pybkx's; Alluxio's design)
+    tiered_storage_levels: int = setting(
+        "tieredStorageLevels", 0, integer(0, MAX_TIERS), storage=True
+    )
+    """Storage tiers (0: none, ``ledgerDirectories`` is one tier). With tiers, their directories
+    take the place of ``ledgerDirectories``."""
+    tiered_storage_level0_alias: str | None = setting(
+        "tieredStorageLevel0Alias", None, optional_str, storage=True
+    )
+    tiered_storage_level0_dirs: tuple[str, ...] | None = setting(
+        "tieredStorageLevel0Dirs", None, optional_dirs, storage=True
+    )
+    tiered_storage_level0_dirs_quota: tuple[int, ...] | None = setting(
+        "tieredStorageLevel0DirsQuota", None, byte_sizes, storage=True
+    )
+    tiered_storage_level1_alias: str | None = setting(
+        "tieredStorageLevel1Alias", None, optional_str, storage=True
+    )
+    tiered_storage_level1_dirs: tuple[str, ...] | None = setting(
+        "tieredStorageLevel1Dirs", None, optional_dirs, storage=True
+    )
+    tiered_storage_level1_dirs_quota: tuple[int, ...] | None = setting(
+        "tieredStorageLevel1DirsQuota", None, byte_sizes, storage=True
+    )
+    tiered_storage_level2_alias: str | None = setting(
+        "tieredStorageLevel2Alias", None, optional_str, storage=True
+    )
+    tiered_storage_level2_dirs: tuple[str, ...] | None = setting(
+        "tieredStorageLevel2Dirs", None, optional_dirs, storage=True
+    )
+    tiered_storage_level2_dirs_quota: tuple[int, ...] | None = setting(
+        "tieredStorageLevel2DirsQuota", None, byte_sizes, storage=True
+    )
+    tiered_storage_level3_alias: str | None = setting(
+        "tieredStorageLevel3Alias", None, optional_str, storage=True
+    )
+    tiered_storage_level3_dirs: tuple[str, ...] | None = setting(
+        "tieredStorageLevel3Dirs", None, optional_dirs, storage=True
+    )
+    tiered_storage_level3_dirs_quota: tuple[int, ...] | None = setting(
+        "tieredStorageLevel3DirsQuota", None, byte_sizes, storage=True
+    )
+    entry_log_allocator_class: str = setting(
+        "entryLogAllocatorClass", ALLOCATORS[0], class_name(ALLOCATORS), storage=True
+    )
+    """Which directory takes a new entry log: the most free one of the top tier with room
+    (MaxFreeAllocator), the first with room top tier down (GreedyAllocator), or the next in turn
+    in the top tier with room (RoundRobinAllocator)."""
+    entry_log_reviewer_class: str = setting(
+        "entryLogReviewerClass", REVIEWERS[0], class_name(REVIEWERS), storage=True
+    )
+    """A veto on the allocator's choice: ProbabilisticBufferReviewer refuses fuller directories
+    ever more often between the soft and hard limits; AcceptingReviewer never refuses."""
+    reviewer_soft_limit_bytes: int = setting(
+        "reviewerSoftLimitBytes", 256 * MIB, integer(0, JAVA_LONG_MAX), storage=True
+    )
+    """Above this many bytes available a directory is always accepted."""
+    reviewer_hard_limit_bytes: int = setting(
+        "reviewerHardLimitBytes", 64 * MIB, integer(0, JAVA_LONG_MAX), storage=True
+    )
+    """At or below this many bytes available a directory is refused (unless all are)."""
 
     # --- metadata (None: a standalone bookie)
     metadata_service_uri: str | None = setting("metadataServiceUri", None, optional_str)
@@ -212,6 +285,28 @@ class ServerConfig(KeyedConfig):
     registration ends with its session) and still exits within this bound (a pybkx key)."""
     force_read_only_bookie: bool = setting("forceReadOnlyBookie", False, boolean)
 
+    # --- the disk checker (BookKeeper's LedgerDirsMonitor keys and defaults)
+    disk_usage_threshold: float = setting("diskUsageThreshold", 0.95, number(0.0, 1.0))
+    """A ledger directory whose file system is used past this fraction takes no new entry log;
+    with every one past it (or an index or journal directory) the bookie turns read-only."""
+    disk_usage_warn_threshold: float = setting("diskUsageWarnThreshold", 0.90, number(0.0, 1.0))
+    """Past this fraction a directory is logged as almost full."""
+    disk_usage_lwm_threshold: float | None = setting(
+        "diskUsageLwmThreshold", None, optional(number(0.0, 1.0))
+    )
+    """A read-only bookie becomes writable again once the usage of its ledger directories
+    together falls below this (default: ``diskUsageThreshold``; set it lower for hysteresis)."""
+    disk_check_interval_ms: int = setting("diskCheckInterval", 10_000, integer(1))
+    read_only_mode_on_any_disk_full_enabled: bool = setting(
+        "readOnlyModeOnAnyDiskFullEnabled", False, boolean
+    )
+    """Turn read-only when any ledger directory is full, not only when all are."""
+    min_usable_size_for_high_priority_writes: int | None = setting(
+        "minUsableSizeForHighPriorityWrites", None, optional(integer(0, JAVA_LONG_MAX))
+    )
+    """A read-only bookie still takes high-priority (recovery) adds while some ledger directory
+    has this many bytes free (default: ``logSizeLimit``, as BookKeeper)."""
+
     # --- metrics and the admin HTTP server (BookKeeper's keys and defaults, and pybkx's bounds)
     enable_statistics: bool = setting("enableStatistics", True, boolean)
     stats_provider_class: str = setting(
@@ -270,6 +365,7 @@ class ServerConfig(KeyedConfig):
 
     def __post_init__(self) -> None:
         self._parse_fields()
+        self._apply_tiers()
         if self.bookie_port == 0 and not self.allow_ephemeral_ports:
             raise ConfigError(
                 f"invalid bookiePort in {self.source}: 0 (an ephemeral port) needs "
@@ -279,6 +375,21 @@ class ServerConfig(KeyedConfig):
             raise ConfigError(
                 f"invalid forceReadOnlyBookie in {self.source}: a forced read-only bookie "
                 "needs readOnlyModeEnabled=true"
+            )
+        threshold = self.disk_usage_threshold
+        if not 0.0 < threshold < 1.0:
+            raise ConfigError(
+                f"invalid diskUsageThreshold in {self.source}: {threshold} (must be in (0, 1))"
+            )
+        if self.disk_usage_warn_threshold - threshold > 1e-6:
+            raise ConfigError(
+                f"invalid diskUsageWarnThreshold in {self.source}: "
+                f"{self.disk_usage_warn_threshold} exceeds diskUsageThreshold {threshold}"
+            )
+        if self.disk_usage_lwm - threshold > 1e-6:
+            raise ConfigError(
+                f"invalid diskUsageLwmThreshold in {self.source}: {self.disk_usage_lwm} exceeds "
+                f"diskUsageThreshold {threshold}"
             )
         if self.server_write_buffer_low_water_mark_bytes > (
             self.server_write_buffer_high_water_mark_bytes
@@ -341,6 +452,12 @@ class ServerConfig(KeyedConfig):
             f"{key}={value} ({self.origin(key)}) is not implemented: {note}"
             for key, value, note in self.not_implemented()
         ]
+        if self.tiers and "ledgerDirectories" in self.origins:
+            lines.append(
+                f"ledgerDirectories ({self.origin('ledgerDirectories')}) is replaced by the "
+                f"directories of tieredStorageLevels={self.tiered_storage_levels}: "
+                + ", ".join(self.ledger_directories)
+            )
         provider = self.stats_provider_class
         if provider not in (NULL_STATS_PROVIDER, PROMETHEUS_STATS_PROVIDER):
             lines.append(
@@ -348,6 +465,64 @@ class ServerConfig(KeyedConfig):
                 "implemented: metrics are exported in Prometheus format"
             )
         return lines
+
+    # --- tiers
+
+    def _apply_tiers(self) -> None:
+        """With ``tieredStorageLevels`` set, the tiers' directories become the ledger
+        directories (top tier first). Raises ConfigError."""
+        try:
+            tiers = self.tiers
+        except InvalidValue as exc:
+            raise ConfigError(f"invalid tiered storage in {self.source}: {exc}") from None
+        if tiers:
+            dirs_in_order = tuple(d for tier in tiers for d in tier.dirs)
+            object.__setattr__(self, "ledger_directories", dirs_in_order)
+
+    @property
+    def tiers(self) -> tuple[Tier, ...]:
+        """The storage tiers, top first (empty without ``tieredStorageLevels``). Raises
+        InvalidValue."""
+        if self.tiered_storage_levels == 0 and not any(
+            getattr(self, f"tiered_storage_level{i}_dirs") is not None for i in range(MAX_TIERS)
+        ):
+            return ()
+        return build_tiers(
+            self.tiered_storage_levels,
+            [getattr(self, f"tiered_storage_level{i}_alias") for i in range(MAX_TIERS)],
+            [getattr(self, f"tiered_storage_level{i}_dirs") for i in range(MAX_TIERS)],
+            [getattr(self, f"tiered_storage_level{i}_dirs_quota") for i in range(MAX_TIERS)],
+        )
+
+    @property
+    def ledger_dir_tiers(self) -> list[int]:
+        """Per ledger directory (in order): its tier (all 0 without tiers)."""
+        tiers = self.tiers
+        if not tiers:
+            return [0] * len(self.ledger_directories)
+        return [tier.level for tier in tiers for _ in tier.dirs]
+
+    @property
+    def ledger_dir_quotas(self) -> list[int | None]:
+        """Per ledger directory (in order): its quota in bytes (None: its file system's size)."""
+        tiers = self.tiers
+        if not tiers:
+            return [None] * len(self.ledger_directories)
+        return [q for tier in tiers for q in tier.quotas]
+
+    # --- disks
+
+    @property
+    def disk_usage_lwm(self) -> float:
+        """``diskUsageLwmThreshold``, defaulting to ``diskUsageThreshold``."""
+        lwm = self.disk_usage_lwm_threshold
+        return self.disk_usage_threshold if lwm is None else lwm
+
+    @property
+    def high_priority_min_free_bytes(self) -> int:
+        """``minUsableSizeForHighPriorityWrites``, defaulting to ``logSizeLimit``."""
+        value = self.min_usable_size_for_high_priority_writes
+        return self.log_size_limit_bytes if value is None else value
 
     # --- metrics
 

@@ -68,6 +68,38 @@ pub struct StorageConfig {
     pub major_compaction_interval: Duration,
     /// Bytes per second a compaction scans (`compactionRateByBytes`); 0: unpaced.
     pub compaction_rate_bytes: u64,
+    /// Tiers, quotas and placement policy of the ledger directories.
+    pub dirs: DirsConfig,
+}
+
+/// How new entry logs are placed over the ledger directories (pybkx's tiered storage, after
+/// Alluxio's worker allocators and reviewers).
+#[derive(Debug, Clone)]
+pub struct DirsConfig {
+    /// Per ledger directory (in order): its tier, 0 on top. Missing: tier 0.
+    pub tiers: Vec<usize>,
+    /// Per ledger directory: the bytes it may hold. Missing or None: its file system's size.
+    pub quotas: Vec<Option<u64>>,
+    /// `entryLogAllocatorClass`.
+    pub allocator: String,
+    /// `entryLogReviewerClass`.
+    pub reviewer: String,
+    pub reviewer_soft_limit: u64,
+    pub reviewer_hard_limit: u64,
+}
+
+impl Default for DirsConfig {
+    /// One tier, no quotas, the most free directory first, no reviewer.
+    fn default() -> Self {
+        DirsConfig {
+            tiers: Vec::new(),
+            quotas: Vec::new(),
+            allocator: "MaxFreeAllocator".into(),
+            reviewer: "AcceptingReviewer".into(),
+            reviewer_soft_limit: 0,
+            reviewer_hard_limit: 0,
+        }
+    }
 }
 
 fn invalid(what: String) -> StorageError {

@@ -46,6 +46,7 @@ pub fn storage_config(dir: &Path) -> StorageConfig {
         major_compaction_threshold: 0.8,
         major_compaction_interval: Duration::ZERO,
         compaction_rate_bytes: 0,
+        dirs: Default::default(),
     }
 }
 

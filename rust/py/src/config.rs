@@ -8,7 +8,7 @@ use std::time::Duration;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
-use pybkx_core::config::{ClientConfig, JournalConfig, ServerConfig, StorageConfig};
+use pybkx_core::config::{ClientConfig, DirsConfig, JournalConfig, ServerConfig, StorageConfig};
 
 /// The storage attributes of a `ServerConfig`.
 #[derive(FromPyObject)]
@@ -47,6 +47,18 @@ struct StorageAttrs {
     log_size_limit: u64,
     #[pyo3(attribute("write_buffer_size_bytes"))]
     entry_log_write_buffer: usize,
+    #[pyo3(attribute("ledger_dir_tiers"))]
+    ledger_dir_tiers: Vec<usize>,
+    #[pyo3(attribute("ledger_dir_quotas"))]
+    ledger_dir_quotas: Vec<Option<u64>>,
+    #[pyo3(attribute("entry_log_allocator_class"))]
+    entry_log_allocator: String,
+    #[pyo3(attribute("entry_log_reviewer_class"))]
+    entry_log_reviewer: String,
+    #[pyo3(attribute("reviewer_soft_limit_bytes"))]
+    reviewer_soft_limit: u64,
+    #[pyo3(attribute("reviewer_hard_limit_bytes"))]
+    reviewer_hard_limit: u64,
     #[pyo3(attribute("flush_interval_ms"))]
     flush_interval_ms: u64,
     #[pyo3(attribute("db_storage_write_cache_max_size_mb"))]
@@ -105,6 +117,14 @@ pub(crate) fn storage_config(obj: &Bound<'_, PyAny>) -> PyResult<StorageConfig> 
         major_compaction_threshold: a.major_compaction_threshold,
         major_compaction_interval: Duration::from_secs(a.major_compaction_interval_s),
         compaction_rate_bytes: a.compaction_rate_bytes,
+        dirs: DirsConfig {
+            tiers: a.ledger_dir_tiers,
+            quotas: a.ledger_dir_quotas,
+            allocator: a.entry_log_allocator,
+            reviewer: a.entry_log_reviewer,
+            reviewer_soft_limit: a.reviewer_soft_limit,
+            reviewer_hard_limit: a.reviewer_hard_limit,
+        },
     })
 }
 

@@ -56,6 +56,14 @@ impl PyBookieServer {
         self.inner.is_read_only()
     }
 
+    fn set_high_priority_writes(&self, available: bool) {
+        self.inner.set_high_priority_writes(available);
+    }
+
+    fn high_priority_writes(&self) -> bool {
+        self.inner.high_priority_writes()
+    }
+
     #[pyo3(signature = (drain_timeout_ms = 10_000))]
     fn stop(&self, py: Python<'_>, drain_timeout_ms: u64) {
         py.detach(|| self.inner.stop(Duration::from_millis(drain_timeout_ms)));

@@ -14,6 +14,9 @@ use crate::config::storage_config;
 use crate::errors::BkResult;
 use crate::util::{non_negative, payload};
 
+/// One directory for the disk checker: kind, path, total bytes, free bytes, marked full.
+type DirRow = (String, String, u64, u64, bool);
+
 /// A bookie's ledger storage (journal + entry logs + index); see `_core.pyi`.
 #[pyclass(name = "LedgerStorage", module = "pybkx._core", frozen)]
 pub(crate) struct PyLedgerStorage {
@@ -226,6 +229,27 @@ impl PyLedgerStorage {
             out.set_item(log_id, d)?;
         }
         Ok(out)
+    }
+
+    /// `[(kind, path, total_bytes, free_bytes, marked_full)]` for every directory written to.
+    fn directory_usage(&self, py: Python<'_>) -> BkResult<Vec<DirRow>> {
+        let dirs = py.detach(|| self.inner.directory_usage())?;
+        Ok(dirs
+            .into_iter()
+            .map(|d| {
+                (
+                    d.kind.name().to_string(),
+                    d.path.display().to_string(),
+                    d.usage.total_bytes,
+                    d.usage.free_bytes,
+                    d.full,
+                )
+            })
+            .collect())
+    }
+
+    fn set_full_ledger_dirs(&self, full: Vec<bool>) {
+        self.inner.set_full_ledger_dirs(&full);
     }
 
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {

@@ -150,10 +150,23 @@ pub(crate) struct Shared {
     storage: Arc<LedgerStorage>,
     cfg: ServerConfig,
     read_only: AtomicBool,
+    /// While read-only: whether high-priority adds (recovery) are still taken. BookKeeper's
+    /// `availableForHighPriorityWrites`: false once no directory has
+    /// `minUsableSizeForHighPriorityWrites` free.
+    high_priority_writes: AtomicBool,
     stats: ServerStats,
     /// Open connections; the server waits for them to drain on stop.
     live: AtomicUsize,
     drained: tokio::sync::Notify,
+}
+
+impl Shared {
+    /// As BookKeeper's WriteEntryProcessor: a read-only bookie refuses an add unless it is
+    /// high-priority and the bookie is still available for high-priority writes.
+    pub(crate) fn refuses_add(&self, high_priority: bool) -> bool {
+        self.read_only.load(Ordering::Relaxed)
+            && !(high_priority && self.high_priority_writes.load(Ordering::Relaxed))
+    }
 }
 
 /// A running bookie server.
@@ -180,6 +193,7 @@ impl BookieServer {
         let shared = Arc::new(Shared {
             storage,
             read_only: AtomicBool::new(cfg.read_only),
+            high_priority_writes: AtomicBool::new(true),
             cfg,
             stats: ServerStats::default(),
             live: AtomicUsize::new(0),
@@ -213,6 +227,18 @@ impl BookieServer {
 
     pub fn is_read_only(&self) -> bool {
         self.shared.read_only.load(Ordering::SeqCst)
+    }
+
+    /// Whether a read-only server still takes high-priority adds (BookKeeper's
+    /// `setHighPriorityWritesAvailability`); a writable server takes every add.
+    pub fn set_high_priority_writes(&self, available: bool) {
+        self.shared
+            .high_priority_writes
+            .store(available, Ordering::SeqCst);
+    }
+
+    pub fn high_priority_writes(&self) -> bool {
+        self.shared.high_priority_writes.load(Ordering::SeqCst)
     }
 
     pub fn stats(&self) -> &ServerStats {

@@ -73,9 +73,7 @@ fn handle(req: Request, outbox: &Outbox, received: Option<Instant>) {
             if let Err(status) = admit(outbox, Slot::Add, header) {
                 return send(outbox, reply(status), timed);
             }
-            if shared.read_only.load(std::sync::atomic::Ordering::Relaxed)
-                && !header.has(FLAG_HIGH_PRIORITY)
-            {
+            if shared.refuses_add(header.has(FLAG_HIGH_PRIORITY)) {
                 return send(outbox, reply(Status::ReadOnly), timed);
             }
             if ledger < 0 || entry < 0 {

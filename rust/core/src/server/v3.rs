@@ -143,7 +143,7 @@ fn add_entry(
         return send(outbox, reply(Status::TooManyRequests), timed);
     }
     let high_priority = header.priority.unwrap_or(0) > 0;
-    if shared.read_only.load(std::sync::atomic::Ordering::Relaxed) && !high_priority {
+    if shared.refuses_add(high_priority) {
         return send(outbox, reply(Status::ReadOnly), timed);
     }
     if ledger < 0 || entry < 0 {

@@ -38,7 +38,7 @@ use crate::metrics::{self, Metric};
 use crate::record;
 use apply::{Flusher, Shared, Wake};
 pub use compaction::CompactionReport;
-use dirs::{LedgerDirs, RoundRobinAllocator};
+use dirs::LedgerDirs;
 use entrylog::{EntryLogger, LedgersMap, Location};
 use index::segment::{IndexEntry, SegmentWriter};
 use index::segments::SegmentSet;
@@ -94,6 +94,34 @@ struct PrefetchWindow {
     start: u64,
     trigger: u64,
     upto: u64,
+}
+
+/// What a directory holds, for the disk checker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DirKind {
+    Ledger,
+    Index,
+    Journal,
+}
+
+impl DirKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            DirKind::Ledger => "ledger",
+            DirKind::Index => "index",
+            DirKind::Journal => "journal",
+        }
+    }
+}
+
+/// One directory's file-system usage, as [`LedgerStorage::directory_usage`] reports it.
+#[derive(Debug, Clone)]
+pub struct DirUsage {
+    pub kind: DirKind,
+    pub path: PathBuf,
+    pub usage: fs::DiskUsage,
+    /// A ledger directory marked full by the disk checker.
+    pub full: bool,
 }
 
 /// Limits of a range read, in BookKeeper's batch-read terms.
@@ -193,10 +221,11 @@ impl LedgerStorage {
         let marks = index.marks.clone();
         migrate_legacy_locations(&index_dir, &mut index, &mut index_log)?;
         let segments = SegmentSet::open(&index_dir, &index.manifest, cfg.index_cache_bytes)?;
-        let dirs = Arc::new(LedgerDirs::new(
+        let dirs = Arc::new(LedgerDirs::configured(
             ledger_dirs,
-            Box::<RoundRobinAllocator>::default(),
-        ));
+            &cfg.dirs,
+            cfg.log_size_limit,
+        )?);
         let entrylog = EntryLogger::open(dirs, cfg.log_size_limit, cfg.entry_log_write_buffer)?;
         let shared = Arc::new(Shared {
             entrylog,
@@ -445,6 +474,49 @@ impl LedgerStorage {
             sum.free_bytes += state.usage.free_bytes;
         }
         Ok(sum)
+    }
+
+    /// Every directory the storage writes to, with its file system's usage now, for the disk
+    /// checker: ledger directories first (configuration order, each with whether it is marked
+    /// full), then the index directory if separate, then the journal directories.
+    pub fn directory_usage(&self) -> Result<Vec<DirUsage>> {
+        let dirs = self.inner.shared.entrylog.dirs();
+        let full = dirs.full_flags();
+        let mut out = Vec::new();
+        for (i, state) in dirs.states()?.into_iter().enumerate() {
+            out.push(DirUsage {
+                kind: DirKind::Ledger,
+                path: state.path,
+                usage: state.usage,
+                full: full.get(i).copied().unwrap_or(false),
+            });
+        }
+        let cfg = &self.inner.cfg;
+        let mut others: Vec<(DirKind, PathBuf)> = Vec::new();
+        if !cfg.index_dirs.is_empty() {
+            others.push((DirKind::Index, cfg.index_dir().to_path_buf()));
+        }
+        others.extend(
+            cfg.journal_dirs
+                .iter()
+                .map(|d| (DirKind::Journal, d.clone())),
+        );
+        for (kind, path) in others {
+            let usage = fs::disk_usage(&path)?;
+            out.push(DirUsage {
+                kind,
+                path,
+                usage,
+                full: false,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Marks the ledger directories the disk checker found full (one flag per ledger directory,
+    /// in configuration order): they take no new entry log while another directory can.
+    pub fn set_full_ledger_dirs(&self, full: &[bool]) {
+        self.inner.shared.entrylog.dirs().set_full(full);
     }
 
     /// Reads one entry; `LAST_ENTRY` reads the highest stored one. An entry read from an

@@ -1,128 +1,231 @@
 //! A bookie's ledger directories: which directory takes each new entry log (an [`Allocator`]
-//! over the directories' current disk usage), and where an existing log lives. It owns the
-//! directory list and its usage; it never opens or writes a log itself.
+//! and a [`Reviewer`] over the directories' tiers and available space), and where an existing
+//! log lives. It owns the directory list, their tiers and quotas, their usage and which ones
+//! the disk checker found full (those take no new entry log while another can); it never opens
+//! or writes a log itself.
+
+pub mod allocator;
+pub mod reviewer;
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use parking_lot::Mutex;
 
-use crate::error::{Result, StorageError};
+use crate::config::DirsConfig;
+use crate::error::{IoContext, Result, StorageError};
 use crate::fs::{self, DiskUsage};
+pub use allocator::{Allocator, GreedyAllocator, MaxFreeAllocator, RoundRobinAllocator};
+pub use reviewer::{AcceptingReviewer, ProbabilisticBufferReviewer, Reviewer};
 
 /// One ledger directory as an allocator sees it.
 #[derive(Debug, Clone)]
 pub struct DirState {
     /// The directory's `current/`, where entry logs live.
     pub path: PathBuf,
+    /// 0 is the top (fastest) tier.
+    pub tier: usize,
+    /// Capacity and available bytes: the file system's, or within the directory's quota.
     pub usage: DiskUsage,
 }
 
-/// Chooses the directory of a new entry log. Called only at rollover, never per entry.
-pub trait Allocator: Send {
-    /// The index into `dirs` of the directory to use, or None if none can take a log.
-    fn choose(&mut self, dirs: &[DirState]) -> Option<usize>;
-
-    /// The name operators configure it by.
-    fn name(&self) -> &'static str;
-}
-
-/// Cycles through the directories in order: spreads data and I/O across disks evenly.
-#[derive(Debug, Default)]
-pub struct RoundRobinAllocator {
-    next: usize,
-}
-
-impl Allocator for RoundRobinAllocator {
-    fn choose(&mut self, dirs: &[DirState]) -> Option<usize> {
-        if dirs.is_empty() {
-            return None;
-        }
-        let i = self.next % dirs.len();
-        self.next = self.next.wrapping_add(1);
-        Some(i)
-    }
-
-    fn name(&self) -> &'static str {
-        "RoundRobinAllocator"
-    }
+/// One configured ledger directory.
+#[derive(Debug, Clone)]
+struct Dir {
+    path: PathBuf,
+    tier: usize,
+    /// Bytes this directory may hold (`tieredStorageLevelNDirsQuota`); None: the file system's.
+    quota: Option<u64>,
 }
 
 /// The ledger directories of one bookie.
 pub struct LedgerDirs {
-    dirs: Vec<PathBuf>,
+    dirs: Vec<Dir>,
+    /// Per directory: the disk checker found it past `diskUsageThreshold`.
+    full: Vec<AtomicBool>,
     allocator: Mutex<Box<dyn Allocator>>,
+    reviewer: Mutex<Box<dyn Reviewer>>,
+    /// Bytes a new entry log is expected to take (`logSizeLimit`).
+    need: u64,
 }
 
 impl LedgerDirs {
-    /// `dirs` are `current/` directories, in configuration order.
+    /// One tier of `dirs` (`current/` directories, in configuration order), no quotas, no
+    /// reviewer, any size fits.
     pub fn new(dirs: Vec<PathBuf>, allocator: Box<dyn Allocator>) -> Self {
+        let dirs = dirs
+            .into_iter()
+            .map(|path| Dir {
+                path,
+                tier: 0,
+                quota: None,
+            })
+            .collect();
+        Self::build(dirs, allocator, Box::new(AcceptingReviewer), 0)
+    }
+
+    /// The directories `dirs` (`current/` directories, in configuration order) with the tiers,
+    /// quotas and policies of `cfg`; a new log is expected to take `need` bytes. Raises
+    /// InvalidArgument for an unknown allocator or reviewer.
+    pub fn configured(dirs: Vec<PathBuf>, cfg: &DirsConfig, need: u64) -> Result<Self> {
+        let allocator = allocator::by_name(&cfg.allocator).ok_or_else(|| {
+            StorageError::InvalidArgument(format!(
+                "entryLogAllocatorClass {:?} is not one of MaxFreeAllocator, GreedyAllocator, \
+                 RoundRobinAllocator",
+                cfg.allocator
+            ))
+        })?;
+        let reviewer: Box<dyn Reviewer> =
+            match cfg.reviewer.rsplit('.').next().unwrap_or(&cfg.reviewer) {
+                "AcceptingReviewer" => Box::new(AcceptingReviewer),
+                "ProbabilisticBufferReviewer" => Box::new(ProbabilisticBufferReviewer::new(
+                    cfg.reviewer_soft_limit,
+                    cfg.reviewer_hard_limit,
+                )),
+                other => {
+                    return Err(StorageError::InvalidArgument(format!(
+                        "entryLogReviewerClass {other:?} is not one of \
+                         ProbabilisticBufferReviewer, AcceptingReviewer"
+                    )))
+                }
+            };
+        let dirs = dirs
+            .into_iter()
+            .enumerate()
+            .map(|(i, path)| Dir {
+                path,
+                tier: cfg.tiers.get(i).copied().unwrap_or(0),
+                quota: cfg.quotas.get(i).copied().flatten(),
+            })
+            .collect();
+        Ok(Self::build(dirs, allocator, reviewer, need))
+    }
+
+    fn build(
+        dirs: Vec<Dir>,
+        allocator: Box<dyn Allocator>,
+        reviewer: Box<dyn Reviewer>,
+        need: u64,
+    ) -> Self {
         LedgerDirs {
+            full: dirs.iter().map(|_| AtomicBool::new(false)).collect(),
             dirs,
             allocator: Mutex::new(allocator),
+            reviewer: Mutex::new(reviewer),
+            need,
         }
     }
 
-    pub fn paths(&self) -> &[PathBuf] {
-        &self.dirs
+    /// Records which directories are full (one flag per directory, in configuration order;
+    /// missing flags mean not full). Set by the bookie's disk checker.
+    pub fn set_full(&self, full: &[bool]) {
+        for (i, flag) in self.full.iter().enumerate() {
+            flag.store(full.get(i).copied().unwrap_or(false), Ordering::Relaxed);
+        }
     }
 
-    /// Every directory with its disk usage now.
+    /// Per directory: whether the disk checker found it full.
+    pub fn full_flags(&self) -> Vec<bool> {
+        self.full
+            .iter()
+            .map(|f| f.load(Ordering::Relaxed))
+            .collect()
+    }
+
+    /// The directories' paths (`current/`), in configuration order.
+    pub fn paths(&self) -> Vec<&Path> {
+        self.dirs.iter().map(|d| d.path.as_path()).collect()
+    }
+
+    /// Every directory with its tier and usage now. A directory with a quota reports the quota
+    /// as its capacity and, as available, what is left of it (at most the file system's free
+    /// space).
     pub fn states(&self) -> Result<Vec<DirState>> {
         self.dirs
             .iter()
             .map(|d| {
+                let fs_usage = fs::disk_usage(&d.path)?;
+                let usage = match d.quota {
+                    None => fs_usage,
+                    Some(quota) => {
+                        let used = dir_bytes(&d.path)?;
+                        DiskUsage {
+                            total_bytes: quota,
+                            free_bytes: quota.saturating_sub(used).min(fs_usage.free_bytes),
+                        }
+                    }
+                };
                 Ok(DirState {
-                    path: d.clone(),
-                    usage: fs::disk_usage(d)?,
+                    path: d.path.clone(),
+                    tier: d.tier,
+                    usage,
                 })
             })
             .collect()
     }
 
-    /// The directory the next entry log goes to.
+    /// The directory the next entry log goes to: the allocator chooses among the directories
+    /// not marked full, with the reviewer's veto; if the reviewer refuses every one, without
+    /// it; if none has room for a whole log, the one with the most available bytes. When every
+    /// directory is full (the bookie is then read-only, and only high-priority or recovery adds
+    /// still come), the one with the most available bytes takes it.
     pub fn choose_for_new_log(&self) -> Result<PathBuf> {
         let states = self.states()?;
-        let mut allocator = self.allocator.lock();
-        let chosen = allocator.choose(&states).ok_or_else(|| {
-            StorageError::InvalidArgument(format!(
-                "{} found no ledger directory that can take a new entry log",
-                allocator.name()
-            ))
-        })?;
-        states
-            .into_iter()
-            .nth(chosen)
-            .map(|s| s.path)
-            .ok_or_else(|| StorageError::Corruption("allocator chose a missing directory".into()))
+        let full = self.full_flags();
+        let writable: Vec<DirState> = states
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !full.get(*i).copied().unwrap_or(false))
+            .map(|(_, s)| s.clone())
+            .collect();
+        let candidates = if writable.is_empty() {
+            log::warn!("every ledger directory is full; a new entry log goes to the emptiest");
+            &states
+        } else {
+            &writable
+        };
+        let chosen = {
+            let mut allocator = self.allocator.lock();
+            let mut reviewer = self.reviewer.lock();
+            allocator
+                .choose(candidates, self.need, reviewer.as_mut())
+                .or_else(|| allocator.choose(candidates, self.need, &mut AcceptingReviewer))
+        };
+        let chosen = chosen.or_else(|| {
+            candidates
+                .iter()
+                .enumerate()
+                .max_by_key(|(i, s)| (s.usage.free_bytes, std::cmp::Reverse(*i)))
+                .map(|(i, _)| i)
+        });
+        chosen
+            .and_then(|i| candidates.get(i))
+            .map(|s| s.path.clone())
+            .ok_or_else(|| StorageError::InvalidArgument("no ledger directory".into()))
     }
 
     /// The directory holding `file_name`, if any.
     pub fn locate(&self, file_name: &str) -> Option<&Path> {
         self.dirs
             .iter()
-            .find(|d| d.join(file_name).exists())
-            .map(|d| d.as_path())
+            .find(|d| d.path.join(file_name).exists())
+            .map(|d| d.path.as_path())
     }
+}
+
+/// Bytes of the files directly in `dir` (entry logs, index files): what counts against a quota.
+fn dir_bytes(dir: &Path) -> Result<u64> {
+    let mut total = 0u64;
+    for ent in std::fs::read_dir(dir).ctx(|| format!("listing {}", dir.display()))? {
+        let Ok(ent) = ent else { continue };
+        if let Ok(meta) = ent.metadata() {
+            if meta.is_file() {
+                total += meta.len();
+            }
+        }
+    }
+    Ok(total)
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn round_robin_cycles_through_the_directories() {
-        let a = tempfile::tempdir().unwrap();
-        let b = tempfile::tempdir().unwrap();
-        let dirs = LedgerDirs::new(
-            vec![a.path().into(), b.path().into()],
-            Box::<RoundRobinAllocator>::default(),
-        );
-        let picks: Vec<PathBuf> = (0..4).map(|_| dirs.choose_for_new_log().unwrap()).collect();
-        assert_eq!(picks[0], a.path());
-        assert_eq!(picks[1], b.path());
-        assert_eq!(picks[2], a.path());
-        std::fs::write(b.path().join("1.log"), b"x").unwrap();
-        assert_eq!(dirs.locate("1.log"), Some(b.path()));
-        assert_eq!(dirs.locate("2.log"), None);
-    }
-}
+mod tests;

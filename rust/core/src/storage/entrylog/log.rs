@@ -69,12 +69,15 @@ impl ActiveLog {
         ))
     }
 
-    /// Hands buffered bytes to the OS.
+    /// Hands buffered bytes to the OS. Positional (the buffer ends at `end`), so that after a
+    /// failed or short write (a full disk) the next call writes the same bytes at the same place
+    /// and every location handed out stays true.
     pub(super) fn write_buf(&mut self) -> Result<()> {
         if self.buf.is_empty() {
             return Ok(());
         }
-        fs::write_all(&self.file, &self.path, &self.buf)?;
+        let at = self.end - self.buf.len() as u64;
+        fs::write_all_at(&self.file, &self.path, &self.buf, at)?;
         self.buf.clear();
         Ok(())
     }
@@ -89,7 +92,7 @@ impl ActiveLog {
             &mut rec,
             &[&MAP_MARKER.to_be_bytes(), &MAP_MARKER.to_be_bytes(), &body],
         );
-        fs::write_all(&self.file, &self.path, &rec)?;
+        fs::write_all_at(&self.file, &self.path, &rec, map_offset)?;
         fs::write_all_at(
             &self.file,
             &self.path,

@@ -44,8 +44,21 @@ pub(super) struct OpenJournal {
 }
 
 impl OpenJournal {
+    /// Creates journal `id` in `dir`. A failed creation (a full disk) removes what it left, so
+    /// the same id can be tried again.
     pub(super) fn create(dir: &Path, id: u64, prealloc: u64) -> Result<Self> {
         let path = journal_path(dir, id);
+        let created = Self::create_at(dir, &path, id, prealloc);
+        if created.is_err() && path.exists() {
+            if let Err(e) = fs::remove_file(&path) {
+                log::warn!("removing the unfinished journal {}: {e}", path.display());
+            }
+        }
+        created
+    }
+
+    fn create_at(dir: &Path, path: &Path, id: u64, prealloc: u64) -> Result<Self> {
+        let path = path.to_path_buf();
         let file = fs::create_new(&path)?;
         fs::write_all(
             &file,
@@ -77,10 +90,21 @@ impl OpenJournal {
         self.preallocated = target;
     }
 
+    /// Writes `buf` at the end of the written data. Positional, so that after a failed (or
+    /// short) write the same bytes can be written again at the same place.
     pub(super) fn write(&mut self, buf: &[u8], prealloc: u64) -> Result<()> {
         self.ensure_preallocated(buf.len() as u64, prealloc);
-        fs::write_all(&self.file.file, &self.file.path, buf)?;
+        fs::write_all_at(&self.file.file, &self.file.path, buf, self.written)?;
         self.written += buf.len() as u64;
+        Ok(())
+    }
+
+    /// Cuts whatever a failed write left after `offset` (synced), so the file ends with whole
+    /// records and the next write goes there.
+    pub(super) fn rewind(&mut self, offset: u64) -> Result<()> {
+        fs::truncate_and_sync(&self.file.file, &self.file.path, offset)?;
+        self.written = offset;
+        self.preallocated = self.preallocated.min(offset);
         Ok(())
     }
 }

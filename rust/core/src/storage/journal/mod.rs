@@ -86,6 +86,9 @@ pub struct JournalStats {
     pub groups: Counter,
     pub syncs: Counter,
     pub rollovers: Counter,
+    /// Writes, syncs or applies that failed (a full disk, say), and recoveries from them.
+    pub failures: Counter,
+    pub recoveries: Counter,
 }
 
 impl Default for JournalStats {
@@ -111,6 +114,8 @@ impl Default for JournalStats {
             groups: Counter::default(),
             syncs: Counter::default(),
             rollovers: Counter::default(),
+            failures: Counter::default(),
+            recoveries: Counter::default(),
         }
     }
 }
@@ -136,6 +141,8 @@ crate::named_stats!(JournalStats {
     groups => "pybkx_journal_groups",
     syncs => "pybkx_journal_syncs",
     rollovers => "pybkx_journal_rollovers",
+    failures => "pybkx_journal_failures",
+    recoveries => "pybkx_journal_recoveries",
 });
 
 struct Request {
@@ -160,19 +167,74 @@ pub struct Journal {
     pub stats: Arc<JournalStats>,
 }
 
-/// The first failure of a journal. It is sticky: after it nothing more is acknowledged, because
-/// a later success would advance the mark past records that never became durable.
+/// A journal's current failure, shared by its writer and sync threads.
+///
+/// A failed write keeps its group (unacknowledged) in the writer, which retries it in place
+/// every [`RETRY_INTERVAL`] until it succeeds (space came back): only then is it synced,
+/// applied and acknowledged. A failed sync poisons its file: the groups of that file are
+/// answered with the error (never acknowledged) and the writer moves to a new file. While a
+/// failure stands, new requests are refused at once with it. A failure of the sync thread
+/// itself (`fatal`) is sticky.
 #[derive(Default)]
-struct Failure(Mutex<Option<StorageError>>);
+struct Failure(Mutex<FailState>);
+
+#[derive(Default)]
+struct FailState {
+    error: Option<StorageError>,
+    /// The newest journal file a sync failed on: its groups are never acknowledged.
+    poisoned_file: Option<u64>,
+    fatal: bool,
+    /// Bumped on every failure: the writer then journals ledger keys again, since a key record
+    /// may have been in a group that never became durable.
+    epoch: u64,
+}
 
 impl Failure {
     fn get(&self) -> Option<StorageError> {
-        self.0.lock().clone()
+        self.0.lock().error.clone()
     }
     fn set(&self, e: StorageError) {
-        self.0.lock().get_or_insert(e);
+        let mut st = self.0.lock();
+        st.epoch += 1;
+        st.error.get_or_insert(e);
+    }
+    fn set_fatal(&self, e: StorageError) {
+        let mut st = self.0.lock();
+        st.fatal = true;
+        st.epoch += 1;
+        st.error = Some(e);
+    }
+    fn is_fatal(&self) -> bool {
+        self.0.lock().fatal
+    }
+    /// A sync of `file_id` failed.
+    fn set_sync_failed(&self, file_id: u64, e: StorageError) {
+        let mut st = self.0.lock();
+        st.epoch += 1;
+        st.poisoned_file = Some(st.poisoned_file.map_or(file_id, |f| f.max(file_id)));
+        st.error.get_or_insert(e);
+    }
+    fn poisoned_file(&self) -> Option<u64> {
+        self.0.lock().poisoned_file
+    }
+    fn epoch(&self) -> u64 {
+        self.0.lock().epoch
+    }
+    /// Counts a failure that needs no retry (an apply error): keys are journalled again.
+    fn bump(&self) {
+        self.0.lock().epoch += 1;
+    }
+    /// The writer recovered; the poisoned file stays poisoned for the sync thread.
+    fn clear(&self) {
+        let mut st = self.0.lock();
+        if !st.fatal {
+            st.error = None;
+        }
     }
 }
+
+/// How often a journal with a failed write or sync tries again.
+const RETRY_INTERVAL: std::time::Duration = std::time::Duration::from_millis(250);
 
 /// A group written to the file, waiting for its sync.
 struct Group {
@@ -242,6 +304,10 @@ impl Journal {
             clock: None,
             since_clock: 0,
             keyed: HashSet::new(),
+            keyed_epoch: 0,
+            held: None,
+            group_start: 0,
+            last_retry: None,
             oldest: None,
             entries_since_flush: 0,
             bytes_since_flush: 0,

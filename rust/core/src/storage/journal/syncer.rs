@@ -7,7 +7,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError};
 
 use super::file::JournalFile;
 use super::{Applier, Failure, Group, JournalStats, Mark, MAX_GROUPS_IN_FLIGHT};
-use crate::error::Result;
+use crate::error::{Result, StorageError};
 use crate::metrics;
 
 /// The force-write thread: syncs written groups (once for all that are ready), applies them in
@@ -63,52 +63,68 @@ impl Syncer {
     }
 
     fn complete(&mut self, groups: Vec<Group>) {
-        if self.failure.get().is_none() {
-            if let Err(e) = self.make_durable(&groups) {
-                log::error!("journal {}: {e}", self.index);
-                self.failure.set(e);
-            }
+        // Groups of a file whose sync failed are never acknowledged, even if a later sync of the
+        // same file succeeds: after a failed fsync the kernel may have dropped their pages.
+        let poisoned = self.failure.poisoned_file();
+        let (dead, live): (Vec<Group>, Vec<Group>) = groups
+            .into_iter()
+            .partition(|g| poisoned.is_some_and(|p| g.file.id <= p));
+        if !dead.is_empty() {
+            let e = self.failure.get().unwrap_or_else(|| StorageError::Io {
+                context: "journal file whose sync failed".to_string(),
+                source: std::io::Error::other("not durable"),
+            });
+            self.fail(dead, &e);
         }
-        let result = match self.failure.get() {
-            Some(e) => Err(e),
-            None => {
-                let Some(last) = groups.last() else {
-                    return;
-                };
-                let mark = Mark {
-                    file_id: last.file.id,
-                    offset: last.end,
-                };
-                let mut ops = Vec::with_capacity(groups.iter().map(|g| g.ops.len()).sum());
-                let mut dones = Vec::with_capacity(groups.iter().map(|g| g.dones.len()).sum());
-                let mut enqueued = Vec::with_capacity(dones.capacity());
-                for g in groups {
-                    ops.extend(g.ops);
-                    dones.extend(g.dones);
-                    enqueued.extend(g.enqueued);
-                }
-                let applied = self.applier.apply(self.index, &ops, mark);
-                if let Err(e) = &applied {
-                    log::error!("journal {}: applying records failed: {e}", self.index);
-                    self.failure.set(e.clone());
-                }
-                drop(ops);
-                let now = self.time_entries(&enqueued, applied.is_ok());
-                // Completions (a server's response, say) time themselves with the same clock
-                // read as the group.
-                metrics::with_now(now, || {
-                    for done in dones {
-                        done(applied.clone());
-                    }
-                });
-                return;
-            }
+        let Some(last) = live.last() else {
+            return;
         };
+        if let Err(e) = self.make_durable(&live) {
+            log::error!("journal {}: {e}", self.index);
+            self.stats.failures.inc();
+            let newest = live.iter().map(|g| g.file.id).max().unwrap_or(last.file.id);
+            self.failure.set_sync_failed(newest, e.clone());
+            self.fail(live, &e);
+            return;
+        }
+        let mark = Mark {
+            file_id: last.file.id,
+            offset: last.end,
+        };
+        let mut ops = Vec::with_capacity(live.iter().map(|g| g.ops.len()).sum());
+        let mut dones = Vec::with_capacity(live.iter().map(|g| g.dones.len()).sum());
+        let mut enqueued = Vec::with_capacity(dones.capacity());
+        for g in live {
+            ops.extend(g.ops);
+            dones.extend(g.dones);
+            enqueued.extend(g.enqueued);
+        }
+        let applied = self.applier.apply(self.index, &ops, mark);
+        if let Err(e) = &applied {
+            // The records are durable but not applied: their callers get the error (nothing
+            // is acknowledged) and the mark does not move for them. Later groups may apply once
+            // the entry logs have room again.
+            log::error!("journal {}: applying records failed: {e}", self.index);
+            self.stats.failures.inc();
+            self.failure.bump();
+        }
+        drop(ops);
+        let now = self.time_entries(&enqueued, applied.is_ok());
+        // Completions (a server's response, say) time themselves with the same clock read as
+        // the group.
+        metrics::with_now(now, || {
+            for done in dones {
+                done(applied.clone());
+            }
+        });
+    }
+
+    fn fail(&self, groups: Vec<Group>, e: &StorageError) {
         for g in groups {
             let now = self.time_entries(&g.enqueued, false);
             metrics::with_now(now, || {
                 for done in g.dones {
-                    done(result.clone());
+                    done(Err(e.clone()));
                 }
             });
         }
@@ -181,7 +197,8 @@ impl Syncer {
             Ok(()) => {}
             Err(e) => {
                 log::error!("journal {}: {e}", self.index);
-                self.failure.set(e);
+                self.stats.failures.inc();
+                self.failure.set_sync_failed(file.id, e);
             }
         }
     }

@@ -11,7 +11,7 @@ use std::time::Instant;
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 
 use super::file::OpenJournal;
-use super::{Completion, Failure, Group, JournalOp, JournalStats, Msg, Request};
+use super::{Completion, Failure, Group, JournalOp, JournalStats, Msg, Request, RETRY_INTERVAL};
 use crate::config::JournalConfig;
 use crate::error::StorageError;
 use crate::metrics::{self, micros};
@@ -27,6 +27,18 @@ enum FlushReason {
     OutstandingBytes,
     EmptyQueue,
     Shutdown,
+}
+
+/// A group that could not be written (or whose file's sync failed), kept in journal order
+/// until a retry writes it.
+pub(super) struct Held {
+    /// (file id, offset) the group started at in the file it was written to.
+    file_id: u64,
+    start: u64,
+    ops: Vec<JournalOp>,
+    dones: Vec<Completion>,
+    enqueued: Vec<(Instant, bool)>,
+    entries: u64,
 }
 
 /// The journal thread: takes requests, forms groups by BookKeeper's rules, writes them.
@@ -52,6 +64,14 @@ pub(super) struct Writer {
     pub(super) since_clock: usize,
     /// Ledgers whose key record has been written by this process.
     pub(super) keyed: HashSet<u64>,
+    /// The failure epoch `keyed` is valid for: after any failure keys are journalled again.
+    pub(super) keyed_epoch: u64,
+    /// A group whose write failed, waiting to be written again (never acknowledged before).
+    pub(super) held: Option<Held>,
+    /// Where the current group starts in the file.
+    pub(super) group_start: u64,
+    /// The last attempt to leave a failed state.
+    pub(super) last_retry: Option<Instant>,
     pub(super) oldest: Option<Instant>,
     pub(super) entries_since_flush: usize,
     pub(super) bytes_since_flush: usize,
@@ -61,6 +81,10 @@ pub(super) struct Writer {
 impl Writer {
     pub(super) fn run(mut self) {
         while !self.stopping {
+            if self.failure.get().is_some() && !self.failure.is_fatal() {
+                self.wait_and_retry();
+                continue;
+            }
             let msg = match self.rx.try_recv() {
                 Ok(m) => Some(m),
                 Err(TryRecvError::Disconnected) => None,
@@ -106,6 +130,17 @@ impl Writer {
             self.add(req);
         }
         self.flush(FlushReason::Shutdown);
+        if let Some(held) = self.held.take() {
+            let e = self.failure.get().unwrap_or(StorageError::Closed);
+            log::error!(
+                "journal {}: stopping with {} requests never made durable: {e}",
+                self.dir.display(),
+                held.dones.len()
+            );
+            for done in held.dones {
+                done(Err(e.clone()));
+            }
+        }
         drop(self.to_sync.take());
         if let Some(syncer) = self.syncer.take() {
             if syncer.join().is_err() {
@@ -149,6 +184,11 @@ impl Writer {
     }
 
     fn add(&mut self, req: Request) {
+        if self.failure.get().is_some() && !self.failure.is_fatal() && self.ops.is_empty() {
+            // Space may be back: try before refusing (a read-only bookie sends few requests).
+            self.last_retry = None;
+            self.retry();
+        }
         if let Some(err) = self.failure.get() {
             (req.done)(Err(err));
             return;
@@ -162,6 +202,14 @@ impl Writer {
             let waited = micros(now.saturating_duration_since(req.enqueued));
             self.stats.queue_latency.ok.record(waited);
             self.group_started.get_or_insert(now);
+        }
+        if self.ops.is_empty() {
+            self.group_start = self.file.written;
+            let epoch = self.failure.epoch();
+            if epoch != self.keyed_epoch {
+                self.keyed.clear();
+                self.keyed_epoch = epoch;
+            }
         }
         let before = self.buf.len();
         let ledger = req.op.ledger();
@@ -198,7 +246,11 @@ impl Writer {
         }
         if self.failure.get().is_none() {
             if let Err(e) = self.file.write(&self.buf, self.cfg.prealloc_size) {
-                log::error!("journal {}: {e}", self.dir.display());
+                log::error!(
+                    "journal {}: {e}; holding the group and retrying every {RETRY_INTERVAL:?}",
+                    self.dir.display()
+                );
+                self.stats.failures.inc();
                 self.failure.set(e);
             }
         }
@@ -237,6 +289,29 @@ impl Writer {
         if let Some(at) = handed {
             s.process_time.ok.record_between(started, at);
         }
+        let poisoned = self
+            .failure
+            .poisoned_file()
+            .is_some_and(|p| p >= self.file.file.id);
+        if (self.failure.get().is_some() || poisoned) && !self.failure.is_fatal() {
+            // Not written (or written to a file whose sync failed): keep it for a retry.
+            self.held = Some(Held {
+                file_id: self.file.file.id,
+                start: self.group_start,
+                ops: std::mem::take(&mut self.ops),
+                dones: std::mem::take(&mut self.dones),
+                enqueued: std::mem::take(&mut self.enqueued),
+                entries: self.entries_since_flush as u64,
+            });
+            self.failure.set(StorageError::Io {
+                context: format!("journal {}", self.dir.display()),
+                source: std::io::Error::other("an earlier journal write or sync failed"),
+            });
+            self.oldest = None;
+            self.entries_since_flush = 0;
+            self.bytes_since_flush = 0;
+            return;
+        }
         let group = Group {
             file: self.file.file.clone(),
             end: self.file.written,
@@ -246,16 +321,7 @@ impl Writer {
             entries: self.entries_since_flush as u64,
             handed,
         };
-        if let Some(to_sync) = &self.to_sync {
-            if let Err(returned) = to_sync.send(group) {
-                // The sync thread is gone (it panicked): nothing can be acknowledged any more.
-                let e = StorageError::Closed;
-                self.failure.set(e.clone());
-                for done in returned.0.dones {
-                    done(Err(e.clone()));
-                }
-            }
-        }
+        self.hand_over(group);
         self.oldest = None;
         self.entries_since_flush = 0;
         self.bytes_since_flush = 0;
@@ -264,7 +330,22 @@ impl Writer {
         }
     }
 
-    fn roll_over(&mut self) {
+    fn hand_over(&mut self, group: Group) {
+        if let Some(to_sync) = &self.to_sync {
+            if let Err(returned) = to_sync.send(group) {
+                // The sync thread is gone (it panicked): nothing can be acknowledged any more.
+                let e = StorageError::Closed;
+                self.failure.set_fatal(e.clone());
+                for done in returned.0.dones {
+                    done(Err(e.clone()));
+                }
+            }
+        }
+    }
+
+    /// Starts the next journal file. A failure (a full disk) keeps the current file, which
+    /// stays valid; the next group tries again.
+    fn roll_over(&mut self) -> bool {
         let creating = metrics::start();
         let created = OpenJournal::create(&self.dir, self.file.file.id + 1, self.cfg.prealloc_size);
         self.stats.creation.record_since(created.is_ok(), creating);
@@ -272,11 +353,95 @@ impl Writer {
             Ok(file) => {
                 self.file = file;
                 self.stats.rollovers.inc();
+                true
             }
             Err(e) => {
                 log::error!("journal {}: rollover failed: {e}", self.dir.display());
-                self.failure.set(e);
+                false
             }
         }
+    }
+
+    /// While failed: refuses new requests (with the failure) and every `RETRY_INTERVAL` tries to
+    /// write the held group again (in a new file if its file's sync failed). On success the
+    /// group goes to the sync thread as any other and the journal takes requests again.
+    fn wait_and_retry(&mut self) {
+        if !self.ops.is_empty() {
+            // A group cut short by the failure: hold it.
+            self.flush(FlushReason::MaxWait);
+        }
+        match self.rx.recv_timeout(RETRY_INTERVAL) {
+            Ok(Msg::Req(req)) => {
+                self.add(req);
+                return;
+            }
+            Ok(Msg::Shutdown) | Err(RecvTimeoutError::Disconnected) => {
+                self.stopping = true;
+                return;
+            }
+            Err(RecvTimeoutError::Timeout) => {}
+        }
+        self.retry();
+    }
+
+    /// One attempt to leave the failed state, at most every `RETRY_INTERVAL`.
+    fn retry(&mut self) {
+        let now = Instant::now();
+        if self
+            .last_retry
+            .is_some_and(|at| now.saturating_duration_since(at) < RETRY_INTERVAL)
+        {
+            return;
+        }
+        self.last_retry = Some(now);
+        let poisoned = self
+            .failure
+            .poisoned_file()
+            .is_some_and(|p| p >= self.file.file.id);
+        if poisoned && !self.roll_over() {
+            return;
+        }
+        let Some(held) = self.held.take() else {
+            self.recovered();
+            return;
+        };
+        let start = if held.file_id == self.file.file.id {
+            held.start
+        } else {
+            self.file.written
+        };
+        let mut buf = Vec::new();
+        for op in &held.ops {
+            op.encode(&mut buf);
+        }
+        let written = self
+            .file
+            .rewind(start)
+            .and_then(|_| self.file.write(&buf, self.cfg.prealloc_size));
+        if let Err(e) = written {
+            log::debug!("journal {}: retry failed: {e}", self.dir.display());
+            self.held = Some(held);
+            return;
+        }
+        let group = Group {
+            file: self.file.file.clone(),
+            end: self.file.written,
+            ops: held.ops,
+            dones: held.dones,
+            enqueued: held.enqueued,
+            entries: held.entries,
+            handed: metrics::start(),
+        };
+        self.recovered();
+        self.hand_over(group);
+    }
+
+    fn recovered(&mut self) {
+        self.failure.clear();
+        self.stats.recoveries.inc();
+        log::warn!(
+            "journal {}: writing again after a failure",
+            self.dir.display()
+        );
     }
 }

@@ -1,0 +1,215 @@
+"""Fault 2: a full disk. Journal and ledgers on a small file system that fills up: adds must not
+hang, the client must fail an append clearly when no writable bookie can take it (not replace
+the bookie with itself again and again), nothing acknowledged is lost, and once space returns
+the same bookie process takes appends, ``close()`` and ``open_ledger`` again.
+
+Owns the storage's failure path under ENOSPC (through the filesystem seam) and the whole
+cluster's behaviour on a really full tmpfs (root only; skipped clearly otherwise).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+import pybkx
+from pybkx import errors
+from pybkx._core import inject_disk_fault, remove_disk_fault
+from pybkx.bookie.storage import open_ledger_storage
+from pybkx.meta import open_metadata_store
+from pybkx.tools.sandbox import Sandbox
+
+KEY = b"key"
+RESULT_TIMEOUT_S = 60.0
+"""Bound on every wait: the fault was an append that never returned."""
+
+
+def wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"not within {timeout_s}s: {what}")
+        time.sleep(0.05)
+
+
+# --- the storage under injected ENOSPC (any user) --------------------------------------------
+
+
+def test_a_journal_write_failing_with_enospc_is_held_and_retried_once_space_returns(
+    tmp_path: Path,
+) -> None:
+    keys = {
+        "journalDirectories": str(tmp_path / "journal"),
+        "ledgerDirectories": str(tmp_path / "ledgers"),
+        "journalPreAllocSizeMB": 0,
+        "flushInterval": 0,
+    }
+    storage = open_ledger_storage(**keys)
+    storage.add_entry(1, 0, b"before", KEY)
+    fault = inject_disk_fault(str(tmp_path / "journal"), ["write"], errno=errno.ENOSPC)
+    outcome: dict[str, object] = {}
+
+    def add() -> None:
+        try:
+            storage.add_entry(1, 1, b"held", KEY)
+            outcome["ok"] = True
+        except Exception as exc:
+            outcome["error"] = exc
+
+    try:
+        adder = threading.Thread(target=add)
+        adder.start()
+        time.sleep(1.0)
+        # Not acknowledged while it is not durable, and not failed either: it is retried.
+        assert adder.is_alive() and not outcome
+        # Meanwhile new requests are refused at once, naming the cause.
+        with pytest.raises(errors.BookieException, match="No space left on device"):
+            storage.add_entry(1, 2, b"refused", KEY)
+    finally:
+        remove_disk_fault(fault)
+    adder.join(RESULT_TIMEOUT_S)
+    assert outcome == {"ok": True}
+    storage.add_entry(1, 2, b"after", KEY)
+    stats = storage.stats()
+    assert stats["pybkx_journal_failures"] >= 1 and stats["pybkx_journal_recoveries"] >= 1
+    storage.close()
+    reopened = open_ledger_storage(**keys)  # the journal replays cleanly: no torn record
+    try:
+        assert [reopened.read_entry(1, e) for e in range(3)] == [b"before", b"held", b"after"]
+    finally:
+        reopened.close()
+
+
+def test_a_failed_journal_sync_is_never_acknowledged_and_the_journal_moves_on(
+    tmp_path: Path,
+) -> None:
+    keys = {
+        "journalDirectories": str(tmp_path / "journal"),
+        "ledgerDirectories": str(tmp_path / "ledgers"),
+        "journalPreAllocSizeMB": 0,
+        "flushInterval": 0,
+    }
+    storage = open_ledger_storage(**keys)
+    storage.add_entry(1, 0, b"before", KEY)
+    fault = inject_disk_fault(str(tmp_path / "journal"), ["sync"], errno=errno.EIO, times=1)
+    try:
+        with pytest.raises(errors.BookieException, match="Input/output error"):
+            storage.add_entry(1, 1, b"unsynced", KEY)
+    finally:
+        remove_disk_fault(fault)
+    # A new journal file takes the next writes (at most a retry interval later).
+    deadline = time.monotonic() + RESULT_TIMEOUT_S
+    while True:
+        try:
+            storage.add_entry(1, 2, b"after", KEY)
+            break
+        except errors.BookieException:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+    storage.close()
+    reopened = open_ledger_storage(**keys)
+    try:
+        assert reopened.read_entry(1, 0) == b"before"
+        assert reopened.read_entry(1, 2) == b"after"
+    finally:
+        reopened.close()
+
+
+# --- a cluster on a really full file system (root) -------------------------------------------
+
+
+@contextlib.contextmanager
+def small_tmpfs(path: Path, size_mib: int) -> Iterator[Path]:
+    path.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() != 0:
+        pytest.skip("fault 2 on a real file system needs root to mount a small tmpfs")
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size_mib}m", "tmpfs", str(path)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], capture_output=True, check=False)
+
+
+def test_a_full_disk_fails_appends_clearly_and_the_bookie_recovers_without_restart(
+    tmp_path: Path,
+) -> None:
+    with small_tmpfs(tmp_path / "disk", 16) as disk:
+        conf = {
+            "journalDirectories": str(disk / "journal"),
+            "ledgerDirectories": str(disk / "ledgers"),
+            "journalPreAllocSizeMB": 1,
+            "logSizeLimit": 4 << 20,
+            "flushInterval": 1000,
+            "diskCheckInterval": 500,
+        }
+        with (
+            Sandbox(1, directory=tmp_path / "sandbox", conf=conf) as sandbox,
+            pybkx.BookKeeper(
+                sandbox.metadata_uri, addEntryTimeoutSec=2, bookieReplacementTimeoutMs=3000
+            ) as bk,
+            open_metadata_store(sandbox.metadata_uri) as store,
+        ):
+            pid = sandbox.pid(0)
+            bookie = next(iter(store.writable_bookies()))
+            lh = bk.create_ledger(
+                ensemble_size=1, write_quorum_size=1, ack_quorum_size=1, password=b"pw"
+            )
+            data = os.urandom(64 << 10)
+            acked: list[int] = []
+            started = time.monotonic()
+            with pytest.raises(errors.NotEnoughBookiesException) as failed:
+                while time.monotonic() - started < RESULT_TIMEOUT_S:
+                    acked.append(lh.append_async(data).result(RESULT_TIMEOUT_S))
+            message = str(failed.value)
+            # The error names the bookie, what it answered, and that it is read-only now.
+            assert bookie in message and "no writable bookie" in message, message
+            assert "EIO" in message or "EREADONLY" in message or "read-only" in message, message
+            assert len(acked) > 10
+            wait_for(lambda: bookie in store.readonly_bookies(), 10, "registered read-only")
+
+            # Space returns: the file system is grown, as the probe did.
+            subprocess.run(["mount", "-o", "remount,size=64m", str(disk)], check=True)
+            wait_for(lambda: bookie in store.writable_bookies(), 10, "registered writable again")
+            lh.close()  # does not hang
+            assert lh.last_add_confirmed == acked[-1]
+            rh = bk.open_ledger(lh.ledger_id, b"pw")
+            assert rh.last_add_confirmed == acked[-1]
+            for first in range(0, len(acked), 32):  # nothing acknowledged was lost
+                last = min(first + 31, acked[-1])
+                assert all(bytes(e) == data for e in rh.read(first, last))
+            rh.close()
+            # The client learns of the registration by its watch: allow it a moment.
+            deadline = time.monotonic() + 10
+            while True:
+                try:
+                    again = bk.create_ledger(
+                        ensemble_size=1, write_quorum_size=1, ack_quorum_size=1, password=b"pw"
+                    )
+                    break
+                except errors.NotEnoughBookiesException:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.1)
+            fresh = [os.urandom(64 << 10) for _ in range(20)]
+            assert again.append_many(fresh) == 19
+            again.close()
+            rh = bk.open_ledger(again.ledger_id, b"pw")  # written after the failure: intact
+            assert [bytes(e) for e in rh.read(0, 19)] == fresh
+            rh.close()
+            assert sandbox.pid(0) == pid  # the same bookie process throughout

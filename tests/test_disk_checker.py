@@ -1,0 +1,278 @@
+"""The disk checker and read-only mode: BookKeeper's thresholds as pure rules (property tests),
+their configuration, and a bookie whose ledger directory is a small tmpfs that fills up: it
+turns read-only in the metadata store, still serves reads, and turns writable again by itself
+once space returns.
+
+Owns the disk checker's rules and the bookie's mode moves; never writes a registration itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_bookie_process import (
+    REQUEST_TIMEOUT_S,
+    add_entries,
+    bookie_client,
+    free_port,
+    payload,
+    read_payload,
+)
+
+from pybkx import errors
+from pybkx.bookie import Bookie, BookieError
+from pybkx.bookie.disks import DirUsage, DiskThresholds, evaluate
+from pybkx.config import ConfigError, ServerConfig
+from pybkx.meta import open_metadata_store
+
+MIB = 1 << 20
+TOTAL = 1000
+
+
+def ledger(used: int, total: int = TOTAL) -> DirUsage:
+    return DirUsage("ledger", f"/l{used}", total, total - used)
+
+
+usages = st.lists(st.integers(0, TOTAL), min_size=1, max_size=5)
+limits_st = st.tuples(st.integers(1, 999), st.integers(0, 999), st.integers(0, 999)).map(
+    lambda t: DiskThresholds(
+        threshold=t[0] / TOTAL,
+        warn=min(t[1], t[0]) / TOTAL,
+        lwm=min(t[2], t[0]) / TOTAL,
+        min_usable_for_high_priority=100,
+    )
+)
+
+
+# --- the rules ------------------------------------------------------------------------------
+
+
+@settings(max_examples=300, deadline=None)
+@given(used=usages, limits=limits_st)
+def test_a_writable_directory_is_full_exactly_past_the_threshold(
+    used: list[int], limits: DiskThresholds
+) -> None:
+    dirs = [ledger(u) for u in used]
+    verdict = evaluate(dirs, [False] * len(dirs), limits)
+    assert verdict.full == tuple(d.usage > limits.threshold for d in dirs)
+    assert verdict.writable == (not all(verdict.full))
+    if not verdict.writable:
+        assert verdict.high_priority_writes == any(d.free_bytes >= 100 for d in dirs)
+
+
+@settings(max_examples=300, deadline=None)
+@given(used=usages, was=st.lists(st.booleans(), min_size=5, max_size=5), limits=limits_st)
+def test_full_directories_come_back_only_by_bookkeepers_rules(
+    used: list[int], was: list[bool], limits: DiskThresholds
+) -> None:
+    dirs = [ledger(u) for u in used]
+    before = was[: len(dirs)]
+    verdict = evaluate(dirs, before, limits)
+    overall = 1 - sum(d.free_bytes for d in dirs) / sum(d.total_bytes for d in dirs)
+    still_writable = any(
+        not b and d.usage <= limits.threshold for b, d in zip(before, dirs, strict=True)
+    )
+    for b, d, now in zip(before, dirs, verdict.full, strict=True):
+        if d.usage > limits.threshold:
+            assert now  # past the threshold: full whatever it was
+        elif not b:
+            assert not now  # writable and under it: stays writable
+        else:  # full and under the threshold: back only with company or below the low mark
+            assert now == (not (still_writable or overall < limits.lwm))
+
+
+@settings(max_examples=200, deadline=None)
+@given(used=st.integers(0, TOTAL), was=st.booleans(), limits=limits_st)
+def test_a_journal_directory_has_hysteresis_between_threshold_and_low_mark(
+    used: int, was: bool, limits: DiskThresholds
+) -> None:
+    dirs = [ledger(0), DirUsage("journal", "/j", TOTAL, TOTAL - used)]
+    verdict = evaluate(dirs, [False, was], limits)
+    usage = dirs[1].usage
+    expected = usage >= limits.lwm if was else usage > limits.threshold
+    assert verdict.other_full == (expected,)
+    assert verdict.writable == (not expected)
+
+
+def test_any_disk_full_turns_read_only_on_the_first_full_directory() -> None:
+    limits = DiskThresholds(threshold=0.9, warn=0.8, lwm=0.9, any_disk_full=True)
+    verdict = evaluate([ledger(950), ledger(10)], [False, False], limits)
+    assert verdict.full == (True, False) and not verdict.writable
+    assert evaluate([ledger(850), ledger(10)], [True, False], limits).writable
+
+
+def test_disk_keys_are_checked_as_bookkeeper_does(tmp_path: Path) -> None:
+    base = {"journalDirectories": str(tmp_path / "j"), "ledgerDirectories": str(tmp_path / "l")}
+    config = ServerConfig.of(**base)
+    assert (config.disk_usage_threshold, config.disk_usage_warn_threshold) == (0.95, 0.90)
+    assert config.disk_usage_lwm == 0.95 and config.disk_check_interval_ms == 10_000
+    assert config.high_priority_min_free_bytes == config.log_size_limit_bytes
+    for bad in (
+        {"diskUsageThreshold": "1.0"},
+        {"diskUsageThreshold": "0.8", "diskUsageWarnThreshold": "0.9"},
+        {"diskUsageThreshold": "0.8", "diskUsageLwmThreshold": "0.85"},
+    ):
+        with pytest.raises(ConfigError):
+            ServerConfig.of(**base, **bad)
+
+
+# --- a bookie on a small file system ---------------------------------------------------------
+
+
+@contextlib.contextmanager
+def small_tmpfs(path: Path, size_mib: int) -> Iterator[Path]:
+    """A tmpfs of ``size_mib`` mounted at ``path`` (root only; the test is skipped otherwise)."""
+    path.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size_mib}m", "tmpfs", str(path)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], capture_output=True, check=False)
+
+
+def fill(path: Path, leave_free: int) -> Path:
+    """A filler file that leaves about ``leave_free`` bytes free on ``path``'s file system."""
+    st_ = os.statvfs(path)
+    free = st_.f_bavail * st_.f_frsize
+    filler = path / "filler"
+    with filler.open("wb") as f:
+        f.write(b"\0" * max(0, free - leave_free))
+    return filler
+
+
+def wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"not within {timeout_s}s: {what}")
+        time.sleep(0.05)
+
+
+@pytest.fixture(params=["embedded", "zookeeper"])
+def cluster_uri(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "zookeeper":
+        server = request.getfixturevalue("zookeeper_server")
+        return f"zk+hierarchical://{server}/t{os.urandom(6).hex()}/ledgers"
+    return f"embedded://{tmp_path / 'metadata'}"
+
+
+def disk_bookie(tmp_path: Path, uri: str | None, disk: Path, **extra: object) -> Bookie:
+    keys: dict[str, object] = {
+        "bookiePort": free_port(),
+        "listeningInterface": "127.0.0.1",
+        "allowLoopback": "true",
+        "journalDirectories": str(disk / "journal"),
+        "ledgerDirectories": str(disk / "ledgers"),
+        "journalPreAllocSizeMB": 0,
+        "logSizeLimit": 256 * 1024,
+        "flushInterval": 0,
+        "diskCheckInterval": 100,
+        "diskUsageThreshold": 0.7,
+        "diskUsageWarnThreshold": 0.6,
+        "diskUsageLwmThreshold": 0.5,
+        "minUsableSizeForHighPriorityWrites": 64 * 1024,
+        **extra,
+    }
+    if uri is not None:
+        keys["metadataServiceUri"] = uri
+        keys["zkTimeout"] = 4000
+    return Bookie(ServerConfig.of(**{k: str(v) for k, v in keys.items()}))
+
+
+@pytest.mark.integration
+def test_a_full_disk_turns_the_bookie_read_only_and_it_comes_back_by_itself(
+    tmp_path: Path, cluster_uri: str
+) -> None:
+    with open_metadata_store(cluster_uri) as store:
+        store.init_new_cluster()
+    with small_tmpfs(tmp_path / "disk", 8) as disk:
+        bookie = disk_bookie(tmp_path, cluster_uri, disk)
+        bookie.start()
+        try:
+            address = f"127.0.0.1:{bookie.port}"
+            with open_metadata_store(cluster_uri) as store, bookie_client() as client:
+                assert bookie.bookie_id in store.writable_bookies()
+                for f in add_entries(client, address, range(0, 10)):
+                    f.result(REQUEST_TIMEOUT_S)
+
+                filler = fill(disk, 1 * MIB)  # ~88 % used
+                wait_for(lambda: bookie.read_only, 10, "read-only on a full disk")
+                wait_for(
+                    lambda: (
+                        bookie.bookie_id in store.readonly_bookies()
+                        and bookie.bookie_id not in store.writable_bookies()
+                    ),
+                    10,
+                    "registered read-only",
+                )
+                with pytest.raises(errors.WriteOnReadOnlyBookieException):
+                    add_entries(client, address, range(10, 11))[0].result(REQUEST_TIMEOUT_S)
+                for e in range(10):  # reads go on
+                    assert read_payload(client, address, e) == payload(e)
+                assert bookie.storage.directory_usage()[0][4] is True  # marked full
+                assert bookie.available_for_high_priority_writes  # 1 MiB free > 64 KiB
+
+                filler.unlink()  # space returns
+                wait_for(lambda: not bookie.read_only, 10, "writable again")
+                wait_for(
+                    lambda: (
+                        bookie.bookie_id in store.writable_bookies()
+                        and bookie.bookie_id not in store.readonly_bookies()
+                    ),
+                    10,
+                    "registered writable again",
+                )
+                for f in add_entries(client, address, range(10, 20)):
+                    f.result(REQUEST_TIMEOUT_S)
+                assert read_payload(client, address, 19) == payload(19)
+        finally:
+            bookie.stop()
+
+
+@pytest.mark.integration
+def test_an_operators_read_only_mode_outlives_the_disk_checker(tmp_path: Path) -> None:
+    with small_tmpfs(tmp_path / "disk", 8) as disk:
+        bookie = disk_bookie(tmp_path, None, disk)
+        bookie.start()
+        try:
+            bookie.set_read_only(True)
+            time.sleep(0.5)  # several checks, disks fine
+            assert bookie.read_only
+            bookie.set_read_only(False)
+            assert not bookie.read_only
+        finally:
+            bookie.stop()
+
+
+@pytest.mark.integration
+def test_a_full_disk_stops_the_bookie_when_read_only_mode_is_disabled(tmp_path: Path) -> None:
+    with small_tmpfs(tmp_path / "disk", 8) as disk:
+        bookie = disk_bookie(tmp_path, None, disk, readOnlyModeEnabled="false")
+        bookie.start()
+        filler = fill(disk, 1 * MIB)
+        try:
+            wait_for(lambda: not bookie.running, 10, "the bookie stops by itself")
+            assert "readOnlyModeEnabled=false" in bookie.halt_reason
+        finally:
+            bookie.stop()
+        # Starting on full disks fails the same way.
+        with pytest.raises(BookieError, match="readOnlyModeEnabled=false"):
+            disk_bookie(tmp_path, None, disk, readOnlyModeEnabled="false").start()
+        filler.unlink()
