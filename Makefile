@@ -154,17 +154,17 @@ bench-recovery: venv deps build
 # Storage at scale: many entries indexed (ENTRIES, default 20 million), memory, restart, lookups.
 ENTRIES ?= 20000000
 bench-storage-scale: venv deps build
-	$(VPY) bench/storage_scale.py --entries $(ENTRIES) $(BENCH_ARGS)
+	$(VPY) -m bench.storage_scale --entries $(ENTRIES) $(BENCH_ARGS)
 
 # A ledger written interleaved with 100 others, read back cold, beside the disk's own speed;
 # then the same over the wire beside the Java bookie's DbLedgerStorage.
 bench-cold-read: venv deps build
-	$(VPY) bench/cold_read.py $(BENCH_ARGS)
-	$(VPY) bench/cold_read.py --journal-dir /dev/shm $(BENCH_ARGS)
+	$(VPY) -m bench.cold_read $(BENCH_ARGS)
+	$(VPY) -m bench.cold_read --journal-dir /dev/shm $(BENCH_ARGS)
 
 # Entry-log GC after 10,000 deleted ledgers, and a major compaction beside the disk's write limit.
 bench-gc: venv deps build
-	$(VPY) bench/gc_compaction.py $(BENCH_ARGS)
+	$(VPY) -m bench.gc_compaction $(BENCH_ARGS)
 
 bench-cold-read-java: venv deps build $(BENCH_STAMP)
 	$(VPY) -m bench.cold_read_java $(BENCH_ARGS)

@@ -13,7 +13,6 @@ Not a test: ``make bench-cold-read``.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import tempfile
@@ -21,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.machine import report_figures
 from pybkx._core import fill_storage
 from pybkx.bookie import open_ledger_storage
 
@@ -125,11 +125,7 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(base, ignore_errors=True)
         if args.journal_dir:
             shutil.rmtree(journal, ignore_errors=True)
-    text = json.dumps(out, indent=2)
-    print(text)
-    if args.json:
-        Path(args.json).write_text(text + "\n")
-    return 0
+    return report_figures(out, args.json)
 
 
 if __name__ == "__main__":

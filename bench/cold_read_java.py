@@ -15,7 +15,6 @@ Not a test: ``make bench-cold-read-java``.
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import sys
 import tempfile
@@ -30,35 +29,11 @@ sys.path.insert(0, str(REPO))
 import harness  # noqa: E402
 
 from bench.cold_read import MIB, disk_read_mb_s, drop_cache  # noqa: E402
-from bench.compare import GROUP_COMMIT, JAVA_BOOKIE_JVM  # noqa: E402
+from bench.compare import GROUP_COMMIT, start_java_bookie  # noqa: E402
+from bench.machine import report_figures  # noqa: E402
 from pybkx._core import run_load  # noqa: E402
 
 DB_STORAGE = "org.apache.bookkeeper.bookie.storage.ldb.DbLedgerStorage"
-
-
-def start_java(classpath: str, zookeeper: str, data: Path, port: int) -> harness.Process:
-    jvm = [o for o in harness.JVM_OPTS if "GC" not in o]
-    argv = [
-        harness.tool("java"),
-        *JAVA_BOOKIE_JVM,
-        *jvm,
-        "-cp",
-        classpath,
-        "pybkx.interop.JavaBookie",
-        str(port),
-        zookeeper,
-        str(data),
-        *(f"{k}={v}" for k, v in GROUP_COMMIT.items()),
-        f"ledgerStorageClass={DB_STORAGE}",
-    ]
-    log = data.parent / f"java-bookie-{time.monotonic_ns()}.log"
-    process = harness.Process("java-bookie", argv, log)
-    harness.wait_until(
-        process,
-        lambda: "READY" in process.log.read_text(errors="replace") and harness.accepts(port),
-        "serving",
-    )
-    return process
 
 
 def start_pybkx(data: Path, port: int) -> harness.Process:
@@ -103,13 +78,17 @@ def main(argv: list[str] | None = None) -> int:
         zk, zk_address = harness.start_zookeeper(classpath, root)
         started.append(zk)
         ports = {"pybkx": harness.free_port(), "java": harness.free_port()}
-        data = {s: root / s / "data" for s in ports}
+        # The Java bookie keeps its data in <workdir>/java-bookie.
+        data = {"pybkx": root / "pybkx" / "data", "java": root / "java" / "java-bookie"}
         for d in data.values():
             d.mkdir(parents=True)
 
         def start(system: str) -> harness.Process:
             if system == "java":
-                return start_java(classpath, zk_address, data["java"], ports["java"])
+                extra = (f"ledgerStorageClass={DB_STORAGE}",)
+                return start_java_bookie(
+                    classpath, zk_address, data["java"].parent, ports["java"], extra
+                ).process
             return start_pybkx(data["pybkx"], ports["pybkx"])
 
         for system in ports:
@@ -168,11 +147,7 @@ def main(argv: list[str] | None = None) -> int:
             process.stop()
         if not args.dir:
             shutil.rmtree(base, ignore_errors=True)
-    text = json.dumps(out, indent=2)
-    print(text)
-    if args.json:
-        Path(args.json).write_text(text + "\n")
-    return 0
+    return report_figures(out, args.json)
 
 
 if __name__ == "__main__":

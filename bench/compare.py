@@ -187,8 +187,16 @@ class Results:
 # --- processes -----------------------------------------------------------------------------------
 
 
-def start_java_bookie(classpath: str, zookeeper: str, workdir: Path) -> Bookie:
-    port = harness.free_port()
+def start_java_bookie(
+    classpath: str,
+    zookeeper: str,
+    workdir: Path,
+    port: int | None = None,
+    extra_conf: tuple[str, ...] = (),
+) -> Bookie:
+    """The Java bookie on ``port`` (default: a free one) with its data in
+    ``workdir/java-bookie``; ``extra_conf``: more ``key=value`` settings."""
+    port = port or harness.free_port()
     jvm = [o for o in harness.JVM_OPTS if "GC" not in o]
     argv = [
         harness.tool("java"),
@@ -201,6 +209,7 @@ def start_java_bookie(classpath: str, zookeeper: str, workdir: Path) -> Bookie:
         zookeeper,
         str(workdir / "java-bookie"),
         *(f"{k}={v}" for k, v in GROUP_COMMIT.items()),
+        *extra_conf,
     ]
     process = harness.Process("java-bookie", argv, workdir / "java-bookie.log")
 

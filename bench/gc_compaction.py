@@ -11,7 +11,6 @@ Not a test: ``make bench-gc``.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import tempfile
@@ -19,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.machine import report_figures
 from pybkx._core import fill_storage
 from pybkx.bookie import open_ledger_storage
 
@@ -101,11 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if not args.dir:
             shutil.rmtree(base, ignore_errors=True)
-    text = json.dumps(out, indent=2)
-    print(text)
-    if args.json:
-        Path(args.json).write_text(text + "\n")
-    return 0
+    return report_figures(out, args.json)
 
 
 if __name__ == "__main__":

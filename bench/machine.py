@@ -8,6 +8,7 @@ only reads /proc of the processes it is given.
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import socket
@@ -175,3 +176,13 @@ def describe(directory: Path) -> dict[str, str]:
         "python": platform.python_version(),
         "java": _first_line(["java", "-version"]),
     }
+
+
+def report_figures(figures: dict[str, object], json_path: str | None) -> int:
+    """Prints a bench's figures as JSON and, when asked, writes them to ``json_path`` too;
+    returns the exit status (0)."""
+    text = json.dumps(figures, indent=2)
+    print(text)
+    if json_path:
+        Path(json_path).write_text(text + "\n")
+    return 0

@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.machine import report_figures
 from pybkx._core import fill_storage, index_lookups
 from pybkx.bookie import open_ledger_storage
 
@@ -133,11 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if not args.dir:
             shutil.rmtree(base, ignore_errors=True)
-    text = json.dumps(out, indent=2)
-    print(text)
-    if args.json:
-        Path(args.json).write_text(text + "\n")
-    return 0
+    return report_figures(out, args.json)
 
 
 if __name__ == "__main__":

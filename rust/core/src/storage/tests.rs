@@ -238,19 +238,18 @@ fn entries_move_from_the_write_cache_to_segments_and_merge_without_loss() {
     s.close().unwrap();
     let s = LedgerStorage::open(cfg).unwrap();
     assert!(s.inner.shared.segments.snapshot().len() < 20);
-    let got = s
-        .read_range(
-            2,
-            0,
-            RangeLimits {
-                max_count: 0,
-                max_bytes: usize::MAX,
-                per_entry_overhead: 0,
-                stride: 1,
-            },
-        )
-        .unwrap();
-    assert_eq!(got.len(), 200);
+    assert_eq!(read_all(&s, 2).len(), 200);
+}
+
+/// Every entry of the ledger from 0 by one unbounded range read.
+fn read_all(s: &LedgerStorage, ledger: u64) -> Vec<Bytes> {
+    let unbounded = RangeLimits {
+        max_count: 0,
+        max_bytes: usize::MAX,
+        per_entry_overhead: 0,
+        stride: 1,
+    };
+    s.read_range(ledger, 0, unbounded).unwrap()
 }
 
 mod model {
@@ -432,19 +431,7 @@ fn compaction_rewrites_live_entries_and_frees_the_rest() {
         for e in 0..80 {
             assert_eq!(&s.read_entry(3, e).unwrap()[..], &data(3, e)[..]);
         }
-        let all = s
-            .read_range(
-                3,
-                0,
-                RangeLimits {
-                    max_count: 0,
-                    max_bytes: usize::MAX,
-                    per_entry_overhead: 0,
-                    stride: 1,
-                },
-            )
-            .unwrap();
-        assert_eq!(all.len(), 80);
+        assert_eq!(read_all(s, 3).len(), 80);
     };
     check(&s);
     s.crash();
