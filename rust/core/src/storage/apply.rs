@@ -25,11 +25,17 @@ pub(super) struct Wake {
     pub(super) flush: bool,
 }
 
+/// A flush that failed after its generation was taken: retried before anything else.
+pub(super) struct PendingFlush {
+    pub(super) gen: Arc<super::writecache::Generation>,
+    pub(super) seq: u64,
+}
+
 /// The index log and what a failed flush left to retry; held while a flush or a merge
 /// records its result, which also serialises them.
 pub(super) struct Flusher {
     pub(super) log: IndexLog,
-    pub(super) pending: Option<super::checkpoint::PendingFlush>,
+    pub(super) pending: Option<PendingFlush>,
     /// Segments flushed since the last checkpoint: not synced, not in the manifest yet.
     pub(super) unsynced: Vec<Arc<super::index::segment::Segment>>,
     /// Ledger-state changes taken by flushes since the last checkpoint.

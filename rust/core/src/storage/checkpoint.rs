@@ -7,7 +7,7 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use super::apply::{Flusher, Shared};
+use super::apply::{Flusher, PendingFlush, Shared};
 use super::index::checkpoint_record;
 use super::index::segment::{IndexEntry, Segment, SegmentWriter};
 use super::journal::Mark;
@@ -15,12 +15,6 @@ use super::writecache::Generation;
 use super::Inner;
 use crate::error::Result;
 use crate::fs;
-
-/// A flush that failed after its generation was taken: retried before anything else.
-pub(super) struct PendingFlush {
-    gen: Arc<Generation>,
-    seq: u64,
-}
 
 impl Shared {
     /// Flushes the write cache to the entry logs and a new segment. `durable`: then also

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use super::segment::Block;
+use super::block::Block;
 
 const SHARDS: usize = 16;
 
@@ -132,7 +132,7 @@ impl BlockCache {
 mod tests {
     use super::*;
     use crate::storage::entrylog::Location;
-    use crate::storage::index::segment::IndexEntry;
+    use crate::storage::index::block::IndexEntry;
 
     fn block(n: usize) -> Arc<Block> {
         let mut entries = Vec::with_capacity(n);

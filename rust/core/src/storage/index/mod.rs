@@ -10,6 +10,7 @@
 //! first). Loading replays `index.log` up to its last complete checkpoint record. When the log
 //! outgrows the live state it is rewritten as one snapshot.
 
+mod block;
 pub mod cache;
 mod log;
 pub mod segment;

@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+pub use super::block::{Block, IndexEntry};
 use super::cache::{BlockCache, BlockKey};
 use crate::error::{Result, StorageError};
 use crate::fs;
@@ -45,38 +46,6 @@ const DIR_ENTRY_LEN: usize = 8 + 8 + 8 + 8 + 8 + 4 + 4;
 /// The file name of segment `seq`.
 pub fn segment_name(seq: u64) -> String {
     format!("{seq:x}.idx")
-}
-
-/// One indexed entry.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct IndexEntry {
-    pub ledger: u64,
-    pub entry: u64,
-    pub at: Location,
-}
-
-impl IndexEntry {
-    fn key(&self) -> (u64, u64) {
-        (self.ledger, self.entry)
-    }
-}
-
-/// A decoded block: its entries sorted by (ledger, entry).
-pub struct Block {
-    pub entries: Vec<IndexEntry>,
-}
-
-impl Block {
-    /// Memory a cached block is charged for.
-    pub fn charge(&self) -> usize {
-        self.entries.capacity() * std::mem::size_of::<IndexEntry>() + 64
-    }
-
-    fn find(&self, ledger: u64, entry: u64) -> Option<usize> {
-        self.entries
-            .binary_search_by(|e| e.key().cmp(&(ledger, entry)))
-            .ok()
-    }
 }
 
 /// Where a block is and which keys it holds (kept in memory for every block).
