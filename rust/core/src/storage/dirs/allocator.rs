@@ -33,10 +33,14 @@ fn fits(dir: &DirState, need: u64) -> bool {
     dir.usage.free_bytes >= need
 }
 
-/// The directory with the most available bytes in the highest tier that can take the log
-/// (ties: the first listed). Spreads space evenly; the default.
+/// The directory with the most available bytes in the highest tier that can take the log.
+/// Spreads space evenly; the default. Ties (directories on one file system report the same free
+/// space) go to each of the tied directories in turn, so logs still spread over them.
 #[derive(Debug, Default)]
-pub struct MaxFreeAllocator;
+pub struct MaxFreeAllocator {
+    /// Rotates where the scan for the maximum starts, which breaks ties in turn.
+    next: usize,
+}
 
 impl Allocator for MaxFreeAllocator {
     fn choose(
@@ -46,9 +50,14 @@ impl Allocator for MaxFreeAllocator {
         reviewer: &mut dyn Reviewer,
     ) -> Option<usize> {
         for tier in tiers(dirs) {
+            let members: Vec<usize> = (0..dirs.len()).filter(|&i| dirs[i].tier == tier).collect();
+            let n = members.len();
+            let start = self.next % n;
             let mut best: Option<usize> = None;
-            for (i, d) in dirs.iter().enumerate() {
-                if d.tier != tier || !fits(d, need) {
+            for k in 0..n {
+                let i = members[(start + k) % n];
+                let d = &dirs[i];
+                if !fits(d, need) {
                     continue;
                 }
                 if best.is_some_and(|b| dirs[b].usage.free_bytes >= d.usage.free_bytes) {
@@ -59,6 +68,7 @@ impl Allocator for MaxFreeAllocator {
                 }
             }
             if best.is_some() {
+                self.next = self.next.wrapping_add(1);
                 return best;
             }
         }
@@ -138,7 +148,7 @@ impl Allocator for RoundRobinAllocator {
 /// The allocator named `name` (`entryLogAllocatorClass`, with or without a package prefix).
 pub fn by_name(name: &str) -> Option<Box<dyn Allocator>> {
     match name.rsplit('.').next().unwrap_or(name) {
-        "MaxFreeAllocator" => Some(Box::new(MaxFreeAllocator)),
+        "MaxFreeAllocator" => Some(Box::<MaxFreeAllocator>::default()),
         "GreedyAllocator" => Some(Box::new(GreedyAllocator)),
         "RoundRobinAllocator" => Some(Box::<RoundRobinAllocator>::default()),
         _ => None,

@@ -51,19 +51,24 @@ proptest! {
     fn max_free_takes_the_most_free_directory_of_the_top_tier_that_fits(
         dirs in dirs_strategy(), need in 0u64..1000,
     ) {
-        let chosen = MaxFreeAllocator.choose(&dirs, need, &mut AcceptingReviewer);
-        match top_fitting_tier(&dirs, need) {
-            None => prop_assert_eq!(chosen, None),
-            Some(tier) => {
-                let i = chosen.expect("a directory fits");
-                prop_assert_eq!(dirs[i].tier, tier);
-                let most = dirs.iter().filter(|d| d.tier == tier).map(|d| d.usage.free_bytes).max();
-                prop_assert_eq!(Some(dirs[i].usage.free_bytes), most);
-                // Ties go to the first listed.
-                let first = dirs.iter().position(|d| d.tier == tier && Some(d.usage.free_bytes) == most);
-                prop_assert_eq!(Some(i), first);
-            }
+        let mut max_free = MaxFreeAllocator::default();
+        let Some(tier) = top_fitting_tier(&dirs, need) else {
+            prop_assert_eq!(max_free.choose(&dirs, need, &mut AcceptingReviewer), None);
+            return Ok(());
+        };
+        let most = dirs.iter().filter(|d| d.tier == tier).map(|d| d.usage.free_bytes).max();
+        let tied: Vec<usize> = (0..dirs.len())
+            .filter(|&i| dirs[i].tier == tier && Some(dirs[i].usage.free_bytes) == most)
+            .collect();
+        let mut seen = std::collections::BTreeSet::new();
+        for _ in 0..dirs.len() {
+            let i = max_free.choose(&dirs, need, &mut AcceptingReviewer).expect("a directory fits");
+            prop_assert_eq!(dirs[i].tier, tier);
+            prop_assert_eq!(Some(dirs[i].usage.free_bytes), most);
+            seen.insert(i);
         }
+        // Tied directories each get their turn.
+        prop_assert_eq!(seen.into_iter().collect::<Vec<_>>(), tied);
     }
 
     #[test]
@@ -114,7 +119,7 @@ proptest! {
             .map(|(_, d)| d.clone())
             .collect();
         let mut allocators: Vec<Box<dyn Allocator>> = vec![
-            Box::new(MaxFreeAllocator),
+            Box::<MaxFreeAllocator>::default(),
             Box::new(GreedyAllocator),
             Box::<RoundRobinAllocator>::default(),
         ];
