@@ -91,16 +91,7 @@ def test_entries_survive_journal_and_entry_log_rollover(
 def test_entries_spread_over_several_journal_and_ledger_directories(
     tmp_path: Path, open_storage: OpenStorage
 ) -> None:
-    # Round robin: the default MaxFreeAllocator would pick the first of these directories every
-    # time, as they share one file system (equal free space).
-    config = storage_config(
-        tmp_path,
-        journals=2,
-        ledgers=3,
-        index=True,
-        logSizeLimit=1 * MIB,
-        entryLogAllocatorClass="RoundRobinAllocator",
-    )
+    config = storage_config(tmp_path, journals=2, ledgers=3, index=True, logSizeLimit=1 * MIB)
     ledgers, per_ledger = list(range(1, 9)), 100  # ~6.4 MB over 8 ledgers
     storage = open_storage(config)
     write_ledgers(storage, ledgers, per_ledger, batch=20)
