@@ -116,6 +116,16 @@ class BookieProcess:
                 pytest.fail(f"bookie not listening on {port} after {timeout_s}s:\n{self.stdout()}")
             time.sleep(0.05)
 
+    def wait_started(self, timeout_s: float = START_TIMEOUT_S) -> None:
+        """Until the bookie has finished starting (registered, "bookie serving" logged)."""
+        deadline = time.monotonic() + timeout_s
+        while "bookie serving bookie_id=" not in self.stdout():
+            if self.proc.poll() is not None:
+                pytest.fail(f"bookie exited ({self.proc.returncode}) while starting")
+            if time.monotonic() > deadline:
+                pytest.fail(f"bookie not started after {timeout_s}s:\n{self.stdout()[-3000:]}")
+            time.sleep(0.05)
+
     def wait(self, timeout_s: float) -> int:
         try:
             return self.proc.wait(timeout=timeout_s)

@@ -57,6 +57,9 @@ def test_sigterm_with_zookeeper_down_exits_within_the_shutdown_bound(
         )
         bookie = start_bookie("--conf", str(conf))
         bookie.wait_listening(port)
+        # Fully started (registered): the fault is a running bookie losing ZooKeeper. (Losing it
+        # during the start is another fault: the registration then waits for ZooKeeper.)
+        bookie.wait_started()
         with bookie_client() as client:
             for future in add_entries(client, address, range(0, 100)):
                 assert future.result(REQUEST_TIMEOUT_S) is None
