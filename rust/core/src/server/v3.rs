@@ -533,3 +533,38 @@ pub(crate) fn availability_encoding(ids: &[u64]) -> Vec<u8> {
     }
     out
 }
+
+#[cfg(test)]
+mod availability_tests {
+    use super::availability_encoding;
+    use crate::protocol::v3::availability_runs;
+    use proptest::prelude::*;
+
+    #[test]
+    fn no_entries_and_runs_read_back() {
+        assert_eq!(
+            availability_runs(&availability_encoding(&[])).unwrap(),
+            vec![]
+        );
+        let ids = [0, 1, 2, 5, 7, 8, 100];
+        assert_eq!(
+            availability_runs(&availability_encoding(&ids)).unwrap(),
+            vec![(0, 2), (5, 5), (7, 8), (100, 100)]
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn the_client_reads_the_entries_the_bookie_encodes(
+            ids in proptest::collection::btree_set(0u64..5_000, 0..300)
+        ) {
+            let ids: Vec<u64> = ids.into_iter().collect();
+            let runs = availability_runs(&availability_encoding(&ids)).unwrap();
+            let back: Vec<u64> = runs
+                .iter()
+                .flat_map(|&(a, b)| (a as u64)..=(b as u64))
+                .collect();
+            prop_assert_eq!(back, ids);
+        }
+    }
+}
