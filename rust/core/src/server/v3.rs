@@ -18,8 +18,9 @@ use crate::storage::LAST_ENTRY;
 /// The longest a long-poll read waits, whatever the request asks (BookKeeper bounds it by the
 /// client's timeout; a bound here keeps a misbehaving client from parking requests forever).
 const MAX_LONG_POLL: Duration = Duration::from_secs(120);
-/// How often a long-poll read looks at the ledger's LAC while it waits.
-const LONG_POLL_TICK: Duration = Duration::from_millis(2);
+/// How often a long-poll read looks at the ledger's LAC while it waits, besides when an add
+/// completes.
+const LONG_POLL_TICK: Duration = Duration::from_millis(50);
 
 fn send(outbox: &Outbox, r: Response, timed: Timed) {
     outbox.send(Reply::V3(r), timed);
@@ -268,7 +269,12 @@ fn long_poll(
     tokio::spawn(async move {
         let storage = out.shared().storage.clone();
         let deadline = tokio::time::Instant::now() + wait;
+        let waiter = super::LacWaiter::new(&out.shared().lac_watch);
         let known = loop {
+            // Registered before the LAC is read, so that an add completing in between wakes it.
+            let woken = waiter.notify().notified();
+            tokio::pin!(woken);
+            woken.as_mut().enable();
             match storage.last_add_confirmed(ledger as u64) {
                 Ok(lac) if lac > previous => break Ok(lac),
                 Ok(lac) if tokio::time::Instant::now() >= deadline => break Ok(lac),
@@ -276,8 +282,13 @@ fn long_poll(
                 Err(_) if tokio::time::Instant::now() >= deadline => break Ok(-1),
                 _ => {}
             }
-            tokio::time::sleep(LONG_POLL_TICK).await;
+            let tick = (tokio::time::Instant::now() + LONG_POLL_TICK).min(deadline);
+            tokio::select! {
+                _ = &mut woken => {}
+                _ = tokio::time::sleep_until(tick) => {}
+            }
         };
+        drop(waiter);
         let answer = match known {
             Err(status) => Err(status),
             Ok(lac) if piggyback && lac > previous => {
