@@ -293,6 +293,29 @@ class BookieClient:
         stored bytes or None)``. Raises IncorrectParameterException for a V2 client (a Java
         bookie would read the rest of a V2 connection as V3)."""
 
+    # The V3-only operations below raise IncorrectParameterException at once for a V2 client
+    # (useV2WireProtocol=true). Their futures fail with the bookie's status as its exception
+    # (e.g. NoSuchLedgerExistsException, BookieHandleNotAvailableException), or a timeout.
+    def read_lac(self, bookie: str, ledger_id: int) -> Future:
+        """V3 READ_LAC. Result: ``(explicit LAC body or None, last entry's stored bytes or
+        None)``; the LAC body is digest-packaged as the writer sent it with ``write_lac``."""
+
+    def write_lac(
+        self, bookie: str, ledger_id: int, lac: int, master_key: bytes, body: bytes
+    ) -> Future:
+        """V3 WRITE_LAC: the bookie keeps ``body`` (the digest-packaged LAC) as the ledger's
+        explicit LAC. Result: None. A fenced ledger fails with LedgerFencedException."""
+
+    def get_bookie_info(self, bookie: str) -> Future:
+        """V3 GET_BOOKIE_INFO. Result: ``(total disk capacity, free disk space)`` in bytes."""
+
+    def force_ledger(self, bookie: str, ledger_id: int) -> Future:
+        """V3 FORCE_LEDGER: the ledger's entries so far made durable. Result: None."""
+
+    def get_list_of_entries(self, bookie: str, ledger_id: int) -> Future:
+        """V3 GET_LIST_OF_ENTRIES_OF_LEDGER. Result: the entries the bookie holds, as
+        ascending inclusive runs ``[(first, last), ...]``."""
+
     def close(self) -> None:
         """Close all connections; pending requests fail. Idempotent."""
 

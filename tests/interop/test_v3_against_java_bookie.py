@@ -27,7 +27,9 @@ from v3_wire import (
     request,
 )
 
-from pybkx._core import DigestManager, master_key
+from pybkx import errors
+from pybkx._core import BookieClient, DigestManager, Future, master_key
+from pybkx.config import ClientConfig
 
 pytestmark = pytest.mark.interop
 
@@ -199,3 +201,58 @@ def test_a_long_poll_is_answered_by_an_add(pybkx_bookie: str) -> None:
     finally:
         writer.close()
         poller.close()
+
+
+def bookie_client_script(bookie: str, ledger: int) -> list[object]:
+    """pybkx's BookieClient V3-only operations against ``bookie``: what each answered."""
+
+    def outcome(fut: Future) -> object:
+        try:
+            return fut.result(10)
+        except errors.BKException as e:
+            return type(e).__name__
+
+    client = BookieClient(ClientConfig.of(useV2WireProtocol=False))
+    digest = DigestManager(ledger, PASSWORD, "CRC32C")
+    try:
+        seen: list[object] = [outcome(client.read_lac(bookie, ledger))]
+        for entry in (0, 1, 2, 5):
+            stored = digest.package(entry, entry - 1, 1, b"x")
+            client.add(bookie, ledger, entry, KEY, stored).result(10)
+        seen.append(outcome(client.get_list_of_entries(bookie, ledger)))
+        seen.append(outcome(client.force_ledger(bookie, ledger)))
+        lac_body = struct.pack(">qq", ledger, 2) + b"\0\0\0\0"
+        seen.append(outcome(client.write_lac(bookie, ledger, 2, KEY, lac_body)))
+        lac, last = client.read_lac(bookie, ledger).result(10)
+        seen.append(lac)
+        seen.append(digest.verify(last)[:2] if last is not None else None)
+        seen.append(outcome(client.get_list_of_entries(bookie, ledger + 1)))
+        total, free = client.get_bookie_info(bookie).result(10)
+        assert total >= free > 0
+        return seen
+    finally:
+        client.close()
+
+
+def test_bookie_client_v3_operations_agree_with_the_java_bookie(
+    java_bookie: str, pybkx_bookie: str
+) -> None:
+    ledger = 79_000 + threading.get_ident() % 1000
+    java = bookie_client_script(java_bookie, ledger)
+    assert java[0] == "NoSuchEntryException"  # the Java bookie's answer to a missing ledger
+    assert java[1] == [(0, 2), (5, 5)] and java[2] is None and java[3] is None
+    assert java[4] == struct.pack(">qq", ledger, 2) + b"\0\0\0\0"
+    assert java[5] == (5, 4)
+    assert bookie_client_script(pybkx_bookie, ledger) == java
+
+
+def test_bookie_client_refuses_v3_operations_on_a_v2_client(pybkx_bookie: str) -> None:
+
+    client = BookieClient(ClientConfig())
+    try:
+        with pytest.raises(errors.IncorrectParameterException, match="V3 request"):
+            client.get_bookie_info(pybkx_bookie)
+        with pytest.raises(errors.IncorrectParameterException, match="V3 request"):
+            client.read_lac(pybkx_bookie, 1)
+    finally:
+        client.close()

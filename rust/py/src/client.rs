@@ -28,6 +28,26 @@ impl ToPy for Reply {
                 let next = next.as_ref().map(|b| PyBytes::new(py, b));
                 (*lac, next).into_pyobject(py)?.into_any().unbind()
             }
+            Reply::Lac {
+                lac_body,
+                last_entry,
+            } => {
+                let lac_body = lac_body.as_ref().map(|b| PyBytes::new(py, b));
+                let last_entry = last_entry.as_ref().map(|b| PyBytes::new(py, b));
+                (lac_body, last_entry)
+                    .into_pyobject(py)?
+                    .into_any()
+                    .unbind()
+            }
+            Reply::Done => py.None(),
+            Reply::BookieInfo {
+                total_disk_capacity,
+                free_disk_space,
+            } => (*total_disk_capacity, *free_disk_space)
+                .into_pyobject(py)?
+                .into_any()
+                .unbind(),
+            Reply::EntryRuns(runs) => PyList::new(py, runs.iter().copied())?.into_any().unbind(),
         })
     }
 }
@@ -49,6 +69,19 @@ impl PyBookieClient {
         let client = self.inner.clone();
         py.detach(move || client.send(request, completer.into_done()));
         Ok(fut)
+    }
+}
+
+impl PyBookieClient {
+    /// Refuses a V3-only request on a V2 client: a bookie reads a connection as V2 for good
+    /// after its first V2 frame (and as V3 after a V3 one), so the protocols never mix.
+    fn require_v3(&self, op: &str) -> PyResult<()> {
+        if self.inner.config().use_v2_wire_protocol {
+            return Err(crate::errors::IncorrectParameterException::new_err(
+                format!("{op} is a V3 request and this client speaks V2 (useV2WireProtocol=true)"),
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -161,6 +194,57 @@ impl PyBookieClient {
         let request = self
             .inner
             .long_poll_request(bookie, ledger_id, previous_lac, wait);
+        self.submit(py, request)
+    }
+
+    /// V3 READ_LAC: see `_core.pyi`.
+    fn read_lac(&self, py: Python<'_>, bookie: &str, ledger_id: i64) -> PyResult<Py<Future>> {
+        self.require_v3("READ_LAC")?;
+        let request = self.inner.read_lac_request(bookie, ledger_id);
+        self.submit(py, request)
+    }
+
+    /// V3 WRITE_LAC: see `_core.pyi`.
+    fn write_lac(
+        &self,
+        py: Python<'_>,
+        bookie: &str,
+        ledger_id: i64,
+        lac: i64,
+        master_key: &[u8],
+        body: &Bound<'_, PyAny>,
+    ) -> PyResult<Py<Future>> {
+        self.require_v3("WRITE_LAC")?;
+        let key = Bytes::copy_from_slice(master_key);
+        let request = self
+            .inner
+            .write_lac_request(bookie, ledger_id, lac, key, payload(body)?);
+        self.submit(py, request)
+    }
+
+    /// V3 GET_BOOKIE_INFO: see `_core.pyi`.
+    fn get_bookie_info(&self, py: Python<'_>, bookie: &str) -> PyResult<Py<Future>> {
+        self.require_v3("GET_BOOKIE_INFO")?;
+        let request = self.inner.bookie_info_request(bookie);
+        self.submit(py, request)
+    }
+
+    /// V3 FORCE_LEDGER: see `_core.pyi`.
+    fn force_ledger(&self, py: Python<'_>, bookie: &str, ledger_id: i64) -> PyResult<Py<Future>> {
+        self.require_v3("FORCE_LEDGER")?;
+        let request = self.inner.force_ledger_request(bookie, ledger_id);
+        self.submit(py, request)
+    }
+
+    /// V3 GET_LIST_OF_ENTRIES_OF_LEDGER: see `_core.pyi`.
+    fn get_list_of_entries(
+        &self,
+        py: Python<'_>,
+        bookie: &str,
+        ledger_id: i64,
+    ) -> PyResult<Py<Future>> {
+        self.require_v3("GET_LIST_OF_ENTRIES_OF_LEDGER")?;
+        let request = self.inner.list_entries_request(bookie, ledger_id);
         self.submit(py, request)
     }
 

@@ -27,8 +27,9 @@ pub(super) enum Key {
     Add(i64, i64),
     Read(i64, i64),
     Batch(i64),
-    /// A V3 long-poll read, matched by its transaction id (its answer may name another entry).
-    Txn(u64),
+    /// A V3 request matched by its transaction id (a long-poll read, whose answer may name
+    /// another entry, and the V3-only operations), with the operation's name.
+    Txn(u64, &'static str),
 }
 
 impl Key {
@@ -37,7 +38,7 @@ impl Key {
             Key::Add(..) => "add",
             Key::Read(..) => "read",
             Key::Batch(_) => "batch read",
-            Key::Txn(_) => "long-poll read",
+            Key::Txn(_, op) => op,
         }
     }
 }
@@ -314,15 +315,12 @@ impl Conn {
             status: Status::from_v3_code(code),
         };
         let ok = v3::StatusCode::Eok as i32;
-        let txn = Key::Txn(resp.header.txn_id);
+        let txn = Key::Txn(resp.header.txn_id, v3_op_name(resp.header.operation));
         if self.pending.lock().contains_key(&txn) {
-            let result = match resp.read_response {
-                Some(read) if read.status == ok => Ok(Reply::LastAddConfirmed {
-                    lac: read.max_lac.unwrap_or(-1),
-                    next: read.body.filter(|b| !b.is_empty()),
-                }),
-                Some(read) => Err(failed("long-poll read", read.status)),
-                None => Err(failed("long-poll read", resp.status)),
+            let op = v3_op_name(resp.header.operation);
+            let result = match txn_reply(resp) {
+                Ok(reply) => Ok(reply),
+                Err(code) => Err(failed(op, code)),
             };
             return self.complete(txn, result);
         }
@@ -472,4 +470,63 @@ fn shut(conn: &Conn, out_rx: &mut mpsc::UnboundedReceiver<Frame>, err: ClientErr
     while let Ok(f) = out_rx.try_recv() {
         conn.release(f.size);
     }
+}
+
+/// The name of a V3 operation matched by transaction id (errors and timeouts name it).
+pub(super) fn v3_op_name(operation: i32) -> &'static str {
+    use v3::OperationType as Op;
+    match Op::try_from(operation) {
+        Ok(Op::ReadEntry) => "long-poll read",
+        Ok(Op::WriteLac) => "write LAC",
+        Ok(Op::ReadLac) => "read LAC",
+        Ok(Op::GetBookieInfo) => "get bookie info",
+        Ok(Op::ForceLedger) => "force ledger",
+        Ok(Op::GetListOfEntriesOfLedger) => "list entries",
+        _ => "V3 request",
+    }
+}
+
+/// The reply to a request matched by transaction id, or the failing status code (the
+/// operation's own status, else the response's).
+fn txn_reply(resp: v3::pb::Response) -> Result<Reply, i32> {
+    let ok = v3::StatusCode::Eok as i32;
+    let check = |status: i32| if status == ok { Ok(()) } else { Err(status) };
+    if let Some(read) = resp.read_response {
+        check(read.status)?;
+        return Ok(Reply::LastAddConfirmed {
+            lac: read.max_lac.unwrap_or(-1),
+            next: read.body.filter(|b| !b.is_empty()),
+        });
+    }
+    if let Some(r) = resp.read_lac_response {
+        check(r.status)?;
+        return Ok(Reply::Lac {
+            lac_body: r.lac_body.filter(|b| !b.is_empty()),
+            last_entry: r.last_entry_body.filter(|b| !b.is_empty()),
+        });
+    }
+    if let Some(r) = resp.write_lac_response {
+        check(r.status)?;
+        return Ok(Reply::Done);
+    }
+    if let Some(r) = resp.force_ledger_response {
+        check(r.status)?;
+        return Ok(Reply::Done);
+    }
+    if let Some(r) = resp.get_bookie_info_response {
+        check(r.status)?;
+        return Ok(Reply::BookieInfo {
+            total_disk_capacity: r.total_disk_capacity.unwrap_or(0),
+            free_disk_space: r.free_disk_space.unwrap_or(0),
+        });
+    }
+    if let Some(r) = resp.get_list_of_entries_of_ledger_response {
+        check(r.status)?;
+        let bytes = r.availability_of_entries_of_ledger.unwrap_or_default();
+        return v3::availability_runs(&bytes)
+            .map(Reply::EntryRuns)
+            .map_err(|_| v3::StatusCode::Ebadreq as i32);
+    }
+    check(resp.status)?;
+    Err(v3::StatusCode::Ebadreq as i32)
 }

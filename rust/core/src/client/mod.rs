@@ -78,6 +78,22 @@ pub enum Reply {
         lac: i64,
         next: Option<Bytes>,
     },
+    /// READ_LAC's answer: the explicit LAC as written by WRITE_LAC (digest-packaged, as the
+    /// writer sent it) and the bookie's last entry (stored bytes), each when the bookie has it.
+    Lac {
+        lac_body: Option<Bytes>,
+        last_entry: Option<Bytes>,
+    },
+    /// WRITE_LAC and FORCE_LEDGER succeeded.
+    Done,
+    /// GET_BOOKIE_INFO's answer, in bytes.
+    BookieInfo {
+        total_disk_capacity: i64,
+        free_disk_space: i64,
+    },
+    /// GET_LIST_OF_ENTRIES_OF_LEDGER's answer: the entries the bookie holds, as ascending
+    /// inclusive runs `(first, last)`.
+    EntryRuns(Vec<(i64, i64)>),
 }
 
 pub type ReplyResult = Result<Reply, ClientError>;
@@ -253,10 +269,107 @@ impl BookieClient {
         });
         Outgoing {
             bookie: bookie.to_string(),
-            key: Key::Txn(txn),
+            key: Key::Txn(txn, "long-poll read"),
             chunks,
             timeout: self.cfg.read_timeout + wait,
         }
+    }
+
+    /// A V3-only request matched by its transaction id. Only for a V3 client (callers check
+    /// `config().use_v2_wire_protocol`), as [`Self::long_poll_request`].
+    fn txn_request(
+        &self,
+        bookie: &str,
+        op: v3::OperationType,
+        fill: impl FnOnce(&mut v3::pb::Request),
+        timeout: Duration,
+    ) -> Outgoing {
+        let header = self.v3_header(op, 0);
+        let txn = header.txn_id;
+        let mut req = v3::pb::Request {
+            header,
+            ..Default::default()
+        };
+        fill(&mut req);
+        Outgoing {
+            bookie: bookie.to_string(),
+            key: Key::Txn(txn, connection::v3_op_name(op as i32)),
+            chunks: self.v3_chunks(req),
+            timeout,
+        }
+    }
+
+    /// V3 READ_LAC: the ledger's explicit LAC and last entry on the bookie ([`Reply::Lac`]).
+    pub fn read_lac_request(&self, bookie: &str, ledger: i64) -> Outgoing {
+        self.txn_request(
+            bookie,
+            v3::OperationType::ReadLac,
+            |r| r.read_lac_request = Some(v3::pb::ReadLacRequest { ledger_id: ledger }),
+            self.cfg.read_timeout,
+        )
+    }
+
+    /// V3 WRITE_LAC: stores `lac` with its digest-packaged `body` ([`Reply::Done`]).
+    pub fn write_lac_request(
+        &self,
+        bookie: &str,
+        ledger: i64,
+        lac: i64,
+        master_key: Bytes,
+        body: Bytes,
+    ) -> Outgoing {
+        self.txn_request(
+            bookie,
+            v3::OperationType::WriteLac,
+            |r| {
+                r.write_lac_request = Some(v3::pb::WriteLacRequest {
+                    ledger_id: ledger,
+                    lac,
+                    master_key,
+                    body,
+                })
+            },
+            self.cfg.add_timeout,
+        )
+    }
+
+    /// V3 GET_BOOKIE_INFO asking for total and free disk space ([`Reply::BookieInfo`]).
+    pub fn bookie_info_request(&self, bookie: &str) -> Outgoing {
+        use v3::pb::get_bookie_info_request::Flags;
+        let requested = Flags::TotalDiskCapacity as i64 | Flags::FreeDiskSpace as i64;
+        self.txn_request(
+            bookie,
+            v3::OperationType::GetBookieInfo,
+            |r| {
+                r.get_bookie_info_request = Some(v3::pb::GetBookieInfoRequest {
+                    requested: Some(requested),
+                })
+            },
+            self.cfg.read_timeout,
+        )
+    }
+
+    /// V3 FORCE_LEDGER: the ledger's entries made durable ([`Reply::Done`]).
+    pub fn force_ledger_request(&self, bookie: &str, ledger: i64) -> Outgoing {
+        self.txn_request(
+            bookie,
+            v3::OperationType::ForceLedger,
+            |r| r.force_ledger_request = Some(v3::pb::ForceLedgerRequest { ledger_id: ledger }),
+            self.cfg.add_timeout,
+        )
+    }
+
+    /// V3 GET_LIST_OF_ENTRIES_OF_LEDGER: the entries the bookie holds ([`Reply::EntryRuns`]).
+    pub fn list_entries_request(&self, bookie: &str, ledger: i64) -> Outgoing {
+        self.txn_request(
+            bookie,
+            v3::OperationType::GetListOfEntriesOfLedger,
+            |r| {
+                r.get_list_of_entries_of_ledger_request =
+                    Some(v3::pb::GetListOfEntriesOfLedgerRequest { ledger_id: ledger })
+            },
+            self.cfg.read_timeout,
+        )
     }
 
     /// A V3 request header with the next transaction id; V2's high-priority flag becomes the

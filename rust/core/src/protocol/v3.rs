@@ -235,6 +235,71 @@ pub fn encode_request(r: &pb::Request, out: &mut bytes::BytesMut) {
     let _ = r.encode(out);
 }
 
+/// Most runs [`availability_runs`] expands an answer into (a bound on what a bookie's answer
+/// can make the client allocate).
+pub const MAX_AVAILABILITY_RUNS: usize = 1 << 20;
+
+/// Reads BookKeeper's `AvailabilityOfEntriesOfLedger` bytes (see the server's encoder) into
+/// ascending inclusive runs of entry ids `(first, last)`. Malformed bytes, or more than
+/// [`MAX_AVAILABILITY_RUNS`] runs, are an error.
+pub fn availability_runs(bytes: &[u8]) -> Result<Vec<(i64, i64)>> {
+    const HEADER_LEN: usize = 64;
+    const GROUP_LEN: usize = 24;
+    let bad = |why: &str| ProtocolError::BadV3Message(format!("entry availability: {why}"));
+    if bytes.len() < HEADER_LEN {
+        return Err(ProtocolError::Truncated {
+            what: "entry availability header",
+            need: HEADER_LEN,
+            have: bytes.len(),
+        });
+    }
+    let i32_at =
+        |at: usize| i32::from_be_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]);
+    let i64_at = |at: usize| {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&bytes[at..at + 8]);
+        i64::from_be_bytes(b)
+    };
+    if i32_at(0) != 0 {
+        return Err(bad("unknown format version"));
+    }
+    let groups = usize::try_from(i32_at(4)).map_err(|_| bad("negative group count"))?;
+    if bytes.len() != HEADER_LEN + groups * GROUP_LEN {
+        return Err(bad("length does not match the group count"));
+    }
+    let mut runs: Vec<(i64, i64)> = Vec::new();
+    for g in 0..groups {
+        let at = HEADER_LEN + g * GROUP_LEN;
+        let (first, last) = (i64_at(at), i64_at(at + 8));
+        let (size, period) = (i64::from(i32_at(at + 16)), i64::from(i32_at(at + 20)));
+        if first < 0 || last < first || size < 1 || period < 0 {
+            return Err(bad("malformed sequence group"));
+        }
+        if (period == 0 && last != first) || (period > 0 && (last - first) % period != 0) {
+            return Err(bad("sequence starts do not follow the period"));
+        }
+        let count = if period == 0 {
+            1
+        } else {
+            (last - first) / period + 1
+        };
+        if count as u64 > (MAX_AVAILABILITY_RUNS - runs.len()) as u64 {
+            return Err(bad("too many runs"));
+        }
+        for k in 0..count {
+            let start = first + k * period;
+            let end = start
+                .checked_add(size - 1)
+                .ok_or_else(|| bad("entry id overflow"))?;
+            if runs.last().is_some_and(|&(_, prev)| start <= prev) {
+                return Err(bad("runs not ascending"));
+            }
+            runs.push((start, end));
+        }
+    }
+    Ok(runs)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -333,6 +398,18 @@ mod tests {
             let body = Bytes::from(data);
             let _ = decode_request(body.clone());
             let _ = decode_response(body);
+        }
+
+        #[test]
+        fn reading_any_entry_availability_never_panics(
+            groups in 0i32..4,
+            tail in proptest::collection::vec(any::<u8>(), 0..120)
+        ) {
+            let mut bytes = vec![0u8; 64];
+            bytes[4..8].copy_from_slice(&groups.to_be_bytes());
+            bytes.extend_from_slice(&tail);
+            let _ = availability_runs(&bytes);
+            let _ = availability_runs(&tail);
         }
 
         #[test]

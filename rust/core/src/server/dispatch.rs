@@ -49,7 +49,14 @@ pub(super) fn add_entry(shared: &Shared, add: Add, reply: impl Fn() -> Done<Stat
         recovery,
     } = add;
     let done = |reply: Done<Status>| -> crate::storage::journal::Completion {
-        Box::new(move |r| reply(r.map_or_else(|e| status_of(&e), |_| Status::Ok)))
+        let watch = shared.lac_watch.if_waited();
+        Box::new(move |r| {
+            let ok = r.is_ok();
+            reply(r.map_or_else(|e| status_of(&e), |_| Status::Ok));
+            if let (true, Some(w)) = (ok, watch) {
+                w.advanced();
+            }
+        })
     };
     let storage = &shared.storage;
     let mut result = storage.try_add_entry(

@@ -158,6 +158,53 @@ pub(crate) struct Shared {
     /// Open connections; the server waits for them to drain on stop.
     live: AtomicUsize,
     drained: tokio::sync::Notify,
+    /// Wakes long-poll reads when adds complete.
+    lac_watch: Arc<LacWatch>,
+}
+
+/// Long-poll reads waiting for a ledger's LAC to pass what they asked: each add that completes
+/// while some wait wakes them to look again (they also look every `LONG_POLL_TICK`, which
+/// covers an add submitted just before a read began to wait). Their number is bounded by the
+/// read slots they hold (`maxPendingReadRequestsPerThread`).
+#[derive(Default)]
+pub(crate) struct LacWatch {
+    waiting: AtomicUsize,
+    notify: tokio::sync::Notify,
+}
+
+impl LacWatch {
+    /// This watch if some long-poll read waits now (an add completing later wakes them).
+    fn if_waited(self: &Arc<Self>) -> Option<Arc<Self>> {
+        (self.waiting.load(std::sync::atomic::Ordering::Relaxed) > 0).then(|| self.clone())
+    }
+
+    fn advanced(&self) {
+        self.notify.notify_waiters();
+    }
+}
+
+/// A long-poll read counted as waiting while it lives.
+pub(crate) struct LacWaiter(Arc<LacWatch>);
+
+impl LacWaiter {
+    fn new(watch: &Arc<LacWatch>) -> Self {
+        watch
+            .waiting
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        LacWaiter(watch.clone())
+    }
+
+    fn notify(&self) -> &tokio::sync::Notify {
+        &self.0.notify
+    }
+}
+
+impl Drop for LacWaiter {
+    fn drop(&mut self) {
+        self.0
+            .waiting
+            .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 impl Shared {
@@ -198,6 +245,7 @@ impl BookieServer {
             stats: ServerStats::default(),
             live: AtomicUsize::new(0),
             drained: tokio::sync::Notify::new(),
+            lac_watch: Arc::default(),
         });
         let (stop_tx, stop_rx) = watch::channel(false);
         let connections: Arc<Mutex<HashMap<u64, JoinHandle<()>>>> = Arc::default();

@@ -18,8 +18,9 @@ use crate::storage::LAST_ENTRY;
 /// The longest a long-poll read waits, whatever the request asks (BookKeeper bounds it by the
 /// client's timeout; a bound here keeps a misbehaving client from parking requests forever).
 const MAX_LONG_POLL: Duration = Duration::from_secs(120);
-/// How often a long-poll read looks at the ledger's LAC while it waits.
-const LONG_POLL_TICK: Duration = Duration::from_millis(2);
+/// How often a long-poll read looks at the ledger's LAC while it waits, besides when an add
+/// completes.
+const LONG_POLL_TICK: Duration = Duration::from_millis(50);
 
 fn send(outbox: &Outbox, r: Response, timed: Timed) {
     outbox.send(Reply::V3(r), timed);
@@ -268,7 +269,12 @@ fn long_poll(
     tokio::spawn(async move {
         let storage = out.shared().storage.clone();
         let deadline = tokio::time::Instant::now() + wait;
+        let waiter = super::LacWaiter::new(&out.shared().lac_watch);
         let known = loop {
+            // Registered before the LAC is read, so that an add completing in between wakes it.
+            let woken = waiter.notify().notified();
+            tokio::pin!(woken);
+            woken.as_mut().enable();
             match storage.last_add_confirmed(ledger as u64) {
                 Ok(lac) if lac > previous => break Ok(lac),
                 Ok(lac) if tokio::time::Instant::now() >= deadline => break Ok(lac),
@@ -276,8 +282,13 @@ fn long_poll(
                 Err(_) if tokio::time::Instant::now() >= deadline => break Ok(-1),
                 _ => {}
             }
-            tokio::time::sleep(LONG_POLL_TICK).await;
+            let tick = (tokio::time::Instant::now() + LONG_POLL_TICK).min(deadline);
+            tokio::select! {
+                _ = &mut woken => {}
+                _ = tokio::time::sleep_until(tick) => {}
+            }
         };
+        drop(waiter);
         let answer = match known {
             Err(status) => Err(status),
             Ok(lac) if piggyback && lac > previous => {
@@ -532,4 +543,39 @@ pub(crate) fn availability_encoding(ids: &[u64]) -> Vec<u8> {
         out.extend_from_slice(&g.period.to_be_bytes());
     }
     out
+}
+
+#[cfg(test)]
+mod availability_tests {
+    use super::availability_encoding;
+    use crate::protocol::v3::availability_runs;
+    use proptest::prelude::*;
+
+    #[test]
+    fn no_entries_and_runs_read_back() {
+        assert_eq!(
+            availability_runs(&availability_encoding(&[])).unwrap(),
+            vec![]
+        );
+        let ids = [0, 1, 2, 5, 7, 8, 100];
+        assert_eq!(
+            availability_runs(&availability_encoding(&ids)).unwrap(),
+            vec![(0, 2), (5, 5), (7, 8), (100, 100)]
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn the_client_reads_the_entries_the_bookie_encodes(
+            ids in proptest::collection::btree_set(0u64..5_000, 0..300)
+        ) {
+            let ids: Vec<u64> = ids.into_iter().collect();
+            let runs = availability_runs(&availability_encoding(&ids)).unwrap();
+            let back: Vec<u64> = runs
+                .iter()
+                .flat_map(|&(a, b)| (a as u64)..=(b as u64))
+                .collect();
+            prop_assert_eq!(back, ids);
+        }
+    }
 }
