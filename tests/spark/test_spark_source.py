@@ -1,9 +1,9 @@
 """The ``pybkx`` Spark source with real Spark (local[2]) and real bookie processes: every entry
-exactly once and byte-identical, large ledgers split into partitions, filters on ``ledger_id``
-and ``entry_id`` pushed down (fewer partitions and fewer bytes read from the bookies), open
-ledgers read to their LAC without fencing the writer, DataFrames written into new ledgers and
-read back, bad options failing the query with a message naming the option or ledger; on the
-embedded store and on ZooKeeper."""
+exactly once and byte-identical, large ledgers split into partitions, the ``ledgers`` and
+``entries`` options narrowing the read (fewer partitions and fewer bytes read from the bookies),
+filters exact for every scan of a DataFrame, open ledgers read to their LAC without fencing the
+writer, DataFrames written into new ledgers and read back, bad options failing the query with a
+message naming the option or ledger; on the embedded store and on ZooKeeper."""
 
 from __future__ import annotations
 
@@ -23,7 +23,12 @@ from prometheus_client.parser import text_string_to_metric_families  # noqa: E40
 
 from pybkx.client import BookKeeper  # noqa: E402
 from pybkx.spark import spark_session  # noqa: E402
-from pybkx.spark.options import NAME_KEY, SourceOptions, parse_ledgers  # noqa: E402
+from pybkx.spark.options import (  # noqa: E402
+    NAME_KEY,
+    SourceOptions,
+    parse_entries,
+    parse_ledgers,
+)
 from pybkx.spark.reader import resolved  # noqa: E402
 from pybkx.tools.sandbox import Sandbox  # noqa: E402
 
@@ -108,19 +113,41 @@ def test_every_entry_once_and_byte_identical(
     assert got == want
 
 
-def test_filters_are_pushed_down(spark: Any, cluster: tuple[Sandbox, dict[int, int]]) -> None:
+def test_options_narrow_the_read_and_filters_stay_exact(
+    spark: Any, cluster: tuple[Sandbox, dict[int, int]]
+) -> None:
+    """``ledgers`` and ``entries`` narrow what is read (fewer partitions, fewer bytes from the
+    bookies); filters are evaluated by Spark on the rows read (never pushed down, see
+    test_scans_of_one_dataframe_do_not_share_pushed_filters)."""
     sandbox, sizes = cluster
     big = next(lid for lid, n in sizes.items() if n == 2500)
     df = read(spark, sandbox.metadata_uri, entriesPerPartition="1000")
     everything = bytes_read(sandbox)
     assert df.count() == sum(sizes.values())
     everything = bytes_read(sandbox) - everything
-    narrow = df.where(f"ledger_id = {big} and entry_id >= 2200")
+    filtered = df.where(f"ledger_id = {big} and entry_id >= 2200")
+    assert sorted(r.entry_id for r in filtered.collect()) == list(range(2200, 2500))
+    narrow = read(
+        spark, sandbox.metadata_uri, ledgers=str(big), entries="2200-", entriesPerPartition="1000"
+    )
     assert narrow.rdd.getNumPartitions() == 1
     before = bytes_read(sandbox)
     rows = narrow.collect()
     assert sorted(r.entry_id for r in rows) == list(range(2200, 2500))
+    assert all(bytes(r.payload) == payload(big, r.entry_id) for r in rows)
     assert bytes_read(sandbox) - before < everything / 5
+    # A bounded range past a ledger's end reads what exists.
+    ids = ",".join(str(i) for i in sizes)
+    counts = (
+        read(spark, sandbox.metadata_uri, ledgers=ids, entries="650-749")
+        .groupBy("ledger_id")
+        .count()
+    )
+    assert {r.ledger_id: r["count"] for r in counts.collect()} == {
+        lid: min(n, 750) - 650 for lid, n in sizes.items() if n > 650
+    }
+    # Nothing planned (past every ledger's end): PySpark reads a placeholder partition.
+    assert read(spark, sandbox.metadata_uri, ledgers=ids, entries="100000-").count() == 0
 
 
 def test_written_dataframes_read_back(spark: Any, cluster: tuple[Sandbox, dict[int, int]]) -> None:
@@ -172,6 +199,13 @@ def test_options_are_checked_before_any_spark_work() -> None:
     for bad in ("", "x", "5-3", "-1"):
         with pytest.raises(ValueError, match="ledgers"):
             parse_ledgers(bad)
+    assert parse_entries("7") == (7, 7)
+    assert parse_entries("10-20") == (10, 20)
+    assert parse_entries("10-") == (10, 2**63 - 1)
+    for bad in ("", "x", "5-3", "-1", "a-"):
+        with pytest.raises(ValueError, match="entries"):
+            parse_entries(bad)
+    assert SourceOptions.parse({"ENTRIES": "3-4"}).entries == (3, 4)
     with pytest.raises(ValueError, match="E >= Qw >= Qa"):
         SourceOptions.parse({"ensembleSize": "2", "writeQuorumSize": "3"})
     options = SourceOptions.parse({})
@@ -357,3 +391,31 @@ spark.stop()
         )
         assert "COUNT 3000 3" in run.stdout, run.stdout[-2000:] + run.stderr[-3000:]
         assert "REFUSED True" in run.stdout, run.stdout[-2000:]
+
+
+def test_scans_of_one_dataframe_do_not_share_pushed_filters(
+    spark: Any, cluster: tuple[Sandbox, dict[int, int]]
+) -> None:
+    """Spark keeps the read plan of a Python source on the loaded DataFrame's source object and
+    reuses it for the DataFrame's other scans (PySpark 4.1 to 4.3): a plan narrowed by one
+    scan's filters must never answer another scan. Every count here is checked against the
+    rows Spark itself filters from a full read."""
+    sandbox, sizes = cluster
+    total = sum(sizes.values())
+    big = next(lid for lid, n in sizes.items() if n == 2500)
+    ids = ",".join(str(i) for i in sizes)
+    df = read(spark, sandbox.metadata_uri, ledgers=ids, entriesPerPartition="1000")
+    assert df.where("entry_id < 10").count() == 10 * len(sizes)
+    assert df.count() == total
+    assert df.where("entry_id >= 2490").count() == 10
+    assert df.where(f"ledger_id = {big}").count() == 2500
+    # Two differently filtered scans of one source in one query.
+    both = df.where("entry_id < 10").union(df.where("entry_id >= 2490"))
+    assert both.count() == 10 * len(sizes) + 10
+    joined = (
+        df.where("entry_id < 5")
+        .alias("a")
+        .join(df.where("entry_id >= 2495").alias("b"), "ledger_id")
+    )
+    assert joined.count() == 5 * 5
+    assert df.count() == total

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-__all__ = ["SourceOptions", "parse_ledgers"]
+__all__ = ["SourceOptions", "parse_entries", "parse_ledgers"]
 
 #: Entries one partition reads at most (a large ledger is split into ranges of this many).
 DEFAULT_ENTRIES_PER_PARTITION = 100_000
@@ -21,6 +21,7 @@ NAME_KEY = "pybkx.spark.name"
 _KNOWN = {
     "metadataserviceuri",
     "ledgers",
+    "entries",
     "password",
     "entriesperpartition",
     "entriesperbatch",
@@ -57,6 +58,26 @@ def parse_ledgers(spec: str) -> list[int]:
     return sorted(ids)
 
 
+#: The last entry id a range without an end reaches.
+LAST_ENTRY_ID = 2**63 - 1
+
+
+def parse_entries(spec: str) -> tuple[int, int]:
+    """``"1000-1999"``, ``"1000-"`` (to the end) or ``"7"`` -> (first, last) entry ids,
+    inclusive. Raises ValueError naming the option."""
+    first, sep, last = spec.strip().partition("-")
+    try:
+        lo = int(first)
+        hi = (int(last) if last.strip() else LAST_ENTRY_ID) if sep else lo
+    except ValueError:
+        raise ValueError(
+            f"option 'entries': {spec!r} is not an entry id or a range a-b or a-"
+        ) from None
+    if lo < 0 or hi < lo:
+        raise ValueError(f"option 'entries': {spec!r} is not a range of entry ids >= 0")
+    return lo, hi
+
+
 def _positive(options: Mapping[str, str], key: str, default: int) -> int:
     raw = options.get(key.lower())
     if raw is None:
@@ -87,6 +108,7 @@ class SourceOptions:
     digest_type: str
     zk_timeout_ms: int
     name_prefix: str | None = None
+    entries: tuple[int, int] = (0, LAST_ENTRY_ID)
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -97,14 +119,15 @@ class SourceOptions:
         if unknown:
             raise ValueError(
                 f"unknown option(s) {unknown} for format 'pybkx'; known: "
-                "metadataServiceUri, ledgers, password, entriesPerPartition, entriesPerBatch, "
-                "recovery, name, namePrefix, ensembleSize, writeQuorumSize, ackQuorumSize, "
-                "digestType, zkTimeout"
+                "metadataServiceUri, ledgers, entries, password, entriesPerPartition, "
+                "entriesPerBatch, recovery, name, namePrefix, ensembleSize, writeQuorumSize, "
+                "ackQuorumSize, digestType, zkTimeout"
             )
         recovery = given.get("recovery", "false").lower()
         if recovery not in ("true", "false"):
             raise ValueError(f"option 'recovery' must be true or false, got {recovery!r}")
         spec = given.get("ledgers")
+        entries = given.get("entries")
         e = _positive(given, "ensembleSize", 3)
         qw = _positive(given, "writeQuorumSize", min(2, e))
         qa = _positive(given, "ackQuorumSize", min(2, qw))
@@ -126,4 +149,5 @@ class SourceOptions:
             digest_type=given.get("digesttype", "CRC32C"),
             zk_timeout_ms=_positive(given, "zkTimeout", 10_000),
             name_prefix=given.get("nameprefix"),
+            entries=parse_entries(entries) if entries is not None else (0, LAST_ENTRY_ID),
         )

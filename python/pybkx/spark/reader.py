@@ -1,33 +1,29 @@
 """Batch reads of ledgers for Spark: partitions planned on the driver (one per ledger, large
-ledgers split into entry ranges, pruned by pushed-down filters on ``ledger_id`` and
-``entry_id``), each read on an executor as Arrow record batches built by the Rust client (no
-Python object per entry). Open ledgers are read to their last add confirmed without fencing,
-unless the ``recovery`` option asks to recover them first."""
+ledgers split into entry ranges, narrowed by the ``ledgers`` and ``entries`` options), each read
+on an executor as Arrow record batches built by the Rust client (no Python object per entry).
+Open ledgers are read to their last add confirmed without fencing, unless the ``recovery``
+option asks to recover them first.
+
+No filter is pushed down: PySpark (4.1 to 4.3) keeps the partitions and read function planned
+while pushing down one scan's filters on the loaded DataFrame's data source, and uses them for
+every other scan of that DataFrame (a later unfiltered ``count()``, the other side of a union or
+self-join), so a plan narrowed by filters would silently drop rows there. Spark evaluates the
+filters on the rows read; the options narrow what is read, for the whole DataFrame."""
 
 from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from pyspark.sql.datasource import (
-    DataSourceReader,
-    EqualTo,
-    Filter,
-    GreaterThan,
-    GreaterThanOrEqual,
-    In,
-    InputPartition,
-    LessThan,
-    LessThanOrEqual,
-)
+from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from pybkx import errors
 from pybkx.client import BookKeeper
 from pybkx.spark.clients import client_for
-from pybkx.spark.options import SourceOptions
+from pybkx.spark.options import LAST_ENTRY_ID, SourceOptions
 
 if TYPE_CHECKING:
     import pyarrow
@@ -35,8 +31,6 @@ if TYPE_CHECKING:
 __all__ = ["EntryBounds", "LedgerRange", "LedgerReader", "plan_ranges"]
 
 logger = logging.getLogger(__name__)
-
-LEDGER, ENTRY = ("ledger_id",), ("entry_id",)
 
 
 class LedgerRange(InputPartition):
@@ -50,63 +44,19 @@ class LedgerRange(InputPartition):
         return f"LedgerRange(ledger {self.ledger_id}, entries {self.first}..{self.last})"
 
 
-@dataclass
+@dataclass(frozen=True)
 class EntryBounds:
-    """What pushed-down filters allow: ledger ids (None: any) and an inclusive id range for
-    each of ``ledger_id`` and ``entry_id``."""
+    """The inclusive range of entry ids to read in each ledger."""
 
-    ledgers: set[int] | None = None
-    ledger_min: int = 0
-    ledger_max: int = 2**63 - 1
     entry_min: int = 0
-    entry_max: int = 2**63 - 1
-    pushed: list[str] = field(default_factory=list)
-
-    def allows_ledger(self, ledger_id: int) -> bool:
-        in_set = self.ledgers is None or ledger_id in self.ledgers
-        return in_set and self.ledger_min <= ledger_id <= self.ledger_max
-
-    def take(self, f: Filter) -> bool:
-        """Narrow the bounds by ``f`` if it is an integer comparison on a key column."""
-        column = getattr(f, "attribute", None)
-        if column not in (LEDGER, ENTRY):
-            return False
-        is_ledger = column == LEDGER
-        if isinstance(f, In):
-            values = list(f.value)
-            if not is_ledger or not all(isinstance(v, int) for v in values):
-                return False
-            self._only(set(values))
-            self.pushed.append(f"{column[0]} IN {sorted(values)}")
-            return True
-        value = getattr(f, "value", None)
-        if not isinstance(value, int) or isinstance(value, bool):
-            return False
-        lo, hi = {
-            EqualTo: (value, value),
-            GreaterThan: (value + 1, 2**63 - 1),
-            GreaterThanOrEqual: (value, 2**63 - 1),
-            LessThan: (0, value - 1),
-            LessThanOrEqual: (0, value),
-        }.get(type(f), (None, None))
-        if lo is None or hi is None:
-            return False
-        if is_ledger:
-            self.ledger_min, self.ledger_max = max(self.ledger_min, lo), min(self.ledger_max, hi)
-        else:
-            self.entry_min, self.entry_max = max(self.entry_min, lo), min(self.entry_max, hi)
-        self.pushed.append(f"{column[0]} {type(f).__name__} {value}")
-        return True
-
-    def _only(self, ids: set[int]) -> None:
-        self.ledgers = ids if self.ledgers is None else self.ledgers & ids
+    entry_max: int = LAST_ENTRY_ID
 
 
 def plan_ranges(
     ledger_id: int, last: int, bounds: EntryBounds, per_partition: int
 ) -> list[LedgerRange]:
     """The partitions of one ledger whose entries ``0..last`` exist: entry ranges of at most
-    ``per_partition`` within the pushed-down bounds."""
+    ``per_partition`` within ``bounds`` (the ``entries`` option)."""
     first, end = max(0, bounds.entry_min), min(last, bounds.entry_max)
     return [
         LedgerRange(ledger_id, start, min(end, start + per_partition - 1))
@@ -115,17 +65,13 @@ def plan_ranges(
 
 
 class LedgerReader(DataSourceReader):
-    """Plans on the driver (``pushFilters``, ``partitions``), reads on executors (``read``)."""
+    """Plans on the driver (``partitions``), reads on executors (``read``). Takes no filters
+    (see the module's docstring): its plan depends on the options only."""
 
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
-        self.bounds = EntryBounds()
-
-    def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
-        """Take the comparisons on ``ledger_id`` and ``entry_id``; give back the others."""
-        for f in filters:
-            if not self.bounds.take(f):
-                yield f
+        first, last = options.entries
+        self.bounds = EntryBounds(first, last)
 
     def partitions(self) -> Sequence[InputPartition]:
         """One partition per entry range. Raises ValueError naming the ledger that cannot be
@@ -134,15 +80,14 @@ class LedgerReader(DataSourceReader):
         ids = self.options.ledgers if self.options.ledgers is not None else bk.list_ledgers()
         planned: list[LedgerRange] = []
         for ledger_id in ids:
-            if not self.bounds.allows_ledger(ledger_id):
-                continue
             last = self._last_entry(bk, ledger_id)
             planned += plan_ranges(ledger_id, last, self.bounds, self.options.entries_per_partition)
         logger.info(
-            "pybkx source: %d partitions over %d ledgers (pushed: %s)",
+            "pybkx source: %d partitions over %d ledgers (entries %d..%d)",
             len(planned),
             len({p.ledger_id for p in planned}),
-            ", ".join(self.bounds.pushed) or "none",
+            self.bounds.entry_min,
+            self.bounds.entry_max,
         )
         return planned
 
@@ -163,8 +108,11 @@ class LedgerReader(DataSourceReader):
             raise ValueError(f"{where} cannot be read: {type(exc).__name__}: {exc}") from None
 
     def read(self, partition: InputPartition) -> Iterator[pyarrow.RecordBatch]:
-        """The partition's entries as record batches of at most ``entriesPerBatch`` rows."""
-        assert isinstance(partition, LedgerRange)
+        """The partition's entries as record batches of at most ``entriesPerBatch`` rows; none
+        for the placeholder partition PySpark reads when ``partitions`` planned none."""
+        if not isinstance(partition, LedgerRange):
+            # PySpark reads one empty partition where none was planned (nothing to read).
+            return
         bk = client_for(self.options.uri, self.options.zk_timeout_ms)
         rh = bk.open_ledger(partition.ledger_id, self.options.password, recovery=False)
         if rh.last_add_confirmed < partition.last:

@@ -1,6 +1,5 @@
 """A Spark session ready for the ``pybkx`` source: the workers run this interpreter (so they
-import the same pybkx without the user exporting PYSPARK_PYTHON), filter pushdown for Python
-data sources is on, and the source is registered."""
+import the same pybkx without the user exporting PYSPARK_PYTHON) and the source is registered."""
 
 from __future__ import annotations
 
@@ -30,7 +29,6 @@ def spark_session(app: str = "pybkx", master: str = "local[*]", **conf: str) -> 
         .master(master)
         .config("spark.pyspark.python", sys.executable)
         .config("spark.pyspark.driver.python", sys.executable)
-        .config("spark.sql.python.filterPushdown.enabled", "true")
         .config("spark.ui.enabled", "false")
     )
     for key, value in conf.items():

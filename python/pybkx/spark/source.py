@@ -42,7 +42,10 @@ class LedgerDataSource(DataSource):
         return LedgerReader(self._options())
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return LedgerStreamReader(self._options())
+        options = self._options()
+        if options.entries != SourceOptions.parse({}).entries:
+            raise ValueError("option 'entries' is for batch reads: a stream reads every entry")
+        return LedgerStreamReader(options)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         if "payload" not in schema.fieldNames():
