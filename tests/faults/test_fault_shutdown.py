@@ -90,3 +90,68 @@ def test_sigterm_with_zookeeper_down_exits_within_the_shutdown_bound(
                 for entry_id in (0, 57, 99):
                     assert read_payload(client, address, entry_id) == payload(entry_id)
             assert second.stop() == 0
+
+
+@needs_server
+@pytest.mark.parametrize("ending", ["sigterm", "zk_timeout"])
+def test_a_start_waiting_for_a_paused_zookeeper_ends_in_bounded_time(
+    tmp_path: Path, start_bookie: Any, ending: str
+) -> None:
+    """ZooKeeper paused between the cookie check and the registration: the registration waits
+    (kazoo queues the request until it reconnects). A SIGTERM then stops the bookie within the
+    shutdown bound; without one, the start gives up after ``zkTimeout`` and exits non-zero."""
+    zk_dir = tmp_path / "zk"
+    zk_dir.mkdir()
+    with run_zookeeper(zk_dir) as (zk_address, zk_process):
+        uri = f"zk+hierarchical://{zk_address}/ledgers"
+        with open_metadata_store(uri) as store:
+            store.init_new_cluster()
+        port = free_port()
+        address = f"127.0.0.1:{port}"
+        zk_timeout_ms = 30_000 if ending == "sigterm" else 4000
+        conf = write_conf(
+            tmp_path,
+            port,
+            f"metadataServiceUri={uri}\nzkTimeout={zk_timeout_ms}\n"
+            f"bookieShutdownTimeoutMs={SHUTDOWN_TIMEOUT_MS}\n",
+        )
+        # A journal to replay widens the window between the cookie check and the registration.
+        first = start_bookie("--conf", str(conf))
+        first.wait_started()
+        with bookie_client() as client:
+            for future in add_entries(client, address, range(0, 3000)):
+                assert future.result(REQUEST_TIMEOUT_S) is None
+        first.proc.kill()
+        first.wait(10)
+
+        bookie = start_bookie("--conf", str(conf))
+        deadline = time.monotonic() + 30
+        while "cookie verified" not in bookie.stdout():
+            assert bookie.proc.poll() is None, bookie.stdout()[-3000:]
+            assert time.monotonic() < deadline, bookie.stdout()[-3000:]
+            time.sleep(0.002)
+        zk_process.send_signal(signal.SIGSTOP)
+        try:
+            bookie.wait_listening(port)
+            if ending == "sigterm":
+                time.sleep(0.5)  # the registration is waiting now
+                bookie.proc.send_signal(signal.SIGTERM)
+                code = bookie.wait(SHUTDOWN_TIMEOUT_MS / 1000 + EXIT_MARGIN_S)
+                log = bookie.stdout()
+                assert code == 0, f"{bookie.stderr()}\n{log[-3000:]}"
+                assert "start interrupted by a stop request" in log, log[-3000:]
+                assert "bookie stopped" in log
+            else:
+                code = bookie.wait(
+                    zk_timeout_ms / 1000 + SHUTDOWN_TIMEOUT_MS / 1000 + EXIT_MARGIN_S
+                )
+                log = bookie.stdout() + bookie.stderr()
+                assert code != 0, log[-3000:]
+                assert "no answer within zkTimeout" in log, log[-3000:]
+            assert "bookie registered" not in bookie.stdout()
+        finally:
+            zk_process.send_signal(signal.SIGCONT)
+        # Nothing acknowledged was lost: the journal was replayed and checkpointed on the way out.
+        with storage_of(conf) as storage:
+            for entry_id in (0, 1500, 2999):
+                assert storage.read_entry(LEDGER_ID, entry_id).endswith(payload(entry_id))

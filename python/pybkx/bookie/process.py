@@ -11,7 +11,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from types import FrameType, TracebackType
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from pybkx import errors
 from pybkx._core import BookieServer, LedgerStorage
@@ -33,6 +33,17 @@ DRAIN_TIMEOUT_MS = 10_000
 
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 _SIGNAL_POLL_S = 0.5
+#: The longest a failed start waits for the metadata store to close.
+_CLOSE_AFTER_FAILURE_S = 5.0
+#: How often a start waiting for the metadata store looks for a stop signal.
+_START_POLL_S = 0.05
+
+
+_T = TypeVar("_T")
+
+
+class _StartInterrupted(Exception):
+    """A stop signal arrived while the start waited for the metadata store."""
 
 
 class BookieError(Exception):
@@ -117,10 +128,9 @@ def _bounded(what: str, step: Callable[[], object], timeout_s: float) -> bool:
 
 
 def _close_store_quietly(store: MetadataStore) -> None:
-    try:
-        store.close()
-    except Exception as exc:
-        _event(logging.ERROR, "closing metadata store failed", error=f"{type(exc).__name__}: {exc}")
+    """Close after a failed start: bounded, logged (a store that stopped answering must not
+    keep the bookie from exiting)."""
+    _bounded("closing metadata store", store.close, _CLOSE_AFTER_FAILURE_S)
 
 
 class Bookie:
@@ -167,6 +177,8 @@ class Bookie:
         self._halt = threading.Event()
         self._halt_reason = ""
         self._in_run = False
+        # Set by run()'s signal handler: a start still waiting for the metadata store gives up.
+        self._start_cancel = threading.Event()
 
     # --- state
 
@@ -264,7 +276,11 @@ class Bookie:
             if port == 0:  # the cookie names the port: fix it now
                 port = _pick_port(host)
             bookie_id = self._identity(port)
-            store = self._join_cluster(uri, bookie_id)
+            try:
+                store = self._join_cluster(uri, bookie_id)
+            except _StartInterrupted:
+                _event(logging.WARNING, "start interrupted by a stop request (cookie not checked)")
+                return
         try:
             storage = self._open_storage()
             server = self._start_server(storage, host, port)
@@ -329,9 +345,14 @@ class Bookie:
         if registration_error is None and store is not None:
             with self._state_lock:
                 try:
-                    self._register(store, server.is_read_only())
+                    self._register(store, server.is_read_only(), during_start=True)
                 except BookieError as exc:
                     registration_error = exc
+                except _StartInterrupted:
+                    # run() stops the bookie next; the abandoned registration ends with the
+                    # store's session when stop() closes it.
+                    _event(logging.WARNING, "start interrupted by a stop request (not registered)")
+                    return
         if registration_error is not None:
             with contextlib.suppress(BookieError):
                 self.stop()
@@ -527,6 +548,7 @@ class Bookie:
         """
         stop_requested = threading.Event()
         received: list[str] = []
+        self._start_cancel.clear()
 
         def on_signal(signum: int, frame: FrameType | None) -> None:
             name = signal.Signals(signum).name
@@ -535,6 +557,7 @@ class Bookie:
                 return
             received.append(name)
             stop_requested.set()
+            self._start_cancel.set()
 
         previous = {sig: signal.signal(sig, on_signal) for sig in _STOP_SIGNALS}
         self._in_run = True
@@ -633,7 +656,9 @@ class Bookie:
                     f"metadataServiceUri/zkLedgersRootPath in {config.source}, or create the "
                     f"cluster with `pybkx shell initnewcluster --uri {uri}`"
                 )
-            check = check_and_stamp_cookie(store, config, bookie_id)
+            check = self._wait_for(
+                "cookie check", lambda: check_and_stamp_cookie(store, config, bookie_id)
+            )
         except errors.InvalidCookieException as exc:
             _close_store_quietly(store)
             raise BookieError(f"InvalidCookieException: {exc}") from None
@@ -654,19 +679,26 @@ class Bookie:
         )
         return store
 
-    def _register(self, store: MetadataStore, read_only: bool) -> None:
-        """Register (or move the registration of) this bookie. Raises BookieError."""
+    def _register(self, store: MetadataStore, read_only: bool, during_start: bool = False) -> None:
+        """Register (or move the registration of) this bookie. Raises BookieError.
+
+        ``during_start``: the call is bounded by ``zkTimeout`` (a store that stopped answering
+        would otherwise hold the start for ever: kazoo queues the request until it reconnects)
+        and a stop signal received meanwhile raises _StartInterrupted.
+        """
         bookie_id = self.bookie_id
         try:
             host, _, port = self.config.bookie_address(self.port).rpartition(":")
             info = BookieServiceInfo.for_address(host, int(port))
-            store.register_bookie(
-                bookie_id,
-                read_only,
-                BookieServiceInfo(
-                    endpoints=info.endpoints + self._endpoints, properties=info.properties
-                ),
+            service = BookieServiceInfo(
+                endpoints=info.endpoints + self._endpoints, properties=info.properties
             )
+            if during_start:
+                self._wait_for(
+                    "registration", lambda: store.register_bookie(bookie_id, read_only, service)
+                )
+            else:
+                store.register_bookie(bookie_id, read_only, service)
         except (ConfigError, errors.BKException) as exc:
             _event(
                 logging.ERROR,
@@ -687,6 +719,38 @@ class Bookie:
             read_only=read_only,
             metadata=store.uri,
         )
+
+    def _wait_for(self, what: str, step: Callable[[], _T]) -> _T:
+        """Run a metadata step of the start on a daemon thread and return its result; wait for
+        it at most ``zkTimeout``, looking for a stop signal meanwhile (the main thread's signal
+        handler runs while it waits). Raises BookieError on the timeout, _StartInterrupted on a
+        stop signal, or what ``step`` raised."""
+        timeout_ms = self.config.zk_timeout_ms
+        failure: list[BaseException] = []
+        result: list[_T] = []
+        done = threading.Event()
+
+        def run() -> None:
+            try:
+                result.append(step())
+            except BaseException as exc:
+                failure.append(exc)
+            finally:
+                done.set()
+
+        threading.Thread(target=run, name=f"pybkx-start-{what}", daemon=True).start()
+        deadline = time.monotonic() + timeout_ms / 1000.0
+        while not done.wait(_START_POLL_S):
+            if self._start_cancel.is_set():
+                raise _StartInterrupted(what)
+            if time.monotonic() >= deadline:
+                raise BookieError(
+                    f"{what} in the metadata store got no answer within zkTimeout ({timeout_ms} "
+                    "ms): is the metadata store reachable?"
+                )
+        if failure:
+            raise failure[0]
+        return result[0]
 
     def _open_storage(self) -> LedgerStorage:
         config = self.config

@@ -520,6 +520,49 @@ mod tests {
     }
 
     #[test]
+    fn a_stopping_server_answers_a_waiting_long_poll_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_storage, server) = test_bookie(dir.path());
+        let addr = server.local_addr().to_string();
+        let client = BookieClient::new(ClientConfig {
+            use_v2_wire_protocol: false,
+            ..client_config()
+        });
+        let key = Bytes::copy_from_slice(&master_key(b"pw"));
+        let dm = DigestManager::new(4, b"pw", DigestType::Crc32c);
+        let added = wait(|d| {
+            client.send(
+                client.add_request(&addr, 4, 0, key, dm.package(0, -1, 5, b"hello"), 0),
+                d,
+            )
+        });
+        assert_eq!(added, Ok(Reply::Added));
+        // Waits for an entry past 0 that never comes (up to a minute).
+        let (tx, rx) = std::sync::mpsc::channel();
+        client.send(
+            client.long_poll_request(&addr, 4, 0, Duration::from_secs(60)),
+            Box::new(move |r| {
+                let _ = tx.send(r);
+            }),
+        );
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(rx.try_recv().is_err(), "answered before the stop");
+        let stopping = std::time::Instant::now();
+        server.stop(Duration::from_secs(30));
+        // Before: the waiting read held its connection until the drain deadline (30 s here).
+        assert!(
+            stopping.elapsed() < Duration::from_secs(15),
+            "stop took {:?}",
+            stopping.elapsed()
+        );
+        let answer = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        assert!(
+            matches!(answer, Ok(Reply::LastAddConfirmed { .. })),
+            "{answer:?}"
+        );
+    }
+
+    #[test]
     fn add_read_batch_and_fence_through_a_real_server() {
         round_trips(true);
     }

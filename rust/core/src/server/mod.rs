@@ -170,6 +170,9 @@ pub(crate) struct Shared {
 pub(crate) struct LacWatch {
     waiting: AtomicUsize,
     notify: tokio::sync::Notify,
+    /// Set by `stop`: waiting reads answer with the LAC they know instead of holding their
+    /// connection (and the server's drain) until their deadline.
+    stopping: AtomicBool,
 }
 
 impl LacWatch {
@@ -179,6 +182,12 @@ impl LacWatch {
     }
 
     fn advanced(&self) {
+        self.notify.notify_waiters();
+    }
+
+    /// Wakes every waiting read for good (the server stops).
+    fn stop(&self) {
+        self.stopping.store(true, Ordering::SeqCst);
         self.notify.notify_waiters();
     }
 }
@@ -196,6 +205,11 @@ impl LacWaiter {
 
     fn notify(&self) -> &tokio::sync::Notify {
         &self.0.notify
+    }
+
+    /// True once the server stops: answer now.
+    fn stopping(&self) -> bool {
+        self.0.stopping.load(Ordering::SeqCst)
     }
 }
 
@@ -305,6 +319,7 @@ impl BookieServer {
             return;
         };
         let _ = self.stop_tx.send(true);
+        self.shared.lac_watch.stop();
         let Ok(rt) = runtime() else {
             return;
         };

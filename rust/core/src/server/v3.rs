@@ -275,11 +275,12 @@ fn long_poll(
             let woken = waiter.notify().notified();
             tokio::pin!(woken);
             woken.as_mut().enable();
+            // Past the deadline or stopping: answer with what is known now.
+            let now = waiter.stopping() || tokio::time::Instant::now() >= deadline;
             match storage.last_add_confirmed(ledger as u64) {
-                Ok(lac) if lac > previous => break Ok(lac),
-                Ok(lac) if tokio::time::Instant::now() >= deadline => break Ok(lac),
+                Ok(lac) if lac > previous || now => break Ok(lac),
                 Err(e) if !matches!(status_of(&e), Status::NoEntry) => break Err(status_of(&e)),
-                Err(_) if tokio::time::Instant::now() >= deadline => break Ok(-1),
+                Err(_) if now => break Ok(-1),
                 _ => {}
             }
             let tick = (tokio::time::Instant::now() + LONG_POLL_TICK).min(deadline);
