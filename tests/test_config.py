@@ -477,6 +477,7 @@ def test_storage_settings_carry_every_storage_key_and_no_server_key() -> None:
         "journalQueueSize",
         "journalPageCacheFlushIntervalMSec",
         "skipReplayJournalInvalidRecord",
+        "journalRemoveFromPageCache",
         "logSizeLimit",
         "writeBufferSizeBytes",
         "flushInterval",

@@ -147,7 +147,6 @@ _GROUPS: Final[tuple[tuple[str, tuple[str, ...]], ...]] = (
             "journalChannelProvider",
             "journalFormatVersionToWrite",
             "journalMaxMemorySizeMb",
-            "journalRemoveFromPageCache",
             "journalReuseFiles",
             "journalWriteData",
         ),

@@ -207,6 +207,10 @@ class ServerConfig(KeyedConfig):
     skip_replay_journal_invalid_record: bool = setting(
         "skipReplayJournalInvalidRecord", False, boolean, storage=True
     )
+    journal_remove_from_page_cache: bool = setting(
+        "journalRemoveFromPageCache", True, boolean, storage=True
+    )
+    """Drop synced journal pages from the page cache (8 MiB behind the synced end)."""
 
     # --- entry logs and checkpoints
     log_size_limit_bytes: int = setting(

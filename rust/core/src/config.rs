@@ -31,6 +31,8 @@ pub struct JournalConfig {
     pub queue_size: usize,
     pub page_cache_flush_interval: Duration,
     pub skip_replay_invalid_record: bool,
+    /// `journalRemoveFromPageCache`: drop synced journal pages from the page cache.
+    pub remove_from_page_cache: bool,
 }
 
 /// Everything `LedgerStorage::open` needs.

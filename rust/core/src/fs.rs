@@ -264,6 +264,33 @@ pub fn advise_will_need(file: &File, offset: u64, len: u64) {
     }
 }
 
+/// Tells the kernel the file's pages in `offset..offset + len` will not be read again
+/// (`posix_fadvise(DONTNEED)`): clean pages are dropped from the page cache at once. Advisory:
+/// failures are ignored.
+pub fn advise_dont_need(file: &File, offset: u64, len: u64) {
+    let (Ok(offset), Ok(len)) = (i64::try_from(offset), i64::try_from(len)) else {
+        return;
+    };
+    // SAFETY: plain syscall on an open descriptor owned by `file`; it reads no memory of ours.
+    unsafe {
+        libc::posix_fadvise(file.as_raw_fd(), offset, len, libc::POSIX_FADV_DONTNEED);
+    }
+}
+
+/// Starts writeback of the file's dirty pages in `offset..offset + len` without waiting for it
+/// (Linux `sync_file_range(SYNC_FILE_RANGE_WRITE)`). Not a durability barrier: it keeps a large
+/// writer's dirty data from piling up until a checkpoint's fsync has to write it all at once
+/// (stalling every other sync of the disk meanwhile). Advisory: failures are ignored.
+pub fn start_writeback(file: &File, offset: u64, len: u64) {
+    let (Ok(offset), Ok(len)) = (i64::try_from(offset), i64::try_from(len)) else {
+        return;
+    };
+    // SAFETY: plain syscall on an open descriptor owned by `file`; it reads no memory of ours.
+    unsafe {
+        libc::sync_file_range(file.as_raw_fd(), offset, len, libc::SYNC_FILE_RANGE_WRITE);
+    }
+}
+
 /// Cuts (or extends) the file to `len` bytes and syncs it.
 pub fn truncate_and_sync(file: &File, path: &Path, len: u64) -> Result<()> {
     checked(Op::Truncate, path, || {

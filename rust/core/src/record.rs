@@ -15,11 +15,21 @@ pub const MAX_RECORD_BODY: usize = 256 << 20;
 
 /// Appends one framed record to `out`: header, then the body parts in order.
 pub fn append_record(out: &mut Vec<u8>, parts: &[&[u8]]) {
+    append_record_with_crc(out, crc_of(parts), parts);
+}
+
+/// The CRC32C of the body made of `parts` in order.
+pub fn crc_of(parts: &[&[u8]]) -> u32 {
+    parts
+        .iter()
+        .fold(0u32, |crc, p| crc32c::crc32c_append(crc, p))
+}
+
+/// Appends one framed record whose body checksum `crc` (of `parts` in order) the caller already
+/// knows: the checksum of a large entry is computed once for journal and entry log.
+pub fn append_record_with_crc(out: &mut Vec<u8>, crc: u32, parts: &[&[u8]]) {
+    debug_assert_eq!(crc, crc_of(parts), "a record's checksum must be its body's");
     let len: usize = parts.iter().map(|p| p.len()).sum();
-    let mut crc = 0u32;
-    for p in parts {
-        crc = crc32c::crc32c_append(crc, p);
-    }
     out.reserve(RECORD_HEADER_LEN + len);
     out.extend_from_slice(&(len as u32).to_be_bytes());
     out.extend_from_slice(&crc.to_be_bytes());

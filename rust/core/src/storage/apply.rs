@@ -92,10 +92,11 @@ impl Applier for Shared {
                         ledger,
                         entry,
                         data,
+                        crc,
                     } => {
                         // In journal order with the other records: a delete later in the
                         // group must drop this entry, an add after a delete must survive it.
-                        active = self.cache.put(*ledger, *entry, data.clone());
+                        active = self.cache.put(*ledger, *entry, data.clone(), *crc);
                         let st = idx.get_or_create(*ledger, &no_key);
                         if let Some(lac) = piggybacked_lac(data) {
                             st.max_lac = st.max_lac.max(lac);

@@ -110,12 +110,14 @@ impl Shared {
     /// Writes a generation to the entry logs, sorted, and its index segment (not synced).
     fn write_generation(&self, gen: &Generation, seq: u64) -> Result<Arc<Segment>> {
         let mut locations = Vec::with_capacity(gen.entries());
-        self.entrylog
-            .append(gen.sorted().map(|(l, e, d)| (l, e, &d[..])), &mut locations)?;
+        self.entrylog.append_checked(
+            gen.sorted().map(|(l, e, d, crc)| (l, e, &d[..], crc)),
+            &mut locations,
+        )?;
         self.entrylog.flush()?;
         let dir = self.segments.dir().to_path_buf();
         let mut w = SegmentWriter::create(&dir, seq)?;
-        for ((ledger, entry, _), at) in gen.sorted().zip(locations) {
+        for ((ledger, entry, _, _), at) in gen.sorted().zip(locations) {
             w.push(IndexEntry { ledger, entry, at })?;
         }
         w.finish(false)?;

@@ -395,11 +395,7 @@ impl LedgerStorage {
             .ok
             .record(data.len() as u64);
         self.inner.stats.write_bytes.add(data.len() as u64);
-        let op = JournalOp::Entry {
-            ledger,
-            entry,
-            data,
-        };
+        let op = JournalOp::entry(ledger, entry, data);
         if wait_for_room {
             journal.submit(op, Some(key), done)
         } else {

@@ -16,17 +16,26 @@ const ENTRY_OVERHEAD: usize = 64;
 
 use super::IdMap;
 
+/// A cached entry and the checksum of its entry-log record body (computed once, on add).
+struct Cached {
+    data: Bytes,
+    crc: u32,
+}
+
 /// One generation of cached entries.
 #[derive(Default)]
 pub struct Generation {
-    ledgers: IdMap<BTreeMap<u64, Bytes>>,
+    ledgers: IdMap<BTreeMap<u64, Cached>>,
     bytes: usize,
     entries: usize,
 }
 
 impl Generation {
     fn get(&self, ledger: u64, entry: u64) -> Option<Bytes> {
-        self.ledgers.get(&ledger)?.get(&entry).cloned()
+        self.ledgers
+            .get(&ledger)?
+            .get(&entry)
+            .map(|c| c.data.clone())
     }
 
     pub fn bytes(&self) -> usize {
@@ -46,15 +55,15 @@ impl Generation {
         self.entries == 0
     }
 
-    /// Every entry, sorted by (ledger, entry).
-    pub fn sorted(&self) -> impl Iterator<Item = (u64, u64, &Bytes)> {
+    /// Every entry with its record checksum, sorted by (ledger, entry).
+    pub fn sorted(&self) -> impl Iterator<Item = (u64, u64, &Bytes, u32)> {
         let mut ledgers: Vec<u64> = self.ledgers.keys().copied().collect();
         ledgers.sort_unstable();
         ledgers.into_iter().flat_map(move |l| {
             self.ledgers
                 .get(&l)
                 .into_iter()
-                .flat_map(move |m| m.iter().map(move |(e, d)| (l, *e, d)))
+                .flat_map(move |m| m.iter().map(move |(e, c)| (l, *e, &c.data, c.crc)))
         })
     }
 }
@@ -88,13 +97,19 @@ impl WriteCache {
         }
     }
 
-    /// Adds an entry (replacing an earlier copy). Returns the active generation's bytes.
-    pub fn put(&self, ledger: u64, entry: u64, data: Bytes) -> usize {
+    /// Adds an entry (replacing an earlier copy); `crc` is the checksum of its entry-log record
+    /// body (`JournalOp::Entry`'s). Returns the active generation's bytes.
+    pub fn put(&self, ledger: u64, entry: u64, data: Bytes, crc: u32) -> usize {
         let mut g = self.gens.write();
         let a = &mut g.active;
         let len = data.len() + ENTRY_OVERHEAD;
-        match a.ledgers.entry(ledger).or_default().insert(entry, data) {
-            Some(old) => a.bytes -= old.len() + ENTRY_OVERHEAD,
+        match a
+            .ledgers
+            .entry(ledger)
+            .or_default()
+            .insert(entry, Cached { data, crc })
+        {
+            Some(old) => a.bytes -= old.data.len() + ENTRY_OVERHEAD,
             None => a.entries += 1,
         }
         a.bytes += len;
@@ -148,7 +163,10 @@ impl WriteCache {
         let mut g = self.gens.write();
         if let Some(m) = g.active.ledgers.remove(&ledger) {
             g.active.entries -= m.len();
-            g.active.bytes -= m.values().map(|d| d.len() + ENTRY_OVERHEAD).sum::<usize>();
+            g.active.bytes -= m
+                .values()
+                .map(|c| c.data.len() + ENTRY_OVERHEAD)
+                .sum::<usize>();
         }
     }
 
@@ -194,13 +212,13 @@ mod tests {
     #[test]
     fn generations_swap_flush_and_sort() {
         let c = WriteCache::new(100);
-        c.put(2, 1, Bytes::from_static(b"b1"));
-        c.put(1, 5, Bytes::from_static(b"a5"));
-        c.put(1, 3, Bytes::from_static(b"a3"));
+        c.put(2, 1, Bytes::from_static(b"b1"), 0);
+        c.put(1, 5, Bytes::from_static(b"a5"), 0);
+        c.put(1, 3, Bytes::from_static(b"a3"), 0);
         let gen = c.swap().unwrap();
         assert!(c.swap().is_none(), "one flush at a time");
-        c.put(1, 6, Bytes::from_static(b"a6"));
-        let order: Vec<(u64, u64)> = gen.sorted().map(|(l, e, _)| (l, e)).collect();
+        c.put(1, 6, Bytes::from_static(b"a6"), 0);
+        let order: Vec<(u64, u64)> = gen.sorted().map(|(l, e, _, _)| (l, e)).collect();
         assert_eq!(order, vec![(1, 3), (1, 5), (2, 1)]);
         assert_eq!(c.get(1, 3).as_deref(), Some(&b"a3"[..]));
         assert_eq!(c.entry_ids(1), vec![3, 5, 6]);

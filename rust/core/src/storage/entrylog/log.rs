@@ -36,7 +36,16 @@ pub(super) struct ActiveLog {
     pub(super) end: u64,
     pub(super) buf: Vec<u8>,
     pub(super) ledgers: LedgersMap,
+    /// Where the written bytes not yet handed to writeback start (see [`WRITEBACK_BYTES`]).
+    writeback_from: u64,
 }
+
+/// Written bytes of a log handed to the kernel's writeback at once, without waiting: the data
+/// goes to disk at a steady pace instead of piling up as dirty pages until the checkpoint's
+/// fdatasync writes them in one burst that stalls the journal's syncs behind it. Small, so that
+/// a journal sync never queues behind much of it (measured: 1 MiB kept 1 KiB adds' p99 where
+/// it was without writeback; 8 MiB doubled it).
+const WRITEBACK_BYTES: u64 = 1 << 20;
 
 impl ActiveLog {
     /// Creates log `id` in `dir` (synced, header included); returns it and a read handle.
@@ -64,6 +73,7 @@ impl ActiveLog {
                 end: FILE_HEADER_LEN as u64,
                 buf: Vec::with_capacity(write_buffer + (64 << 10)),
                 ledgers: LedgersMap::new(),
+                writeback_from: FILE_HEADER_LEN as u64,
             },
             reader,
         ))
@@ -79,6 +89,14 @@ impl ActiveLog {
         let at = self.end - self.buf.len() as u64;
         fs::write_all_at(&self.file, &self.path, &self.buf, at)?;
         self.buf.clear();
+        if self.end - self.writeback_from >= WRITEBACK_BYTES {
+            fs::start_writeback(
+                &self.file,
+                self.writeback_from,
+                self.end - self.writeback_from,
+            );
+            self.writeback_from = self.end;
+        }
         Ok(())
     }
 

@@ -25,7 +25,9 @@ pub use log::{read_ledgers_map, scan_entries};
 use crate::error::{Result, StorageError};
 use crate::fs;
 use crate::metrics::Counter;
-use crate::record::{append_record, be_u64, verify_record, FILE_HEADER_LEN, RECORD_HEADER_LEN};
+use crate::record::{
+    append_record_with_crc, be_u64, verify_record, FILE_HEADER_LEN, RECORD_HEADER_LEN,
+};
 use crate::storage::dirs::LedgerDirs;
 use log::ActiveLog;
 
@@ -112,9 +114,24 @@ impl EntryLogger {
         entries: impl IntoIterator<Item = (u64, u64, &'a [u8])>,
         out: &mut Vec<Location>,
     ) -> Result<()> {
+        self.append_checked(
+            entries
+                .into_iter()
+                .map(|(l, e, d)| (l, e, d, crate::storage::journal::entry_crc(l, e, d))),
+            out,
+        )
+    }
+
+    /// [`append`](Self::append) of entries whose record checksum (CRC32C of
+    /// `[ledger][entry][data]`) the caller already has: the journal computed it.
+    pub fn append_checked<'a>(
+        &self,
+        entries: impl IntoIterator<Item = (u64, u64, &'a [u8], u32)>,
+        out: &mut Vec<Location>,
+    ) -> Result<()> {
         let mut guard = self.active.lock();
         let mut written = 0u64;
-        for (ledger, entry, data) in entries {
+        for (ledger, entry, data, crc) in entries {
             let size = (ENTRY_RECORD_OVERHEAD + data.len()) as u64;
             let must_roll = match guard.as_ref() {
                 None => true,
@@ -131,8 +148,9 @@ impl EntryLogger {
                 return Err(StorageError::Closed);
             };
             let offset = log.end;
-            append_record(
+            append_record_with_crc(
                 &mut log.buf,
+                crc,
                 &[&ledger.to_be_bytes(), &entry.to_be_bytes(), data],
             );
             log.end += size;

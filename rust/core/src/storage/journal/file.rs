@@ -3,6 +3,7 @@
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::error::Result;
@@ -10,7 +11,8 @@ use crate::fs;
 use crate::record::{file_header, FILE_HEADER_LEN};
 
 pub(super) const JOURNAL_MAGIC: &[u8; 8] = b"PBKXJRNL";
-pub(super) const JOURNAL_VERSION: u32 = 1;
+/// Format 2: records put their kind last (see `op`); format 1 files are still replayed.
+pub(super) const JOURNAL_VERSION: u32 = 2;
 
 /// `<dir>/<hex id>.txn`, as BookKeeper names journal files.
 pub fn journal_path(dir: &Path, id: u64) -> PathBuf {
@@ -27,11 +29,30 @@ pub(super) struct JournalFile {
     pub(super) id: u64,
     pub(super) path: PathBuf,
     file: File,
+    /// Where the pages not yet dropped from the page cache start (`journalRemoveFromPageCache`).
+    dropped_to: AtomicU64,
 }
+
+/// Synced journal data within this distance of the synced end stays in the page cache (as
+/// BookKeeper keeps it): dropping right behind the writer could cut pages it still fills.
+const PAGE_CACHE_LAG: u64 = 8 << 20;
 
 impl JournalFile {
     pub(super) fn sync(&self) -> Result<()> {
         fs::fdatasync(&self.file, &self.path)
+    }
+
+    /// Drops the pages of data synced up to `synced_end` (less [`PAGE_CACHE_LAG`]) from the page
+    /// cache: a journal is only read again by a replay after a crash, and synced pages kept
+    /// cached push out entry-log pages that reads want (BookKeeper's
+    /// `journalRemoveFromPageCache`). Called by the sync thread only.
+    pub(super) fn drop_synced_pages(&self, synced_end: u64) {
+        let upto = synced_end.saturating_sub(PAGE_CACHE_LAG) & !4095;
+        let from = self.dropped_to.load(Ordering::Relaxed);
+        if upto > from {
+            fs::advise_dont_need(&self.file, from, upto - from);
+            self.dropped_to.store(upto, Ordering::Relaxed);
+        }
     }
 }
 
@@ -66,7 +87,12 @@ impl OpenJournal {
             &file_header(JOURNAL_MAGIC, JOURNAL_VERSION, id),
         )?;
         let mut open = OpenJournal {
-            file: Arc::new(JournalFile { id, path, file }),
+            file: Arc::new(JournalFile {
+                id,
+                path,
+                file,
+                dropped_to: AtomicU64::new(0),
+            }),
             written: FILE_HEADER_LEN as u64,
             preallocated: 0,
         };

@@ -23,7 +23,7 @@ use crossbeam_channel::{bounded, Receiver, Sender};
 use parking_lot::Mutex;
 
 pub use file::{journal_path, list_journal_ids};
-pub use op::JournalOp;
+pub use op::{entry_crc, JournalOp};
 pub use replay::{replay, scan_file, RecordInfo, ReplayEnd};
 
 use crate::config::JournalConfig;
@@ -276,6 +276,7 @@ impl Journal {
         let syncer = Syncer {
             index,
             sync_data: cfg.sync_data,
+            remove_from_page_cache: cfg.remove_from_page_cache,
             page_cache_flush_interval: cfg.page_cache_flush_interval,
             rx: sync_rx,
             applier,
@@ -431,11 +432,7 @@ mod tests {
     fn add(j: &Journal, ledger: u64, entry: u64, data: &[u8]) -> mpsc::Receiver<Result<()>> {
         let (tx, rx) = mpsc::channel();
         j.submit(
-            JournalOp::Entry {
-                ledger,
-                entry,
-                data: Bytes::copy_from_slice(data),
-            },
+            JournalOp::entry(ledger, entry, Bytes::copy_from_slice(data)),
             Some(Arc::from(&b"key"[..])),
             Box::new(move |r| {
                 let _ = tx.send(r);

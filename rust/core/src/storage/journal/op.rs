@@ -1,11 +1,17 @@
 //! Journal records: the mutations a journal carries and their byte encoding.
 //! It never reads or writes files.
+//!
+//! Format 2 (written now) puts the record kind last: `[ledger][fields...][kind]`, so that an
+//! entry record's body starts with exactly the body of its entry-log record
+//! (`[ledger][entry][data]`) and the journal's checksum extends the entry's own with one byte:
+//! a large entry is checksummed once, not once per file. Format 1 (kind first) is still
+//! replayed.
 
 use std::sync::Arc;
 
 use bytes::Bytes;
 
-use crate::record::{append_record, be_u64};
+use crate::record::{append_record, append_record_with_crc, be_u64, crc_of};
 
 const KIND_KEY: u8 = 1;
 const KIND_ENTRY: u8 = 2;
@@ -25,6 +31,10 @@ pub enum JournalOp {
         ledger: u64,
         entry: u64,
         data: Bytes,
+        /// CRC32C of `[ledger][entry][data]` (big-endian ids): the body checksum of the
+        /// entry's entry-log record, which the journal record's checksum extends. Made by
+        /// [`JournalOp::entry`].
+        crc: u32,
     },
     Fence {
         ledger: u64,
@@ -39,6 +49,17 @@ pub enum JournalOp {
 }
 
 impl JournalOp {
+    /// An entry record, its checksum computed here (on the caller's thread, not the journal's).
+    pub fn entry(ledger: u64, entry: u64, data: Bytes) -> JournalOp {
+        let crc = entry_crc(ledger, entry, &data);
+        JournalOp::Entry {
+            ledger,
+            entry,
+            data,
+            crc,
+        }
+    }
+
     pub fn ledger(&self) -> u64 {
         match self {
             JournalOp::Key { ledger, .. }
@@ -53,44 +74,53 @@ impl JournalOp {
         let before = out.len();
         match self {
             JournalOp::Key { ledger, key } => {
-                append_record(out, &[&[KIND_KEY], &ledger.to_be_bytes(), key])
+                append_record(out, &[&ledger.to_be_bytes(), key, &[KIND_KEY]])
             }
             JournalOp::Entry {
                 ledger,
                 entry,
                 data,
-            } => append_record(
+                crc,
+            } => append_record_with_crc(
                 out,
+                crc32c::crc32c_append(*crc, &[KIND_ENTRY]),
                 &[
-                    &[KIND_ENTRY],
                     &ledger.to_be_bytes(),
                     &entry.to_be_bytes(),
                     data,
+                    &[KIND_ENTRY],
                 ],
             ),
             JournalOp::Fence { ledger } => {
-                append_record(out, &[&[KIND_FENCE], &ledger.to_be_bytes()])
+                append_record(out, &[&ledger.to_be_bytes(), &[KIND_FENCE]])
             }
             JournalOp::Lac { ledger, lac } => {
-                append_record(out, &[&[KIND_LAC], &ledger.to_be_bytes(), lac])
+                append_record(out, &[&ledger.to_be_bytes(), lac, &[KIND_LAC]])
             }
             JournalOp::Delete { ledger } => {
-                append_record(out, &[&[KIND_DELETE], &ledger.to_be_bytes()])
+                append_record(out, &[&ledger.to_be_bytes(), &[KIND_DELETE]])
             }
         }
         debug_assert!(out.len() > before);
     }
 
-    pub(super) fn decode(body: &[u8]) -> std::result::Result<JournalOp, String> {
+    /// Decodes a record body of journal format `version` (1: kind first, 2: kind last).
+    pub(super) fn decode(body: &[u8], version: u32) -> std::result::Result<JournalOp, String> {
         if body.len() < 9 {
             return Err(format!(
                 "journal record of {} bytes is too short",
                 body.len()
             ));
         }
-        let ledger = be_u64(&body[1..9]);
-        let rest = &body[9..];
-        Ok(match body[0] {
+        // `ids_and_rest`: the record without its kind byte, starting with the ledger id.
+        let (kind, ids_and_rest) = if version >= 2 {
+            (body[body.len() - 1], &body[..body.len() - 1])
+        } else {
+            (body[0], &body[1..])
+        };
+        let ledger = be_u64(&ids_and_rest[0..8]);
+        let rest = &ids_and_rest[8..];
+        Ok(match kind {
             KIND_KEY => JournalOp::Key {
                 ledger,
                 key: Arc::from(rest),
@@ -99,6 +129,8 @@ impl JournalOp {
                 ledger,
                 entry: be_u64(&rest[0..8]),
                 data: Bytes::copy_from_slice(&rest[8..]),
+                // In both formats the ids and data lie together: `[ledger][entry][data]`.
+                crc: crc32c::crc32c(ids_and_rest),
             },
             KIND_FENCE => JournalOp::Fence { ledger },
             KIND_LAC => JournalOp::Lac {
@@ -118,5 +150,89 @@ impl JournalOp {
             JournalOp::Lac { .. } => "lac",
             JournalOp::Delete { .. } => "delete",
         }
+    }
+}
+
+/// CRC32C of an entry's `[ledger][entry][data]`: its entry-log record's body checksum.
+pub fn entry_crc(ledger: u64, entry: u64, data: &[u8]) -> u32 {
+    crc_of(&[&ledger.to_be_bytes(), &entry.to_be_bytes(), data])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::RECORD_HEADER_LEN;
+
+    fn ops() -> Vec<JournalOp> {
+        vec![
+            JournalOp::Key {
+                ledger: 7,
+                key: Arc::from(&b"secret"[..]),
+            },
+            JournalOp::entry(7, 3, Bytes::from_static(b"payload")),
+            JournalOp::entry(7, 4, Bytes::new()),
+            JournalOp::Fence { ledger: 7 },
+            JournalOp::Lac {
+                ledger: 7,
+                lac: Bytes::from_static(b"lac"),
+            },
+            JournalOp::Delete { ledger: 7 },
+        ]
+    }
+
+    fn same(a: &JournalOp, b: &JournalOp) -> bool {
+        format!("{a:?}") == format!("{b:?}")
+    }
+
+    #[test]
+    fn format_2_round_trips_and_entry_checksum_extends_the_entry_logs() {
+        for op in ops() {
+            let mut out = Vec::new();
+            op.encode(&mut out);
+            let body = &out[RECORD_HEADER_LEN..];
+            assert_eq!(crc32c::crc32c(body), be_u32_at(&out, 4), "{op:?}");
+            let back = JournalOp::decode(body, 2).unwrap();
+            assert!(same(&op, &back), "{op:?} -> {back:?}");
+            if let JournalOp::Entry {
+                ledger,
+                entry,
+                data,
+                crc,
+            } = &op
+            {
+                let mut log_record = Vec::new();
+                append_record(
+                    &mut log_record,
+                    &[&ledger.to_be_bytes(), &entry.to_be_bytes(), data],
+                );
+                assert_eq!(be_u32_at(&log_record, 4), *crc);
+                assert_eq!(&body[..body.len() - 1], &log_record[RECORD_HEADER_LEN..]);
+            }
+        }
+    }
+
+    #[test]
+    fn format_1_records_still_decode() {
+        let mut body = vec![KIND_ENTRY];
+        body.extend_from_slice(&9u64.to_be_bytes());
+        body.extend_from_slice(&2u64.to_be_bytes());
+        body.extend_from_slice(b"old");
+        let op = JournalOp::decode(&body, 1).unwrap();
+        assert!(same(
+            &op,
+            &JournalOp::entry(9, 2, Bytes::from_static(b"old"))
+        ));
+        let mut fence = vec![KIND_FENCE];
+        fence.extend_from_slice(&9u64.to_be_bytes());
+        assert!(matches!(
+            JournalOp::decode(&fence, 1).unwrap(),
+            JournalOp::Fence { ledger: 9 }
+        ));
+        assert!(JournalOp::decode(&[KIND_FENCE; 4], 2).is_err());
+        assert!(JournalOp::decode(&[0u8; 9], 2).is_err());
+    }
+
+    fn be_u32_at(buf: &[u8], at: usize) -> u32 {
+        u32::from_be_bytes([buf[at], buf[at + 1], buf[at + 2], buf[at + 3]])
     }
 }

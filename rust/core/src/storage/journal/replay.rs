@@ -8,7 +8,7 @@ use super::file::{journal_path, list_journal_ids, JOURNAL_MAGIC, JOURNAL_VERSION
 use super::{JournalOp, Mark};
 use crate::error::{IoContext, Result, StorageError};
 use crate::fs;
-use crate::record::{check_file_header, RecordReader, ScanEnd, FILE_HEADER_LEN};
+use crate::record::{be_u32, check_file_header, RecordReader, ScanEnd, FILE_HEADER_LEN};
 
 /// Where replay of one directory ended, and the id the next journal file must take.
 pub struct ReplayEnd {
@@ -60,6 +60,7 @@ pub fn replay(
                 path.display()
             )));
         }
+        let version = be_u32(&header[8..12]);
         let start = if *id == from.file_id {
             from.offset.max(FILE_HEADER_LEN as u64)
         } else {
@@ -74,7 +75,7 @@ pub fn replay(
             match reader.next_record()? {
                 Ok(rec) => {
                     let size = rec.size as usize;
-                    match JournalOp::decode(rec.body) {
+                    match JournalOp::decode(rec.body, version) {
                         Ok(op) => batch.push(op),
                         Err(why) => break ScanEnd::Torn(why),
                     }
@@ -140,13 +141,14 @@ pub fn scan_file(path: &Path) -> Result<(Vec<RecordInfo>, u64, String)> {
     std::io::Read::read_exact(&mut file, &mut header)
         .ctx(|| format!("reading the header of {}", path.display()))?;
     check_file_header(&header, JOURNAL_MAGIC, JOURNAL_VERSION, "journal")?;
+    let version = be_u32(&header[8..12]);
     let mut reader = RecordReader::new(file, FILE_HEADER_LEN as u64, path.display().to_string());
     let mut out = Vec::new();
     let reason = loop {
         match reader.next_record()? {
             Ok(rec) => {
                 let (offset, size) = (rec.offset, rec.size);
-                match JournalOp::decode(rec.body) {
+                match JournalOp::decode(rec.body, version) {
                     Ok(op) => out.push(RecordInfo {
                         offset,
                         size,

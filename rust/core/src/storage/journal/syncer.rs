@@ -15,6 +15,8 @@ use crate::metrics;
 pub(super) struct Syncer {
     pub(super) index: usize,
     pub(super) sync_data: bool,
+    /// `journalRemoveFromPageCache`: drop synced pages (see `JournalFile::drop_synced_pages`).
+    pub(super) remove_from_page_cache: bool,
     pub(super) page_cache_flush_interval: std::time::Duration,
     pub(super) rx: Receiver<Group>,
     pub(super) applier: Arc<dyn Applier>,
@@ -150,17 +152,21 @@ impl Syncer {
     fn make_durable(&mut self, groups: &[Group]) -> Result<()> {
         let mut synced: Option<&Arc<JournalFile>> = None;
         let mut entries = 0u64;
+        // The end of the last group written to `synced`.
+        let mut synced_end = 0u64;
         for g in groups {
             let changed_file = synced.is_none_or(|f| !Arc::ptr_eq(f, &g.file));
             if self.sync_data {
                 if changed_file {
                     if let Some(prev) = synced {
                         self.sync_file(prev, entries)?;
+                        self.after_sync(prev, synced_end);
                         entries = 0;
                     }
                     synced = Some(&g.file);
                 }
                 entries += g.entries;
+                synced_end = g.end;
             } else if let Some(prev) = &self.unsynced {
                 // Without per-group syncs, a journal is still synced once it is complete.
                 if !Arc::ptr_eq(prev, &g.file) {
@@ -173,8 +179,15 @@ impl Syncer {
         }
         if let Some(last) = synced {
             self.sync_file(last, entries)?;
+            self.after_sync(last, synced_end);
         }
         Ok(())
+    }
+
+    fn after_sync(&self, file: &JournalFile, synced_end: u64) {
+        if self.remove_from_page_cache {
+            file.drop_synced_pages(synced_end);
+        }
     }
 
     /// One timed fdatasync that made `entries` entries durable.
