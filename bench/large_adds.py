@@ -3,7 +3,8 @@
 
 Both bookies run with their journal and ledger directories on one disk and BookKeeper's
 group-commit defaults (bench.compare's settings); the load generator is pybkx's Rust V2 client.
-Each round measures the disk's sequential write + fdatasync limit, then the adds on each system
+Both systems first take ``--warmup`` adds that are not counted (the Java bookie's JIT
+compiles its hot paths: its first runs are up to twice as slow). Each round measures the disk's sequential write + fdatasync limit, then the adds on each system
 (order alternating between rounds). Reported per system: MB/s of payload, and the share of the
 disk limit counting both writes of every byte (journal and entry log); ratios are medians of the
 per-round pybkx/Java ratios. Never asserts on timings.
@@ -29,6 +30,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ledgers", type=int, default=16)
     parser.add_argument("--count", type=int, default=25_000, help="adds per run")
     parser.add_argument("--in-flight", type=int, default=1000)
+    parser.add_argument(
+        "--warmup",
+        type=int,
+        default=50_000,
+        help="adds sent to each system before the rounds, not counted (the JVM's JIT warms up)",
+    )
     parser.add_argument("--json", default=None, help="also write the figures to this file")
     args = parser.parse_args(argv)
 
@@ -38,6 +45,17 @@ def main(argv: list[str] | None = None) -> int:
         root = Path(tmp)
         with Progress(args.rounds * 2) as progress, cluster(root, progress) as bookies:
             runner = Runner(bookies, results, progress)
+            for b in bookies.values():
+                if args.warmup:
+                    runner.load(
+                        b,
+                        "add",
+                        ledger_id=b.ledgers(args.ledgers),
+                        ledgers=args.ledgers,
+                        count=args.warmup,
+                        payload_size=args.size,
+                        in_flight=args.in_flight,
+                    )
             for rnd in range(args.rounds):
                 disk = max(
                     machine.disk_write_fdatasync(root, chunk, 1.0).mb_per_s for chunk in DISK_CHUNKS
