@@ -3,10 +3,11 @@
 
 Both bookies run with their journal and ledger directories on one disk and BookKeeper's
 group-commit defaults (bench.compare's settings); the load generator is pybkx's Rust V2 client.
-Both systems first take ``--warmup`` adds that are not counted (the Java bookie's JIT
-compiles its hot paths: its first runs are up to twice as slow). Each round measures the disk's sequential write + fdatasync limit, then the adds on each system
-(order alternating between rounds). Reported per system: MB/s of payload, and the share of the
-disk limit counting both writes of every byte (journal and entry log); ratios are medians of the
+Both systems first take ``--warmup`` adds that are not counted (the Java bookie's JIT compiles
+its hot paths: its first runs are up to twice as slow). Each round measures the disk's
+sequential write + fdatasync limit, then the adds on each system (order alternating between
+rounds). Reported per system: MB/s of payload, CPU per entry, and the share of the disk limit
+counting both writes of every byte (journal and entry log); ratios are medians of the
 per-round pybkx/Java ratios. Never asserts on timings.
 """
 
