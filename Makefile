@@ -26,7 +26,7 @@ CARGO_TEST_ENV := LD_LIBRARY_PATH="$(PY_LIBDIR)$${LD_LIBRARY_PATH:+:$$LD_LIBRARY
 
 .PHONY: help venv deps build lint test demo bench bench-client bench-suite bench-compare bench-builds \
 	bench-metrics bench-striped bench-recovery bench-v3 bench-spark bench-storage-scale \
-	bench-cold-read bench-cold-read-java bench-gc bench-large-adds clean distclean
+	bench-cold-read bench-cold-read-java bench-gc bench-large-adds fuzz clean distclean
 
 help:
 	@echo "make demo   build everything, then run the cluster demo (pybkx demo)"
@@ -47,6 +47,7 @@ help:
 	@echo "make bench-gc       entry-log GC of 10,000 deleted ledgers; compaction vs disk speed"
 	@echo "make bench-large-adds   16 KiB adds over 16 ledgers beside the Java bookie and the disk"
 	@echo "make bench-spark    Spark reading ledgers vs the same rows in Parquet, one run"
+	@echo "make fuzz   the long fuzzing run of the wire decoders and file readers (rust/core/src/fuzz.rs)"
 	@echo "make venv | deps | build | lint | clean | distclean"
 
 venv: $(DEPS_STAMP)
@@ -174,6 +175,12 @@ bench-large-adds: venv deps build $(BENCH_STAMP)
 
 bench-cold-read-java: venv deps build $(BENCH_STAMP)
 	$(VPY) -m bench.cold_read_java $(BENCH_ARGS)
+
+# The long fuzzing run (the default test run does a short one). PYBKX_FUZZ_ITERATIONS,
+# PYBKX_FUZZ_TARGETS and PYBKX_FUZZ_SEED are passed through.
+fuzz: venv
+	$(CARGO_TEST_ENV) cargo test --release -p pybkx-core --all-features fuzz::tests::long_fuzz_run \
+	    -- --ignored --nocapture
 
 clean:
 	cargo clean

@@ -23,4 +23,6 @@ pub mod server;
 pub mod storage;
 
 #[cfg(test)]
+mod fuzz;
+#[cfg(test)]
 pub(crate) mod testing;

@@ -587,7 +587,7 @@ fn decode_auth_message(data: Bytes) -> Result<AuthMessage> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::protocol::{
         take_frame, DEFAULT_MAX_FRAME_SIZE, FLAG_RECOVERY_ADD, OP_GET_BOOKIE_INFO, OP_READ_LAC,
@@ -838,6 +838,37 @@ mod tests {
                 },
             }),
         ]
+    }
+
+    /// Encoded frames of requests and responses, made by the round-trip strategies with a fixed
+    /// seed: the fuzzer's starting points (crate::fuzz).
+    pub(crate) fn fuzz_seeds() -> Vec<Vec<u8>> {
+        use proptest::strategy::ValueTree;
+        use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
+        let rng = TestRng::from_seed(RngAlgorithm::ChaCha, &[7u8; 32]);
+        let mut runner = TestRunner::new_with_rng(Config::default(), rng);
+        let mut seeds = Vec::new();
+        for _ in 0..24 {
+            let mut out = BytesMut::new();
+            encode_request(
+                &arb_request().new_tree(&mut runner).unwrap().current(),
+                &mut out,
+            );
+            seeds.push(out.to_vec());
+            let mut frames = OutFrames::default();
+            encode_response(
+                &arb_response().new_tree(&mut runner).unwrap().current(),
+                &mut frames,
+            );
+            seeds.push(
+                frames
+                    .take()
+                    .iter()
+                    .flat_map(|c| c.iter().copied())
+                    .collect(),
+            );
+        }
+        seeds
     }
 
     fn arb_response() -> impl Strategy<Value = Response> {

@@ -301,9 +301,50 @@ pub fn availability_runs(bytes: &[u8]) -> Result<Vec<(i64, i64)>> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    /// Encoded request frames of several operations: the fuzzer's starting points (crate::fuzz).
+    pub(crate) fn fuzz_seeds() -> Vec<Vec<u8>> {
+        let reqs = [
+            pb::Request {
+                header: header(OperationType::ReadEntry, 1),
+                read_request: Some(pb::ReadRequest {
+                    ledger_id: 1,
+                    entry_id: -1,
+                    master_key: None,
+                    previous_lac: Some(3),
+                    time_out: Some(100),
+                    flag: None,
+                }),
+                ..Default::default()
+            },
+            pb::Request {
+                header: header(OperationType::AddEntry, 2),
+                add_request: Some(pb::AddRequest {
+                    ledger_id: 5,
+                    entry_id: 9,
+                    master_key: b"key".to_vec().into(),
+                    body: b"payload of an entry".to_vec().into(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            pb::Request {
+                header: header(OperationType::ReadLac, 3),
+                read_lac_request: Some(pb::ReadLacRequest { ledger_id: 5 }),
+                ..Default::default()
+            },
+        ];
+        reqs.iter()
+            .map(|r| {
+                let mut out = bytes::BytesMut::new();
+                encode_request(r, &mut out);
+                out.to_vec()
+            })
+            .collect()
+    }
 
     fn header(op: OperationType, txn: u64) -> BkPacketHeader {
         BkPacketHeader {

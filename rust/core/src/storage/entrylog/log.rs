@@ -23,6 +23,8 @@ const LOG_VERSION: u32 = 1;
 const MAP_OFFSET_AT: u64 = 24;
 /// Ledger id of the ledgers-map record; real ledger ids are non-negative i64.
 const MAP_MARKER: u64 = u64::MAX;
+/// The largest ledgers map read from a seal (a million ledgers); beyond it the log is scanned.
+const MAX_MAP_READ: u64 = 16 << 20;
 
 /// The log being appended to.
 pub(super) struct ActiveLog {
@@ -165,15 +167,19 @@ pub fn read_ledgers_map(path: &Path) -> Result<LedgersMap> {
             .metadata()
             .ctx(|| format!("reading the size of {}", path.display()))?
             .len();
-        let mut tail = vec![0u8; file_len.saturating_sub(map_offset) as usize];
-        let sealed = file
-            .read_exact_at(&mut tail, map_offset)
-            .ok()
-            .and_then(|_| {
+        // A damaged header may point anywhere: a map larger than this is not read whole.
+        let tail_len = file_len.saturating_sub(map_offset);
+        let sealed = (tail_len <= MAX_MAP_READ)
+            .then(|| {
+                let mut tail = vec![0u8; tail_len as usize];
+                file.read_exact_at(&mut tail, map_offset).ok()?;
                 let len = be_u32(tail.get(0..4)?) as usize;
-                let body = verify_record(tail.get(..RECORD_HEADER_LEN + len)?, String::new).ok()?;
-                (be_u64(&body[0..8]) == MAP_MARKER).then(|| decode_ledgers_map(&body[16..]))?
-            });
+                let end = RECORD_HEADER_LEN.checked_add(len)?;
+                let body = verify_record(tail.get(..end)?, String::new).ok()?;
+                (be_u64(body.get(0..8)?) == MAP_MARKER)
+                    .then(|| decode_ledgers_map(body.get(16..)?))?
+            })
+            .flatten();
         if let Some(map) = sealed {
             return Ok(map);
         }
