@@ -26,7 +26,7 @@ CARGO_TEST_ENV := LD_LIBRARY_PATH="$(PY_LIBDIR)$${LD_LIBRARY_PATH:+:$$LD_LIBRARY
 
 .PHONY: help venv deps build lint test demo bench bench-client bench-suite bench-compare bench-builds \
 	bench-metrics bench-striped bench-recovery bench-v3 bench-spark bench-storage-scale \
-	bench-cold-read bench-cold-read-java bench-gc bench-large-adds fuzz clean distclean
+	bench-cold-read bench-cold-read-java bench-gc bench-large-adds bench-sustained-adds fuzz clean distclean
 
 help:
 	@echo "make demo   build everything, then run the cluster demo (pybkx demo)"
@@ -46,6 +46,7 @@ help:
 	@echo "make bench-cold-read-java the same over the wire beside the Java DbLedgerStorage"
 	@echo "make bench-gc       entry-log GC of 10,000 deleted ledgers; compaction vs disk speed"
 	@echo "make bench-large-adds   16 KiB adds over 16 ledgers beside the Java bookie and the disk"
+	@echo "make bench-sustained-adds  many runs of adds back to back on one bookie, each reported"
 	@echo "make bench-spark    Spark reading ledgers vs the same rows in Parquet, one run"
 	@echo "make fuzz   the long fuzzing run of the wire decoders and file readers (rust/core/src/fuzz.rs)"
 	@echo "make venv | deps | build | lint | clean | distclean"
@@ -172,6 +173,10 @@ bench-gc: venv deps build
 # Java bookie, with the disk's write limit measured in each round.
 bench-large-adds: venv deps build $(BENCH_STAMP)
 	$(VPY) -m bench.large_adds $(BENCH_ARGS)
+
+# Sustained adds on one bookie (OTHER=tree runs another build's bookie instead).
+bench-sustained-adds: venv deps build
+	$(VPY) -m bench.sustained_adds $(if $(OTHER),--other $(OTHER)) $(BENCH_ARGS)
 
 bench-cold-read-java: venv deps build $(BENCH_STAMP)
 	$(VPY) -m bench.cold_read_java $(BENCH_ARGS)
