@@ -33,7 +33,11 @@ _KNOWN = {
     "ackquorumsize",
     "digesttype",
     "zktimeout",
+    "longpolltimeoutms",
 }
+
+#: How long a stream's latestOffset waits for a new entry when none has come (milliseconds).
+DEFAULT_LONG_POLL_TIMEOUT_MS = 1000
 
 
 def parse_ledgers(spec: str) -> list[int]:
@@ -78,7 +82,7 @@ def parse_entries(spec: str) -> tuple[int, int]:
     return lo, hi
 
 
-def _positive(options: Mapping[str, str], key: str, default: int) -> int:
+def _positive(options: Mapping[str, str], key: str, default: int, least: int = 1) -> int:
     raw = options.get(key.lower())
     if raw is None:
         return default
@@ -86,8 +90,8 @@ def _positive(options: Mapping[str, str], key: str, default: int) -> int:
         value = int(raw)
     except ValueError:
         raise ValueError(f"option {key!r} must be an integer, got {raw!r}") from None
-    if value < 1:
-        raise ValueError(f"option {key!r} must be >= 1, got {value}")
+    if value < least:
+        raise ValueError(f"option {key!r} must be >= {least}, got {value}")
     return value
 
 
@@ -109,6 +113,7 @@ class SourceOptions:
     zk_timeout_ms: int
     name_prefix: str | None = None
     entries: tuple[int, int] = (0, LAST_ENTRY_ID)
+    long_poll_timeout_ms: int = DEFAULT_LONG_POLL_TIMEOUT_MS
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -121,7 +126,7 @@ class SourceOptions:
                 f"unknown option(s) {unknown} for format 'pybkx'; known: "
                 "metadataServiceUri, ledgers, entries, password, entriesPerPartition, "
                 "entriesPerBatch, recovery, name, namePrefix, ensembleSize, writeQuorumSize, "
-                "ackQuorumSize, digestType, zkTimeout"
+                "ackQuorumSize, digestType, zkTimeout, longPollTimeoutMs"
             )
         recovery = given.get("recovery", "false").lower()
         if recovery not in ("true", "false"):
@@ -150,4 +155,7 @@ class SourceOptions:
             zk_timeout_ms=_positive(given, "zkTimeout", 10_000),
             name_prefix=given.get("nameprefix"),
             entries=parse_entries(entries) if entries is not None else (0, LAST_ENTRY_ID),
+            long_poll_timeout_ms=_positive(
+                given, "longPollTimeoutMs", DEFAULT_LONG_POLL_TIMEOUT_MS, least=0
+            ),
         )
