@@ -15,10 +15,10 @@ import pytest
 
 pytest.importorskip("pyspark", reason="the spark extra is not installed")
 
-from pybkx.client import BookKeeper, LedgerHandle  # noqa: E402
-from pybkx.spark.options import SourceOptions  # noqa: E402
-from pybkx.spark.stream import LedgerStreamReader  # noqa: E402
-from pybkx.tools.sandbox import Sandbox  # noqa: E402
+from pybkx.client import BookKeeper, LedgerHandle
+from pybkx.spark.options import SourceOptions
+from pybkx.spark.stream import LedgerStreamReader
+from pybkx.tools.sandbox import Sandbox
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
