@@ -103,7 +103,8 @@ impl ActiveLog {
     }
 
     /// Writes the rest, appends the ledgers map, records its offset in the header and syncs.
-    pub(super) fn seal(mut self) -> Result<()> {
+    /// Positional throughout, so a seal that failed (a full disk) can simply be tried again.
+    pub(super) fn seal(&mut self) -> Result<()> {
         self.write_buf()?;
         let map_offset = self.end;
         let mut rec = Vec::new();

@@ -50,6 +50,9 @@ pub struct EntryLogger {
     size_limit: u64,
     write_buffer: usize,
     active: Mutex<Option<ActiveLog>>,
+    /// Logs rolled over whose seal failed (a full disk): their data may not be durable yet, so
+    /// every [`sync`](Self::sync) seals them again first and fails while it cannot.
+    unsealed: Mutex<Vec<ActiveLog>>,
     next_id: Mutex<u32>,
     files: RwLock<HashMap<u32, Arc<LogFile>>>,
     pub rollovers: Counter,
@@ -79,6 +82,7 @@ impl EntryLogger {
             size_limit,
             write_buffer: write_buffer.max(4096),
             active: Mutex::new(None),
+            unsealed: Mutex::new(Vec::new()),
             next_id: Mutex::new(next_id),
             files: RwLock::new(HashMap::new()),
             rollovers: Counter::default(),
@@ -138,8 +142,16 @@ impl EntryLogger {
                 Some(log) => log.end + size > self.size_limit && log.end > FILE_HEADER_LEN as u64,
             };
             if must_roll {
-                if let Some(old) = guard.take() {
-                    old.seal()?;
+                if let Some(mut old) = guard.take() {
+                    if let Err(e) = old.seal() {
+                        ::log::error!(
+                            "entry log {}: sealing at rollover failed ({e}); retried at the next \
+                             checkpoint, which fails until it succeeds",
+                            old.path.display()
+                        );
+                        self.unsealed.lock().push(old);
+                        return Err(e);
+                    }
                     self.rollovers.inc();
                 }
                 *guard = Some(self.new_log()?);
@@ -174,9 +186,11 @@ impl EntryLogger {
     }
 
     /// Makes everything published so far durable: every indexed location was written to its
-    /// file before it was published, and sealed logs were synced when sealed, so syncing the
-    /// active log (outside the append lock) covers them all.
+    /// file before it was published, and sealed logs were synced when sealed, so sealing the
+    /// logs whose seal failed and syncing the active log (outside the append lock) covers them
+    /// all.
     pub fn sync(&self) -> Result<()> {
+        self.seal_pending()?;
         let active = self
             .active
             .lock()
@@ -188,10 +202,30 @@ impl EntryLogger {
         Ok(())
     }
 
-    /// Seals the active log; the next append starts a new one.
-    pub fn close(&self) -> Result<()> {
-        if let Some(log) = self.active.lock().take() {
+    /// Seals the logs whose seal failed at rollover; the first failure is returned and the
+    /// rest stay pending.
+    fn seal_pending(&self) -> Result<()> {
+        let mut pending = self.unsealed.lock();
+        while let Some(log) = pending.last_mut() {
             log.seal()?;
+            ::log::info!(
+                "entry log {}: sealed after an earlier failure",
+                log.path.display()
+            );
+            pending.pop();
+            self.rollovers.inc();
+        }
+        Ok(())
+    }
+
+    /// Seals the active log (and any whose seal failed); the next append starts a new one.
+    pub fn close(&self) -> Result<()> {
+        self.seal_pending()?;
+        if let Some(mut log) = self.active.lock().take() {
+            if let Err(e) = log.seal() {
+                self.unsealed.lock().push(log);
+                return Err(e);
+            }
         }
         Ok(())
     }
@@ -298,6 +332,8 @@ impl EntryLogger {
             )));
         }
         self.files.write().remove(&id);
+        // A log whose seal failed holds no live entry if it is being removed: stop retrying it.
+        self.unsealed.lock().retain(|l| l.id != id);
         let name = log_name(id);
         let Some(dir) = self.dirs.locate(&name) else {
             return Ok(0);
@@ -384,6 +420,49 @@ mod tests {
 
     fn list_log_ids(dir: &std::path::Path) -> Result<Vec<u64>> {
         fs::list_hex_ids(dir, ".log")
+    }
+
+    #[test]
+    fn a_seal_that_fails_at_rollover_is_retried_by_every_sync_until_it_succeeds() {
+        let d = tempfile::tempdir().unwrap();
+        let el = EntryLogger::open(dirs_of(&[d.path().to_path_buf()]), 4096, 4096).unwrap();
+        let mut locs = Vec::new();
+        el.append([(1u64, 0u64, &[1u8; 1000][..])], &mut locs)
+            .unwrap();
+        el.flush().unwrap();
+        let first = el.active_id().unwrap();
+        let first_path = d.path().join(log_name(first));
+        // The disk refuses to sync the first log: its seal at the next rollover fails.
+        let fault = fs::inject_fault(fs::Fault {
+            path_prefix: first_path.clone(),
+            ops: vec![fs::Op::Sync],
+            action: fs::FaultAction::Fail(libc::ENOSPC),
+            times: None,
+        });
+        let rolled = el.append([(1u64, 1u64, &[2u8; 4000][..])], &mut locs);
+        assert!(rolled.is_err(), "the rollover's seal failed");
+        // Not durable: a checkpoint must not pass while the old log is unsealed.
+        assert!(el.sync().is_err());
+        assert!(el.sync().is_err());
+        fs::remove_fault(fault);
+        el.append([(1u64, 1u64, &[2u8; 4000][..])], &mut locs)
+            .unwrap();
+        el.flush().unwrap();
+        el.sync().unwrap();
+        assert_ne!(el.active_id(), Some(first));
+        // Sealed now: the map is in the header, and the entries read back.
+        let mut header = [0u8; FILE_HEADER_LEN];
+        std::fs::File::open(&first_path)
+            .unwrap()
+            .read_exact_at(&mut header, 0)
+            .unwrap();
+        assert_ne!(be_u64(&header[24..32]), 0, "ledgers map offset written");
+        assert_eq!(
+            read_ledgers_map(&first_path).unwrap().get(&1).copied(),
+            Some(1000 + ENTRY_RECORD_OVERHEAD as u64)
+        );
+        assert_eq!(&el.read(1, 0, locs[0]).unwrap()[..], &[1u8; 1000][..]);
+        el.close().unwrap();
     }
 
     #[test]
