@@ -419,15 +419,25 @@ impl Segment {
         let entries = be_u64(body.get(0..8).ok_or_else(short)?);
         let n = be_u32(body.get(8..12).ok_or_else(short)?) as usize;
         let mut at = 12;
+        // The count is checked against the bytes that hold it before anything is sized by it.
+        if n > (body.len() - at) / DIR_ENTRY_LEN {
+            return Err(short());
+        }
         let mut blocks = Vec::with_capacity(n);
         for _ in 0..n {
             let d = body.get(at..at + DIR_ENTRY_LEN).ok_or_else(short)?;
-            blocks.push(BlockMeta {
+            let block = BlockMeta {
                 first: (be_u64(&d[0..8]), be_u64(&d[8..16])),
                 last: (be_u64(&d[16..24]), be_u64(&d[24..32])),
                 offset: be_u64(&d[32..40]),
                 len: be_u32(&d[40..44]),
-            });
+            };
+            // A block is read whole into memory: it must lie between header and directory.
+            let end = block.offset.checked_add(u64::from(block.len));
+            if block.offset < FILE_HEADER_LEN as u64 || end.is_none_or(|e| e > dir_offset) {
+                return Err(corrupt("a block lies outside the segment"));
+            }
+            blocks.push(block);
             at += DIR_ENTRY_LEN;
         }
         let mut filters = Vec::with_capacity(2);
