@@ -270,6 +270,12 @@ pub fn fuzz(target: Target, iterations: u64, seed: u64) -> Result<Outcome, Strin
         .prefix("pybkx-fuzz-")
         .tempdir_in(scratch_root())
         .map_err(|e| format!("scratch directory: {e}"))?;
+    // An input that aborts the process (an allocation failure cannot be caught) stays here.
+    eprintln!(
+        "fuzz {}: seed {seed}, inputs written to {}",
+        target.name(),
+        scratch.path().display()
+    );
     let mut rng = Rng::new(seed ^ (target as u64).wrapping_mul(0x9E37_79B9));
     let started = Instant::now();
     for i in 0..iterations {
