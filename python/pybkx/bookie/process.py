@@ -18,6 +18,7 @@ from pybkx._core import BookieServer, LedgerStorage
 from pybkx.bookie.cookies import check_and_stamp_cookie
 from pybkx.bookie.disks import DiskChecker, DiskThresholds, DiskVerdict
 from pybkx.bookie.gc import GarbageCollector
+from pybkx.bookie.status import read_status, write_status
 from pybkx.config import ConfigError, ServerConfig
 from pybkx.meta import BookieServiceInfo, Endpoint, MetadataStore, open_metadata_store
 
@@ -322,6 +323,7 @@ class Bookie:
             server.set_high_priority_writes(first.high_priority_writes)
             self._disk_read_only = True
             _event(logging.WARNING, "disks full: starting read-only")
+        self._restore_status(server)
         with self._state_lock:
             self._disks = disks
             self._storage, self._server, self._store = storage, server, store
@@ -398,11 +400,36 @@ class Bookie:
                     server.set_read_only(not read_only)
                     raise
             self._disk_read_only = False  # an operator's choice: the disk checker keeps it
+            self._persist_status(read_only, manual=True)
             _event(
                 logging.INFO,
                 "bookie is read-only" if read_only else "bookie is writable",
                 bookie_id=self._bookie_id,
             )
+
+    def _restore_status(self, server: BookieServer) -> None:
+        """With ``persistBookieStatusEnabled``, start read-only when the persisted state says so
+        (as BookKeeper's state manager; ``forceReadOnlyBookie`` already decided otherwise). A
+        state the disk checker set may be undone by it once the disks have room; an operator's
+        stays until an operator changes it."""
+        config = self.config
+        if not config.persist_bookie_status_enabled or config.force_read_only_bookie:
+            return
+        saved = read_status(config.ledger_directories)
+        if saved is None or not saved.read_only or not config.read_only_mode_enabled:
+            return
+        server.set_read_only(True)
+        self._disk_read_only = not saved.manual
+        _event(
+            logging.WARNING,
+            "starting read-only as persisted in BOOKIE_STATUS",
+            set_by="operator" if saved.manual else "disk checker",
+        )
+
+    def _persist_status(self, read_only: bool, manual: bool) -> None:
+        """Record a change of state with ``persistBookieStatusEnabled`` (best effort, logged)."""
+        if self.config.persist_bookie_status_enabled:
+            write_status(self.config.ledger_directories, read_only, manual)
 
     def _on_disk_verdict(self, verdict: DiskVerdict) -> None:
         """Act on a disk check (on the checker's thread): turn read-only when the disks are full
@@ -425,6 +452,7 @@ class Bookie:
                 else:
                     server.set_read_only(True)
                     self._disk_read_only = True
+                    self._persist_status(True, manual=False)
                     _event(
                         logging.WARNING,
                         "disks full: bookie is read-only",
@@ -440,6 +468,7 @@ class Bookie:
             ):
                 server.set_read_only(False)
                 self._disk_read_only = False
+                self._persist_status(False, manual=False)
                 _event(
                     logging.INFO,
                     "disks have room again: bookie is writable",

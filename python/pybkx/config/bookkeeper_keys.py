@@ -92,7 +92,6 @@ _GROUPS: Final[tuple[tuple[str, tuple[str, ...]], ...]] = (
             "minUsableSizeForIndexFileCreation",
             "allowStorageExpansion",
             "allowMultipleDirsUnderSameDiskPartition",
-            "persistBookieStatusEnabled",
         ),
     ),
     (

@@ -288,6 +288,8 @@ class ServerConfig(KeyedConfig):
     is not cut short. With the metadata store unreachable the bookie skips unregistering (its
     registration ends with its session) and still exits within this bound (a pybkx key)."""
     force_read_only_bookie: bool = setting("forceReadOnlyBookie", False, boolean)
+    persist_bookie_status_enabled: bool = setting("persistBookieStatusEnabled", False, boolean)
+    """Keep the read-only state in BOOKIE_STATUS files across restarts (BookKeeper's key)."""
 
     # --- the disk checker (BookKeeper's LedgerDirsMonitor keys and defaults)
     disk_usage_threshold: float = setting("diskUsageThreshold", 0.95, number(0.0, 1.0))

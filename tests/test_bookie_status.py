@@ -1,0 +1,121 @@
+"""``persistBookieStatusEnabled``: the read-only state in BookKeeper's ``BOOKIE_STATUS`` files
+outlives a restart. An operator's read-only mode comes back read-only and stays so; one the disk
+checker set comes back read-only and is undone by the checker once the disks have room; without
+the key a restarted bookie is writable. The file's line is BookKeeper's, both ways."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from test_disk_checker import disk_bookie, wait_for
+
+from pybkx.bookie import Bookie
+from pybkx.bookie.status import STATUS_FILE, BookieStatus, parse, read_status, write_status
+from pybkx.meta import open_metadata_store
+
+
+def test_the_status_line_is_bookkeepers() -> None:
+    # BookKeeper 4.17 writes four fields; older bookies wrote three (then: set by an operator).
+    assert parse("1,READ_ONLY,1700000000000,false\n") == BookieStatus(True, False, 1700000000000)
+    assert parse("1,READ_WRITE,5,false") == BookieStatus(False, False, 5)
+    assert parse("1,READ_ONLY,7") == BookieStatus(True, True, 7)
+    for bad in ("", "2,READ_ONLY,1,true", "1,SLEEPING,1,true", "1,READ_ONLY,soon,true", "junk"):
+        assert parse(bad) is None
+    assert BookieStatus(True, True, 42).line() == "1,READ_ONLY,42,true\n"
+
+
+def test_the_newest_copy_wins_and_bad_copies_are_skipped(tmp_path: Path) -> None:
+    dirs = [tmp_path / "a", tmp_path / "b", tmp_path / "c"]
+    for d in dirs:
+        (d / "current").mkdir(parents=True)
+    (dirs[0] / "current" / STATUS_FILE).write_text("1,READ_WRITE,100,false\n")
+    (dirs[1] / "current" / STATUS_FILE).write_text("1,READ_ONLY,200,true\n")
+    (dirs[2] / "current" / STATUS_FILE).write_text("garbage")
+    assert read_status(dirs) == BookieStatus(True, True, 200)
+    assert write_status(dirs, read_only=False, manual=False)
+    for d in dirs:
+        assert parse((d / "current" / STATUS_FILE).read_text()) is not None
+    got = read_status(dirs)
+    assert got is not None and not got.read_only
+    assert read_status([tmp_path / "nowhere"]) is None
+    assert not write_status([tmp_path / "nowhere"], read_only=True, manual=True)
+
+
+#: Thresholds this machine's disk (not a small tmpfs) is within.
+ROOMY = {
+    "diskUsageThreshold": "0.99",
+    "diskUsageWarnThreshold": "0.98",
+    "diskUsageLwmThreshold": "0.98",
+}
+
+
+def restart(bookie: Bookie, tmp_path: Path, uri: str, disk: Path, **keys: object) -> Bookie:
+    port = bookie.port
+    bookie.stop()
+    again = disk_bookie(tmp_path, uri, disk, bookiePort=port, **keys)
+    again.start()
+    return again
+
+
+@pytest.mark.integration
+def test_an_operators_read_only_mode_survives_a_restart(tmp_path: Path) -> None:
+    uri = f"embedded://{tmp_path / 'metadata'}"
+    with open_metadata_store(uri) as store:
+        store.init_new_cluster()
+    disk = tmp_path / "disk"
+    keys = {"persistBookieStatusEnabled": "true", **ROOMY}
+    bookie = disk_bookie(tmp_path, uri, disk, **keys)
+    bookie.start()
+    try:
+        bookie.set_read_only(True)
+        bookie = restart(bookie, tmp_path, uri, disk, **keys)
+        assert bookie.read_only
+        with open_metadata_store(uri) as store:
+            assert bookie.bookie_id in store.readonly_bookies()
+            assert bookie.bookie_id not in store.writable_bookies()
+        time.sleep(0.5)  # several disk checks with room: an operator's choice stays
+        assert bookie.read_only
+        bookie.set_read_only(False)
+        bookie = restart(bookie, tmp_path, uri, disk, **keys)
+        assert not bookie.read_only
+        with open_metadata_store(uri) as store:
+            assert bookie.bookie_id in store.writable_bookies()
+        # Without the key the state is not kept (BookKeeper's default).
+        bookie.set_read_only(True)
+        bookie = restart(bookie, tmp_path, uri, disk, **ROOMY)
+        assert not bookie.read_only
+    finally:
+        bookie.stop()
+
+
+@pytest.mark.integration
+def test_a_read_only_mode_the_disks_caused_is_undone_after_a_restart_when_they_have_room(
+    tmp_path: Path,
+) -> None:
+    uri = f"embedded://{tmp_path / 'metadata'}"
+    with open_metadata_store(uri) as store:
+        store.init_new_cluster()
+    disk = tmp_path / "disk"
+    keys = {"persistBookieStatusEnabled": "true", **ROOMY}
+    bookie = disk_bookie(tmp_path, uri, disk, **keys)
+    bookie.start()
+    port = bookie.port
+    bookie.stop()
+    # As a bookie that went read-only on full disks and was restarted leaves it.
+    assert write_status([disk / "ledgers"], read_only=True, manual=False)
+    bookie = disk_bookie(tmp_path, uri, disk, bookiePort=port, **keys)
+    bookie.start()
+    try:
+        wait_for(lambda: not bookie.read_only, 10, "writable again by the disk checker")
+        with open_metadata_store(uri) as store:
+            wait_for(
+                lambda: bookie.bookie_id in store.writable_bookies(),
+                10,
+                "registered writable again",
+            )
+        status = read_status([disk / "ledgers"])
+        assert status is not None and not status.read_only
+    finally:
+        bookie.stop()
