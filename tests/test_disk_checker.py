@@ -69,6 +69,24 @@ def test_a_writable_directory_is_full_exactly_past_the_threshold(
 
 
 @settings(max_examples=300, deadline=None)
+@given(used=usages, limits=limits_st)
+def test_the_garbage_collector_hears_of_full_and_almost_full_ledger_directories(
+    used: list[int], limits: DiskThresholds
+) -> None:
+    dirs = [ledger(u) for u in used]
+    verdict = evaluate(dirs, [False] * len(dirs), limits)
+    if any(verdict.full):
+        assert verdict.ledger_pressure == 2
+    elif any(d.usage > limits.warn for d in dirs):
+        assert verdict.ledger_pressure == 1
+    else:
+        assert verdict.ledger_pressure == 0
+    # A journal directory's usage is not the garbage collector's business.
+    journal = DirUsage("journal", "/j", TOTAL, 0)
+    assert evaluate([ledger(0), journal], [], limits).ledger_pressure == 0
+
+
+@settings(max_examples=300, deadline=None)
 @given(used=usages, was=st.lists(st.booleans(), min_size=5, max_size=5), limits=limits_st)
 def test_full_directories_come_back_only_by_bookkeepers_rules(
     used: list[int], was: list[bool], limits: DiskThresholds

@@ -155,6 +155,11 @@ class LedgerStorage:
         (their live entries are written again, the logs removed); returns ``(logs compacted,
         live bytes moved, bytes freed)``. Raises BookieIOException."""
 
+    def set_disk_pressure(self, level: int) -> None:
+        """How full the ledger directories are (0 normal, 1 one is past the warn threshold, 2
+        one is full): compaction is suspended accordingly, or forced with
+        ``isForceGCAllowWhenNoSpace``. Never raises."""
+
     def gc_entry_logs(self) -> tuple[int, int]:
         """Remove the entry logs none of whose ledgers exists any more; returns
         ``(logs removed, bytes freed)``. Raises BookieIOException."""

@@ -61,6 +61,9 @@ class DiskVerdict:
     """A read-only bookie can still take high-priority (recovery) adds."""
     almost_full: tuple[str, ...]
     """Directories past ``diskUsageWarnThreshold`` but not full."""
+    ledger_pressure: int = 0
+    """For the garbage collector: 2 when a ledger directory is full, 1 when one is past
+    ``diskUsageWarnThreshold``, else 0."""
 
     @property
     def writable_dirs(self) -> int:
@@ -115,12 +118,19 @@ def evaluate(
         d.free_bytes >= limits.min_usable_for_high_priority for _, d in ledger
     )
     almost = tuple(d.path for i, d in enumerate(dirs) if d.usage > limits.warn and not now_full[i])
+    if any(ledger_full):
+        pressure = 2
+    elif any(d.usage > limits.warn for _, d in ledger):
+        pressure = 1
+    else:
+        pressure = 0
     return DiskVerdict(
         full=tuple(ledger_full),
         other_full=tuple(other_full),
         writable=writable,
         high_priority_writes=high_priority,
         almost_full=almost,
+        ledger_pressure=pressure,
     )
 
 
@@ -170,6 +180,7 @@ class DiskChecker:
             verdict = evaluate(dirs, self._was_full, self._limits)
             self._log_changes(dirs, verdict)
             self._storage.set_full_ledger_dirs(list(verdict.full))
+            self._storage.set_disk_pressure(verdict.ledger_pressure)
             self._was_full = list(verdict.full) + list(verdict.other_full)
             self.last = verdict
             self.checks += 1

@@ -72,7 +72,6 @@ _GROUPS: Final[tuple[tuple[str, tuple[str, ...]], ...]] = (
             "gcEntryLogMetadataCachePath",
             "verifyMetadataOnGC",
             "useTargetEntryLogSizeForGc",
-            "isForceGCAllowWhenNoSpace",
             "forceAllowCompaction",
             "majorCompactionMaxTimeMillis",
             "minorCompactionMaxTimeMillis",

@@ -219,6 +219,10 @@ class ServerConfig(KeyedConfig):
     write_buffer_size_bytes: int = setting("writeBufferSizeBytes", 65536, integer(1), storage=True)
     flush_interval_ms: int = setting("flushInterval", 10_000, integer(0), storage=True)
     gc_wait_time_ms: int = setting("gcWaitTime", 600_000, integer(0), storage=True)
+    is_force_gc_allow_when_no_space: bool = setting(
+        "isForceGCAllowWhenNoSpace", False, boolean, storage=True
+    )
+    """Full or almost full ledger directories: compact at once instead of suspending it."""
     """Every this many ms (after a checkpoint) entry logs whose ledgers are all deleted are
     removed; 0 turns the timer off (``PUT /api/v1/bookie/gc`` still collects)."""
     minor_compaction_threshold: float = setting(

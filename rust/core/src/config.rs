@@ -61,6 +61,9 @@ pub struct StorageConfig {
     pub read_ahead_batch: usize,
     /// Entry-log garbage collection period (`gcWaitTime`); zero turns the timer off.
     pub gc_wait: Duration,
+    /// `isForceGCAllowWhenNoSpace`: with ledger directories (almost) full, compact at once
+    /// instead of suspending compaction (see `LedgerStorage::set_disk_pressure`).
+    pub force_gc_when_no_space: bool,
     /// Minor compaction: logs at most this live (`minorCompactionThreshold`), every
     /// `minorCompactionInterval` (zero: off).
     pub minor_compaction_threshold: f64,

@@ -42,6 +42,7 @@ pub fn storage_config(dir: &Path) -> StorageConfig {
         read_ahead_cache_bytes: 16 << 20,
         read_ahead_batch: 100,
         gc_wait: Duration::ZERO,
+        force_gc_when_no_space: false,
         minor_compaction_threshold: 0.2,
         minor_compaction_interval: Duration::ZERO,
         major_compaction_threshold: 0.8,

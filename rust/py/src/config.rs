@@ -73,6 +73,8 @@ struct StorageAttrs {
     read_ahead_batch: usize,
     #[pyo3(attribute("gc_wait_time_ms"))]
     gc_wait_ms: u64,
+    #[pyo3(attribute("is_force_gc_allow_when_no_space"))]
+    force_gc_when_no_space: bool,
     #[pyo3(attribute("minor_compaction_threshold"))]
     minor_compaction_threshold: f64,
     #[pyo3(attribute("minor_compaction_interval_s"))]
@@ -115,6 +117,7 @@ pub(crate) fn storage_config(obj: &Bound<'_, PyAny>) -> PyResult<StorageConfig> 
         read_ahead_cache_bytes: a.read_ahead_cache_mb.saturating_mul(1 << 20),
         read_ahead_batch: a.read_ahead_batch,
         gc_wait: Duration::from_millis(a.gc_wait_ms),
+        force_gc_when_no_space: a.force_gc_when_no_space,
         minor_compaction_threshold: a.minor_compaction_threshold,
         minor_compaction_interval: Duration::from_secs(a.minor_compaction_interval_s),
         major_compaction_threshold: a.major_compaction_threshold,

@@ -209,6 +209,15 @@ impl PyLedgerStorage {
         Ok((r.logs_compacted, r.bytes_moved, r.bytes_freed))
     }
 
+    /// 0: normal, 1: a ledger directory is almost full, 2: one is full.
+    fn set_disk_pressure(&self, level: u8) {
+        self.inner.set_disk_pressure(match level {
+            0 => storage::DiskPressure::Normal,
+            1 => storage::DiskPressure::AlmostFull,
+            _ => storage::DiskPressure::Full,
+        });
+    }
+
     fn gc_entry_logs(&self, py: Python<'_>) -> BkResult<(u64, u64)> {
         Ok(py.detach(|| self.inner.gc_entry_logs())?)
     }

@@ -12,6 +12,7 @@ use super::index::checkpoint_record;
 use super::index::segment::{IndexEntry, Segment, SegmentWriter};
 use super::journal::Mark;
 use super::writecache::Generation;
+use super::DiskPressure;
 use super::Inner;
 use crate::error::Result;
 use crate::fs;
@@ -227,19 +228,30 @@ impl Inner {
                         self.gc_entry_logs()?;
                     }
                     let cfg = &self.cfg;
-                    for (interval, threshold, last) in [
+                    let pressure =
+                        DiskPressure::from_u8(self.disk_pressure.load(Ordering::Acquire));
+                    let forced = cfg.force_gc_when_no_space && pressure != DiskPressure::Normal;
+                    if forced {
+                        // Space is short: everything deleted goes now (BookKeeper's forced GC).
+                        last_gc = std::time::Instant::now();
+                        self.gc_entry_logs()?;
+                    }
+                    for (interval, threshold, last, suspended) in [
                         (
                             cfg.major_compaction_interval,
                             cfg.major_compaction_threshold,
                             &mut last_major,
+                            pressure != DiskPressure::Normal,
                         ),
                         (
                             cfg.minor_compaction_interval,
                             cfg.minor_compaction_threshold,
                             &mut last_minor,
+                            pressure == DiskPressure::Full,
                         ),
                     ] {
-                        if !interval.is_zero() && last.elapsed() >= interval {
+                        let due = !interval.is_zero() && last.elapsed() >= interval;
+                        if (forced && threshold > 0.0) || (due && !suspended) {
                             *last = std::time::Instant::now();
                             self.compact(threshold)?;
                         }

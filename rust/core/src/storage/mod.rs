@@ -150,8 +150,32 @@ struct Inner {
     prefetched: Mutex<HashMap<u64, PrefetchWindow>>,
     /// One entry-log garbage collection at a time.
     gc_lock: Mutex<()>,
+    /// How full the ledger directories are, as the bookie's disk checker last said:
+    /// [`DiskPressure`] as a number.
+    disk_pressure: std::sync::atomic::AtomicU8,
     /// Directory locks, released by `close`.
     locks: Mutex<Vec<File>>,
+}
+
+/// How full the ledger directories are, for the garbage collector's choices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum DiskPressure {
+    Normal = 0,
+    /// Some ledger directory is past `diskUsageWarnThreshold`.
+    AlmostFull = 1,
+    /// Some ledger directory is past `diskUsageThreshold`.
+    Full = 2,
+}
+
+impl DiskPressure {
+    fn from_u8(v: u8) -> DiskPressure {
+        match v {
+            0 => DiskPressure::Normal,
+            1 => DiskPressure::AlmostFull,
+            _ => DiskPressure::Full,
+        }
+    }
 }
 
 /// A bookie's ledger storage. Dropping it closes it.
@@ -275,6 +299,7 @@ impl LedgerStorage {
             merges_wanted: AtomicBool::new(true),
             prefetched: Mutex::new(HashMap::new()),
             gc_lock: Mutex::new(()),
+            disk_pressure: std::sync::atomic::AtomicU8::new(DiskPressure::Normal as u8),
             locks: Mutex::new(locks),
         });
         // Persist what replay rebuilt, so the replayed journals can go.
@@ -993,6 +1018,22 @@ impl LedgerStorage {
     pub fn gc_entry_logs(&self) -> Result<(u64, u64)> {
         self.inner.check_open()?;
         self.inner.gc_entry_logs()
+    }
+
+    /// Tells the storage how full its ledger directories are (the bookie's disk checker, after
+    /// each check). As BookKeeper's garbage collector: while any is almost full (past
+    /// `diskUsageWarnThreshold`) the timed major compaction is suspended, while any is full the
+    /// minor one too, since compaction writes new entry logs before it frees old ones; with
+    /// `isForceGCAllowWhenNoSpace` both run at once instead, at every checkpoint, to win space
+    /// back. Removing fully deleted logs (`gcWaitTime`) never stops: it only frees.
+    pub fn set_disk_pressure(&self, pressure: DiskPressure) {
+        let old = self
+            .inner
+            .disk_pressure
+            .swap(pressure as u8, Ordering::AcqRel);
+        if old != pressure as u8 {
+            log::info!("ledger directories {pressure:?}: compaction follows (isForceGCAllowWhenNoSpace={})", self.inner.cfg.force_gc_when_no_space);
+        }
     }
 
     /// Compacts the entry logs whose live share of bytes is at most `threshold`: their live

@@ -407,6 +407,65 @@ fn gc_removes_entry_logs_whose_ledgers_are_all_deleted() {
 }
 
 #[test]
+fn full_disks_suspend_timed_compaction_unless_forced_gc_is_allowed() {
+    for force in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = crate::config::StorageConfig {
+            flush_interval: std::time::Duration::from_millis(20),
+            // Due at every checkpoint: only the disk pressure decides.
+            minor_compaction_interval: std::time::Duration::from_millis(1),
+            major_compaction_interval: std::time::Duration::from_millis(1),
+            // A third stays live: minor compaction takes it too.
+            minor_compaction_threshold: 0.5,
+            force_gc_when_no_space: force,
+            ..small_cache_config(dir.path())
+        };
+        let s = LedgerStorage::open(cfg).unwrap();
+        let data = |l: u64, e: u64| vec![(l * 7 + e) as u8; 10_000];
+        for round in 0..8u64 {
+            for l in 1..=3u64 {
+                for e in round * 10..round * 10 + 10 {
+                    add(&s, l, e, &data(l, e)).unwrap();
+                }
+            }
+            s.checkpoint().unwrap();
+        }
+        s.set_disk_pressure(DiskPressure::Full);
+        std::thread::sleep(std::time::Duration::from_millis(100)); // a running pass ends
+        let before = s.inner.stats.compacted_logs.get();
+        wait(|d| s.delete_ledger(1, d)).unwrap();
+        wait(|d| s.delete_ledger(2, d)).unwrap();
+        let compacted = || s.inner.stats.compacted_logs.get() > before;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        if force {
+            // Space is short and forcing is allowed: compacted at the next checkpoints.
+            while !compacted() && std::time::Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            assert!(compacted(), "forced compaction while full");
+        } else {
+            // Suspended for 15 checkpoints, then resumed when the disks have room.
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            assert!(
+                !compacted(),
+                "no compaction while a ledger directory is full"
+            );
+            s.set_disk_pressure(DiskPressure::AlmostFull);
+            while !compacted() && std::time::Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            assert!(
+                compacted(),
+                "minor compaction resumes when only almost full"
+            );
+        }
+        for e in 0..80 {
+            assert_eq!(&s.read_entry(3, e).unwrap()[..], &data(3, e)[..]);
+        }
+    }
+}
+
+#[test]
 fn compaction_rewrites_live_entries_and_frees_the_rest() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = small_cache_config(dir.path());
