@@ -59,8 +59,9 @@ def restart(bookie: Bookie, tmp_path: Path, uri: str, disk: Path, **keys: object
     return again
 
 
-@pytest.mark.integration
-def test_an_operators_read_only_mode_survives_a_restart(tmp_path: Path) -> None:
+def started(tmp_path: Path) -> tuple[str, Path, dict[str, str], Bookie]:
+    """A bookie with persistBookieStatusEnabled on a new embedded cluster, started; its
+    cluster, disk and keys."""
     uri = f"embedded://{tmp_path / 'metadata'}"
     with open_metadata_store(uri) as store:
         store.init_new_cluster()
@@ -68,6 +69,12 @@ def test_an_operators_read_only_mode_survives_a_restart(tmp_path: Path) -> None:
     keys = {"persistBookieStatusEnabled": "true", **ROOMY}
     bookie = disk_bookie(tmp_path, uri, disk, **keys)
     bookie.start()
+    return uri, disk, keys, bookie
+
+
+@pytest.mark.integration
+def test_an_operators_read_only_mode_survives_a_restart(tmp_path: Path) -> None:
+    uri, disk, keys, bookie = started(tmp_path)
     try:
         bookie.set_read_only(True)
         bookie = restart(bookie, tmp_path, uri, disk, **keys)
@@ -94,13 +101,7 @@ def test_an_operators_read_only_mode_survives_a_restart(tmp_path: Path) -> None:
 def test_a_read_only_mode_the_disks_caused_is_undone_after_a_restart_when_they_have_room(
     tmp_path: Path,
 ) -> None:
-    uri = f"embedded://{tmp_path / 'metadata'}"
-    with open_metadata_store(uri) as store:
-        store.init_new_cluster()
-    disk = tmp_path / "disk"
-    keys = {"persistBookieStatusEnabled": "true", **ROOMY}
-    bookie = disk_bookie(tmp_path, uri, disk, **keys)
-    bookie.start()
+    uri, disk, keys, bookie = started(tmp_path)
     port = bookie.port
     bookie.stop()
     # As a bookie that went read-only on full disks and was restarted leaves it.

@@ -406,6 +406,23 @@ fn gc_removes_entry_logs_whose_ledgers_are_all_deleted() {
     }
 }
 
+fn three_ledger_payload(l: u64, e: u64) -> Vec<u8> {
+    vec![(l * 7 + e) as u8; 10_000]
+}
+
+/// Entries 0..80 of ledgers 1, 2 and 3, interleaved, a checkpoint every 10 of each: several
+/// sealed entry logs holding a third of each ledger's bytes.
+fn fill_three_ledgers(s: &LedgerStorage) {
+    for round in 0..8u64 {
+        for l in 1..=3u64 {
+            for e in round * 10..round * 10 + 10 {
+                add(s, l, e, &three_ledger_payload(l, e)).unwrap();
+            }
+        }
+        s.checkpoint().unwrap();
+    }
+}
+
 #[test]
 fn full_disks_suspend_timed_compaction_unless_forced_gc_is_allowed() {
     for force in [false, true] {
@@ -421,15 +438,8 @@ fn full_disks_suspend_timed_compaction_unless_forced_gc_is_allowed() {
             ..small_cache_config(dir.path())
         };
         let s = LedgerStorage::open(cfg).unwrap();
-        let data = |l: u64, e: u64| vec![(l * 7 + e) as u8; 10_000];
-        for round in 0..8u64 {
-            for l in 1..=3u64 {
-                for e in round * 10..round * 10 + 10 {
-                    add(&s, l, e, &data(l, e)).unwrap();
-                }
-            }
-            s.checkpoint().unwrap();
-        }
+        let data = three_ledger_payload;
+        fill_three_ledgers(&s);
         s.set_disk_pressure(DiskPressure::Full);
         std::thread::sleep(std::time::Duration::from_millis(100)); // a running pass ends
         let before = s.inner.stats.compacted_logs.get();
@@ -470,15 +480,8 @@ fn compaction_rewrites_live_entries_and_frees_the_rest() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = small_cache_config(dir.path());
     let s = LedgerStorage::open(cfg.clone()).unwrap();
-    let data = |l: u64, e: u64| vec![(l * 7 + e) as u8; 10_000];
-    for round in 0..8u64 {
-        for l in 1..=3u64 {
-            for e in round * 10..round * 10 + 10 {
-                add(&s, l, e, &data(l, e)).unwrap();
-            }
-        }
-        s.checkpoint().unwrap();
-    }
+    let data = three_ledger_payload;
+    fill_three_ledgers(&s);
     wait(|d| s.delete_ledger(1, d)).unwrap();
     wait(|d| s.delete_ledger(2, d)).unwrap();
     assert_eq!(s.compact(0.2).unwrap().logs_compacted, 0, "a third is live");
