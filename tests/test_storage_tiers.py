@@ -11,7 +11,10 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from test_bookie_process import free_port
 
+from pybkx.admin.bookie_metrics import bookie_metrics
+from pybkx.bookie import Bookie
 from pybkx.bookie.storage import open_ledger_storage
 from pybkx.config import ConfigError, ServerConfig
 from pybkx.config.tiers import byte_size
@@ -138,3 +141,33 @@ def test_a_write_load_larger_than_the_top_tier_overflows_to_the_next(
         assert all(reopened.read_entry(1, e) == entry[:-1] + bytes([e % 256]) for e in range(count))
     finally:
         reopened.close()
+
+
+@pytest.mark.integration
+def test_a_quota_directorys_usage_gauge_counts_against_its_quota(tmp_path: Path) -> None:
+    ssd = tmp_path / "ssd"
+    bookie = Bookie(
+        ServerConfig.of(
+            bookiePort=str(free_port()),
+            listeningInterface="127.0.0.1",
+            allowLoopback="true",
+            journalDirectories=str(tmp_path / "journal"),
+            tieredStorageLevels="2",
+            tieredStorageLevel0Dirs=str(ssd),
+            tieredStorageLevel0DirsQuota=str(4 * MIB),
+            tieredStorageLevel1Dirs=str(tmp_path / "hdd"),
+            diskUsageThreshold="0.99",
+            diskUsageWarnThreshold="0.98",
+            diskUsageLwmThreshold="0.98",
+            journalPreAllocSizeMB="0",
+        )
+    )
+    bookie.start()
+    try:
+        (ssd / "current" / "filler").write_bytes(b"\0" * MIB)  # a quarter of the quota
+        gauges = {name: value for name, _kind, _unit, _labels, value in bookie_metrics(bookie)}
+        ssd_gauge = next(v for k, v in gauges.items() if k.endswith("ssd_usage"))
+        # The file system's usage is whatever this machine's disk holds; the quota's is 25 %.
+        assert 24 <= ssd_gauge <= 27
+    finally:
+        bookie.stop()

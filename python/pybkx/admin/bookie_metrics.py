@@ -10,10 +10,11 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from pybkx import errors
 from pybkx.bookie import Bookie, BookieError
 
 if TYPE_CHECKING:
-    from pybkx._core import Metric
+    from pybkx._core import LedgerStorage, Metric
 
 __all__ = ["bookie_metrics", "dir_usage_percent", "is_entry_log", "is_journal"]
 
@@ -42,6 +43,20 @@ def dir_usage_percent(path: str) -> float | None:
         return None
     free = st.f_bavail * st.f_frsize
     return 100.0 * (total - free) / total
+
+
+def _measured_usage(storage: LedgerStorage) -> dict[str, list[float | None]]:
+    """Per kind (``ledger``, ``index``), the usage in percent of each directory in order, as the
+    storage measures it for the disk checker: a directory with a tier quota counts its bytes
+    against the quota. Empty when the storage cannot say."""
+    try:
+        rows = storage.directory_usage()
+    except errors.BKException:
+        return {}
+    out: dict[str, list[float | None]] = {}
+    for kind, _path, total, free, _full in rows:
+        out.setdefault(kind, []).append(100.0 * (total - free) / total if total > 0 else None)
+    return out
 
 
 def _gauge(name: str, value: int) -> Metric:
@@ -83,6 +98,7 @@ def bookie_metrics(bookie: Bookie) -> list[Metric]:
         scopes.append(("index", config.index_directories))
     checker = bookie.disk_checker
     verdict = checker.last if checker is not None else None
+    measured = _measured_usage(storage)
     for scope, dirs in scopes:
         # Writable: not marked full by the disk checker's last check.
         writable = len(dirs)
@@ -93,8 +109,11 @@ def bookie_metrics(bookie: Bookie) -> list[Metric]:
                 writable = 0 if verdict.other_full[0] else 1
         out.append(_gauge(f"bookie_{scope}_num_dirs", len(dirs)))
         out.append(_gauge(f"bookie_{scope}_writable_dirs", writable))
-        for d in dirs:
-            usage = dir_usage_percent(d)
+        rows = measured.get(scope, [])
+        for i, d in enumerate(dirs):
+            # The storage's own measure (against a tier's quota where one is set), else the
+            # file system's.
+            usage = rows[i] if i < len(rows) and rows[i] is not None else dir_usage_percent(d)
             if usage is not None:
                 name = f"bookie_{scope}_dir_{_UNSAFE.sub('_', d)}_usage"
                 out.append((name, "gauge", "percent", {}, usage))
