@@ -15,7 +15,7 @@ PY_SOURCES := python tests bench
 MATURIN_TARGET_DIR := $(CURDIR)/target/maturin
 
 # Debian packages the build or the tests need; `make deps` installs the missing ones (as root).
-APT_PACKAGES ?= zookeeper tmux
+APT_PACKAGES ?= zookeeper tmux iproute2 nftables
 
 # Every cargo command (and maturin) sees the same interpreter, so pyo3's build script is not
 # re-run when switching between `maturin develop` and `cargo test`.
@@ -26,7 +26,7 @@ CARGO_TEST_ENV := LD_LIBRARY_PATH="$(PY_LIBDIR)$${LD_LIBRARY_PATH:+:$$LD_LIBRARY
 
 .PHONY: help venv deps build lint test demo bench bench-client bench-suite bench-compare bench-builds \
 	bench-metrics bench-striped bench-recovery bench-v3 bench-spark bench-storage-scale \
-	bench-cold-read bench-cold-read-java bench-gc bench-large-adds bench-sustained-adds fuzz clean distclean
+	bench-cold-read bench-cold-read-java bench-gc bench-large-adds bench-sustained-adds faults fuzz clean distclean
 
 help:
 	@echo "make demo   build everything, then run the cluster demo (pybkx demo)"
@@ -48,6 +48,7 @@ help:
 	@echo "make bench-large-adds   16 KiB adds over 16 ledgers beside the Java bookie and the disk"
 	@echo "make bench-sustained-adds  many runs of adds back to back on one bookie, each reported"
 	@echo "make bench-spark    Spark reading ledgers vs the same rows in Parquet, one run"
+	@echo "make faults [LONG=1 DURATION=s]  the fault suite; LONG=1: an hour of nemesis schedules"
 	@echo "make fuzz   the long fuzzing run of the wire decoders and file readers (rust/core/src/fuzz.rs)"
 	@echo "make venv | deps | build | lint | clean | distclean"
 
@@ -180,6 +181,16 @@ bench-sustained-adds: venv deps build
 
 bench-cold-read-java: venv deps build $(BENCH_STAMP)
 	$(VPY) -m bench.cold_read_java $(BENCH_ARGS)
+
+# The fault suite (tests/faults): what the default test run does. LONG=1: the nemesis alone
+# for DURATION seconds (default 3600) of random schedules, network faults included as root.
+DURATION ?= 3600
+faults: venv deps build
+ifeq ($(LONG),1)
+	$(VPY) tests/faults/nemesis.py --net --duration $(DURATION)
+else
+	$(VENV)/bin/pytest -q tests/faults
+endif
 
 # The long fuzzing run (the default test run does a short one). PYBKX_FUZZ_ITERATIONS,
 # PYBKX_FUZZ_TARGETS and PYBKX_FUZZ_SEED are passed through.
