@@ -86,11 +86,13 @@ def bookie_command(
     from pybkx._core import set_metrics_enabled
     from pybkx.admin import services_for
     from pybkx.bookie import Bookie, BookieError, BookieService
+    from pybkx.bookie.faultcontrol import start_from_environment
     from pybkx.recovery.service import AutoRecoveryService
 
     # The process runs this one bookie: its configuration decides whether the process's core
     # records latencies at all (BookKeeper's enableStatistics / NullStatsProvider).
     set_metrics_enabled(config.collects_metrics)
+    start_from_environment()  # test-only disk faults; off unless PYBKX_TEST_DISK_FAULTS is set
     try:
         services: list[BookieService] = list(services_for(config))
         if config.auto_recovery_daemon_enabled:

@@ -1,0 +1,743 @@
+"""A nemesis and a workload, Jepsen style: real bookie processes and a real ZooKeeper, faults
+composed at random on a schedule while writers, tailing readers and recovery openers work, every
+operation recorded in a history that ``checker.check`` judges afterwards.
+
+Faults (each healed after a random hold): ``kill`` (SIGKILL, restarted later), ``pause``
+(SIGSTOP/SIGCONT), ``zk_pause`` (SIGSTOP ZooKeeper), ``zk_kill`` (SIGKILL ZooKeeper, restarted on
+its data), ``disk_slow`` and ``disk_error`` (the bookie's journal and ledger files made slow or
+failing through ``PYBKX_TEST_DISK_FAULTS``, the test-only hook of ``pybkx bookie``), and, as root
+with network namespaces (``net=True``), ``partition`` (a bookie's link cut: clients and
+ZooKeeper lose it) and ``zk_partition`` / ``loss`` (nftables rules: the bookie loses ZooKeeper
+only, or a share of its packets; ``make faults-deps`` installs nftables). At most
+``max_faulty`` bookies are faulty at once, so that the ensembles the workload asks for can still
+be formed.
+
+Run it from a test (tests/faults/test_nemesis.py) or by hand:
+``python tests/faults/nemesis.py --duration 600 --seed 7``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from checker import CheckResult, check
+from netns import Network
+from zookeeper_fixture import ZOOKEEPER_JARS, _ruok
+
+from pybkx import errors
+from pybkx.client import BookKeeper
+from pybkx.meta import open_metadata_store
+
+logger = logging.getLogger("nemesis")
+
+PYBKX = Path(sys.executable).with_name("pybkx")
+PASSWORD = b"nemesis"
+#: Ensemble, write and ack quorums the writers pick from.
+QUORUMS = [(3, 3, 2), (3, 2, 2), (2, 2, 2), (3, 3, 3)]
+APPEND_WAIT_S = 30.0
+"""How long a writer waits for one append's outcome before recording it unknown."""
+PROCESS_FAULTS = ("kill", "pause", "disk_slow", "disk_error")
+ZK_FAULTS = ("zk_pause", "zk_kill")
+NET_FAULTS = ("partition", "zk_partition", "loss")
+
+
+@dataclass
+class RunConfig:
+    duration_s: float = 120.0
+    seed: int = 1
+    bookies: int = 5
+    writers: int = 3
+    readers: int = 2
+    max_faulty: int = 1
+    hold_s: tuple[float, float] = (0.5, 4.0)
+    """How long a fault lasts."""
+    gap_s: tuple[float, float] = (0.5, 2.5)
+    """Time between two faults starting."""
+    kinds: tuple[str, ...] = PROCESS_FAULTS + ZK_FAULTS
+    net: bool = False
+    """Bookies in network namespaces, and the network faults (root only)."""
+
+
+@dataclass
+class RunResult:
+    faults: Counter[str]
+    result: CheckResult
+    ledgers: int
+    history: Path
+    notes: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        return (
+            f"faults {dict(sorted(self.faults.items()))} (total {sum(self.faults.values())}); "
+            f"ledgers {self.ledgers}; acknowledged {self.result.acknowledged}; "
+            f"violations {self.result.by_kind() or 0}"
+        )
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class Recorder:
+    """The history: events appended under a lock, each also written to a JSON-lines file."""
+
+    def __init__(self, path: Path) -> None:
+        self.t0 = time.monotonic()
+        self.events: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+        self._file = path.open("w")
+
+    def now(self) -> float:
+        return round(time.monotonic() - self.t0, 6)
+
+    def record(self, **event: Any) -> None:
+        event.setdefault("t", self.now())
+        with self._lock:
+            self.events.append(event)
+            self._file.write(json.dumps(event) + "\n")
+
+    def close(self) -> None:
+        with self._lock:
+            self._file.close()
+
+
+class ZooKeeper:
+    """A ZooKeeper that can be paused, killed and restarted on the same port and data."""
+
+    def __init__(self, workdir: Path, host: str = "127.0.0.1") -> None:
+        self.host, self.port = host, free_port()
+        self.workdir = workdir
+        workdir.mkdir(parents=True, exist_ok=True)
+        (workdir / "zoo.cfg").write_text(
+            f"tickTime=500\ndataDir={workdir / 'data'}\nclientPort={self.port}\n"
+            f"clientPortAddress={host}\nadmin.enableServer=false\n"
+            "4lw.commands.whitelist=ruok\nminSessionTimeout=1000\nforceSync=no\n"
+        )
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def start(self) -> None:
+        java = shutil.which("java")
+        if java is None or not all(p.exists() for p in ZOOKEEPER_JARS):
+            raise RuntimeError("ZooKeeper needs java and the Debian package zookeeper (make deps)")
+        argv = [
+            java, "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+            "-cp", os.pathsep.join(str(p) for p in ZOOKEEPER_JARS),
+            "org.apache.zookeeper.server.ZooKeeperServerMain", str(self.workdir / "zoo.cfg"),
+        ]  # fmt: skip
+        with (self.workdir / "zookeeper.log").open("ab") as out:
+            self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 60
+        while not _ruok_at(self.host, self.port):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"ZooKeeper did not start (log {self.workdir})")
+            time.sleep(0.1)
+
+    def signal(self, sig: signal.Signals) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+
+    def kill(self) -> None:
+        self.signal(signal.SIGCONT)
+        self.signal(signal.SIGKILL)
+        if self.proc is not None:
+            self.proc.wait(30)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def _ruok_at(host: str, port: int) -> bool:
+    if host == "127.0.0.1":
+        return _ruok(port)
+    try:
+        with socket.create_connection((host, port), timeout=1) as sock:
+            sock.sendall(b"ruok")
+            return sock.recv(16) == b"imok"
+    except OSError:
+        return False
+
+
+class BookieNode:
+    """One ``pybkx bookie`` process with its directories, its disk-fault control file and,
+    with a network, its namespace."""
+
+    def __init__(
+        self, index: int, root: Path, zk: str, net: Network | None, extra: str = ""
+    ) -> None:
+        self.index = index
+        self.root = root
+        root.mkdir(parents=True, exist_ok=True)
+        self.net = net
+        self.host = net.bookie_address(index) if net else "127.0.0.1"
+        self.port = free_port() if net is None else 3181
+        self.control = root / "disk-faults.json"
+        self.conf = root / "bk_server.conf"
+        self.conf.write_text(
+            f"bookiePort={self.port}\nlisteningInterface={self.host}\n"
+            f"advertisedAddress={self.host}\nallowLoopback=true\n"
+            f"journalDirectories={root / 'journal'}\nledgerDirectories={root / 'ledgers'}\n"
+            "journalPreAllocSizeMB=1\nlogSizeLimit=16777216\nflushInterval=1000\n"
+            f"metadataServiceUri=zk+hierarchical://{zk}/ledgers\nzkTimeout=4000\n"
+            "bookieShutdownTimeoutMs=5000\n" + extra
+        )
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.paused = False
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def start(self) -> None:
+        argv = [str(PYBKX), "bookie", "--conf", str(self.conf)]
+        if self.net is not None:
+            argv = self.net.exec_argv(self.index, argv)
+        env = dict(os.environ, PYBKX_TEST_DISK_FAULTS=str(self.control))
+        with (self.root / "bookie.log").open("ab") as out:
+            self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
+        self.paused = False
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def send(self, sig: signal.Signals) -> None:
+        if self.alive():
+            assert self.proc is not None
+            self.proc.send_signal(sig)
+            self.paused = sig == signal.SIGSTOP
+
+    def kill(self) -> None:
+        self.send(signal.SIGCONT)
+        self.send(signal.SIGKILL)
+        if self.proc is not None:
+            self.proc.wait(30)
+
+    def stop(self) -> None:
+        if self.alive():
+            assert self.proc is not None
+            self.send(signal.SIGCONT)
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def disk_faults(self, specs: list[dict[str, Any]]) -> None:
+        tmp = self.control.with_suffix(".tmp")
+        tmp.write_text(json.dumps(specs))
+        tmp.replace(self.control)
+
+
+class Cluster:
+    def __init__(self, workdir: Path, config: RunConfig) -> None:
+        self.workdir = workdir
+        self.net = Network.create(config.bookies) if config.net else None
+        self.zk = ZooKeeper(workdir / "zk", self.net.zk_host if self.net else "127.0.0.1")
+        self.uri = f"zk+hierarchical://{self.zk.address}/ledgers"
+        self.bookies = [
+            BookieNode(i, workdir / f"bookie{i}", self.zk.address, self.net)
+            for i in range(config.bookies)
+        ]
+
+    def start(self) -> None:
+        self.zk.start()
+        with open_metadata_store(self.uri) as store:
+            store.init_new_cluster()
+        for b in self.bookies:
+            b.start()
+        self.wait_registered(len(self.bookies), 60)
+
+    def wait_registered(self, count: int, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                with open_metadata_store(self.uri, zkTimeout=4000) as store:
+                    if len(store.writable_bookies()) >= count:
+                        return
+            except errors.BKException:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"fewer than {count} bookies registered after {timeout_s}s")
+            time.sleep(0.2)
+
+    def close(self) -> None:
+        for b in self.bookies:
+            with contextlib.suppress(Exception):
+                b.stop()
+        self.zk.stop()
+        if self.net is not None:
+            self.net.destroy()
+
+
+class Nemesis:
+    """Starts a random fault every ``gap_s``, heals it after ``hold_s``; counts by kind."""
+
+    def __init__(self, cluster: Cluster, config: RunConfig, rng: random.Random, rec: Recorder):
+        self.cluster, self.config, self.rng, self.rec = cluster, config, rng, rec
+        self.counts: Counter[str] = Counter()
+        self.heals: list[tuple[float, str, Callable[[], None]]] = []
+        self.faulty: set[int] = set()
+        self.zk_faulty = False
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        next_fault = time.monotonic() + self.rng.uniform(*self.config.gap_s)
+        while not self.stop.is_set():
+            now = time.monotonic()
+            for item in [h for h in self.heals if h[0] <= now]:
+                self.heals.remove(item)
+                self._heal(item)
+            if now >= next_fault:
+                self._inject()
+                next_fault = now + self.rng.uniform(*self.config.gap_s)
+            self.stop.wait(0.05)
+        for item in list(self.heals):
+            self._heal(item)
+        self.heals.clear()
+
+    def _heal(self, item: tuple[float, str, Callable[[], None]]) -> None:
+        _, what, heal = item
+        try:
+            heal()
+            self.rec.record(type="nemesis", ledger=-1, op="heal", what=what)
+        except Exception as exc:  # a heal must never stop the run
+            logger.warning("healing %s failed: %s", what, exc)
+
+    def _inject(self) -> None:
+        kinds = list(self.config.kinds)
+        self.rng.shuffle(kinds)
+        for kind in kinds:
+            action = self._plan(kind)
+            if action is None:
+                continue
+            what, do, heal = action
+            try:
+                do()
+            except Exception as exc:
+                logger.warning("fault %s failed: %s", what, exc)
+                with contextlib.suppress(Exception):
+                    heal()  # undoes what was done and frees the bookie's slot
+                continue
+            self.counts[kind] += 1
+            self.rec.record(type="nemesis", ledger=-1, op="fault", what=what)
+            self.heals.append(
+                (time.monotonic() + self.rng.uniform(*self.config.hold_s), what, heal)
+            )
+            return
+
+    def _plan(self, kind: str) -> tuple[str, Callable[[], None], Callable[[], None]] | None:
+        c = self.cluster
+        if kind in ZK_FAULTS:
+            if self.zk_faulty:
+                return None
+            self.zk_faulty = True
+
+            def zk_done() -> None:
+                self.zk_faulty = False
+
+            if kind == "zk_pause":
+                return (
+                    "zk_pause",
+                    lambda: c.zk.signal(signal.SIGSTOP),
+                    then(lambda: c.zk.signal(signal.SIGCONT), zk_done),
+                )
+            return "zk_kill", c.zk.kill, then(c.zk.start, zk_done)
+        healthy = [b for b in c.bookies if b.index not in self.faulty]
+        if len(self.faulty) >= self.config.max_faulty or not healthy:
+            return None
+        b = self.rng.choice(healthy)
+        self.faulty.add(b.index)
+
+        def done() -> None:
+            self.faulty.discard(b.index)
+
+        name = f"{kind} bookie{b.index}"
+        if kind == "kill":
+            return name, b.kill, then(b.start, done)
+        if kind == "pause":
+            return (
+                name,
+                lambda: b.send(signal.SIGSTOP),
+                then(lambda: b.send(signal.SIGCONT), done),
+            )
+        if kind in ("disk_slow", "disk_error"):
+            ops = ["write", "sync"] if kind == "disk_slow" else ["sync", "write"]
+            spec: dict[str, Any] = {"path": str(b.root), "ops": ops}
+            if kind == "disk_slow":
+                spec["delay_ms"] = self.rng.choice([20, 100, 400])
+            else:
+                spec["errno"] = 5  # EIO
+                spec["times"] = self.rng.choice([1, 3])
+            return name, lambda: b.disk_faults([spec]), then(lambda: b.disk_faults([]), done)
+        net = c.net
+        if net is None:
+            self.faulty.discard(b.index)
+            return None
+        if kind == "partition":
+            return (
+                name,
+                lambda: net.cut(b.index),
+                then(lambda: net.mend(b.index), done),
+            )
+        if kind == "zk_partition":
+            return (
+                name,
+                lambda: net.block_zk(b.index, c.zk.port),
+                then(lambda: net.unblock(b.index), done),
+            )
+        if kind == "loss":
+            share = self.rng.choice([5, 20, 50])
+            return (
+                f"{name} {share}%",
+                lambda: net.lose(b.index, share),
+                then(lambda: net.unblock(b.index), done),
+            )
+        self.faulty.discard(b.index)
+        return None
+
+
+def then(*steps: Callable[[], object]) -> Callable[[], None]:
+    """One action running ``steps`` in order."""
+
+    def run() -> None:
+        for step in steps:
+            step()
+
+    return run
+
+
+def digest(data: bytes) -> str:
+    return hashlib.blake2b(data, digest_size=8).hexdigest()
+
+
+class Workload:
+    """Writers (new ledgers with mixed quorums, pipelined appends), tailing readers and a
+    recovery opener that fences ledgers still being written."""
+
+    def __init__(self, uri: str, config: RunConfig, rng: random.Random, rec: Recorder) -> None:
+        self.uri, self.config, self.rec = uri, config, rec
+        self.seed = rng.randrange(2**32)
+        self.stop = threading.Event()
+        self.ledgers: set[int] = set()
+        self.writing: set[int] = set()
+        self.lock = threading.Lock()
+        self.errors: Counter[str] = Counter()
+
+    def client(self) -> BookKeeper:
+        return BookKeeper(
+            self.uri,
+            zkTimeout=4000,
+            addEntryTimeoutSec=2,
+            readEntryTimeoutSec=2,
+            bookieReplacementTimeoutMs=4000,
+        )
+
+    def threads(self) -> list[threading.Thread]:
+        out = [
+            threading.Thread(target=self._guard, args=(self._writer, f"w{i}"), daemon=True)
+            for i in range(self.config.writers)
+        ]
+        out += [
+            threading.Thread(target=self._guard, args=(self._reader, f"r{i}"), daemon=True)
+            for i in range(self.config.readers)
+        ]
+        out.append(threading.Thread(target=self._guard, args=(self._fencer, "f"), daemon=True))
+        return out
+
+    def _guard(self, body: Callable[[str, random.Random], None], name: str) -> None:
+        rng = random.Random(f"{self.seed}-{name}")
+        while not self.stop.is_set():
+            try:
+                body(name, rng)
+            except Exception as exc:  # recorded as outcomes where they matter; go on
+                self.errors[type(exc).__name__] += 1
+                logger.debug("%s: %s", name, exc)
+                self.stop.wait(0.2)
+
+    def _writer(self, name: str, rng: random.Random) -> None:
+        with self.client() as bk:
+            while not self.stop.is_set():
+                e, qw, qa = rng.choice(QUORUMS)
+                try:
+                    lh = bk.create_ledger(e, qw, qa, password=PASSWORD)
+                except errors.BKException as exc:
+                    self.errors[type(exc).__name__] += 1
+                    self.stop.wait(0.3)
+                    continue
+                lid = lh.ledger_id
+                with self.lock:
+                    self.ledgers.add(lid)
+                    self.writing.add(lid)
+                self.rec.record(type="create", ledger=lid, writer=name, quorums=[e, qw, qa])
+                try:
+                    # Some ledgers are written slowly, so that recovery openers fence them
+                    # while their writer still appends.
+                    pace = rng.choice([0.0, 0.0, 0.002, 0.01])
+                    healthy = self._append_many(lh, name, rng.randrange(20, 600), rng, pace)
+                    if healthy:
+                        lh.close()
+                        md = lh.metadata
+                        self.rec.record(
+                            type="close", ledger=lid, last_entry=md.last_entry_id, length=md.length
+                        )
+                except errors.BKException as exc:
+                    self.errors[type(exc).__name__] += 1
+                finally:
+                    with self.lock:
+                        self.writing.discard(lid)
+
+    def _append_many(self, lh: Any, name: str, count: int, rng: random.Random, pace: float) -> bool:
+        """Up to 16 appends in flight; False once one failed or got no answer (the ledger is
+        then left for recovery)."""
+        lid = lh.ledger_id
+        window: list[tuple[Any, float, bytes]] = []
+        healthy = True
+
+        def settle(block: bool) -> None:
+            nonlocal healthy
+            while window and (block or window[0][0].done()):
+                future, sent, data = window.pop(0)
+                event: dict[str, Any] = dict(
+                    type="append", ledger=lid, sent=sent, hash=digest(data), size=len(data)
+                )
+                try:
+                    entry = future.result(APPEND_WAIT_S)
+                    event.update(status="ok", entry=entry)
+                except FutureTimeout:
+                    event.update(status="unknown")
+                    healthy = False
+                except errors.BKException as exc:
+                    event.update(status="fail", error=type(exc).__name__)
+                    healthy = False
+                self.rec.record(**event)
+
+        for i in range(count):
+            if self.stop.is_set() or not healthy:
+                break
+            data = f"{name}/{lid}/{i}/{rng.getrandbits(64):x}".encode() * rng.randrange(1, 20)
+            sent = self.rec.now()
+            try:
+                future = lh.append_async(data)
+            except errors.BKException as exc:
+                self.rec.record(
+                    type="append", ledger=lid, sent=sent, status="fail", hash=digest(data),
+                    size=len(data), error=type(exc).__name__,
+                )  # fmt: skip
+                healthy = False
+                break
+            window.append((future, sent, data))
+            settle(block=len(window) >= 16)
+            if pace:
+                self.stop.wait(pace)
+        settle(block=True)
+        return healthy and not self.stop.is_set()
+
+    def _reader(self, name: str, rng: random.Random) -> None:
+        handles: dict[int, Any] = {}
+        with self.client() as bk:
+            while not self.stop.is_set():
+                self.stop.wait(rng.uniform(0.1, 0.5))
+                with self.lock:
+                    choices = sorted(self.ledgers)
+                if not choices:
+                    continue
+                lid = rng.choice(choices[-10:])
+                rh = handles.get(lid)
+                if rh is None:
+                    try:
+                        rh = bk.open_ledger(lid, PASSWORD, recovery=False)
+                    except errors.BKException as exc:
+                        self.errors[type(exc).__name__] += 1
+                        continue
+                    handles[lid] = rh
+                try:
+                    lac = rh.last_add_confirmed if rh.is_closed else rh.read_last_add_confirmed()
+                except errors.BKException as exc:
+                    self.errors[type(exc).__name__] += 1
+                    continue
+                self.rec.record(type="lac", ledger=lid, observer=f"{name}:{id(rh)}", lac=lac)
+                if lac < 0:
+                    continue
+                first = max(0, lac - rng.randrange(1, 50))
+                try:
+                    entries = rh.read(first, lac)
+                except errors.BKException as exc:
+                    self.errors[type(exc).__name__] += 1
+                    continue
+                self.rec.record(
+                    type="read",
+                    ledger=lid,
+                    reader=name,
+                    entries=[[x.entry_id, digest(x.payload), len(x.payload)] for x in entries],
+                )
+
+    def _fencer(self, name: str, rng: random.Random) -> None:
+        with self.client() as bk:
+            while not self.stop.is_set():
+                self.stop.wait(rng.uniform(0.5, 2.0))
+                with self.lock:
+                    writing = sorted(self.writing)
+                if not writing:
+                    continue
+                lid = rng.choice(writing)
+                try:
+                    rh = bk.open_ledger(lid, PASSWORD, recovery=True)
+                except errors.BKException as exc:
+                    self.errors[type(exc).__name__] += 1
+                    continue
+                self.rec.record(type="fence", ledger=lid, by=name)
+                md = rh.metadata
+                self.rec.record(
+                    type="close", ledger=lid, last_entry=md.last_entry_id, length=md.length
+                )
+
+
+def verify(uri: str, ledgers: list[int], rec: Recorder, timeout_s: float = 300.0) -> list[str]:
+    """Recover every ledger (closing the open ones) and read it whole: the final reads."""
+    problems: list[str] = []
+    deadline = time.monotonic() + timeout_s
+    with BookKeeper(uri, zkTimeout=10000, readEntryTimeoutSec=5) as bk:
+        for lid in ledgers:
+            while True:
+                try:
+                    rh = bk.open_ledger(lid, PASSWORD, recovery=True)
+                    md = rh.metadata
+                    rec.record(
+                        type="close", ledger=lid, last_entry=md.last_entry_id, length=md.length
+                    )
+                    entries: list[list[Any]] = []
+                    for start in range(0, md.last_entry_id + 1, 500):
+                        stop = min(md.last_entry_id, start + 499)
+                        entries += [
+                            [x.entry_id, digest(x.payload), len(x.payload)]
+                            for x in rh.read(start, stop)
+                        ]
+                    rec.record(
+                        type="read", ledger=lid, reader="verify", final=True, entries=entries
+                    )
+                    break
+                except errors.NoSuchLedgerExistsOnMetadataServerException:
+                    break  # created in the metadata store? never: it was recorded after create
+                except errors.BKException as exc:
+                    if time.monotonic() > deadline:
+                        problems.append(f"ledger {lid} not verified: {type(exc).__name__}: {exc}")
+                        break
+                    time.sleep(1.0)
+    return problems
+
+
+def run(config: RunConfig, workdir: Path) -> RunResult:
+    """One randomized run: start the cluster, run workload and nemesis for ``duration_s``,
+    heal everything, verify every ledger, check the history."""
+    rng = random.Random(config.seed)
+    workdir.mkdir(parents=True, exist_ok=True)
+    history = workdir / "history.jsonl"
+    rec = Recorder(history)
+    notes: list[str] = []
+    if config.net and shutil.which("nft") is None:
+        dropped = [k for k in config.kinds if k in ("zk_partition", "loss")]
+        if dropped:
+            notes.append(f"without nftables (make faults-deps) no {', '.join(dropped)} faults")
+            config = replace(config, kinds=tuple(k for k in config.kinds if k not in dropped))
+    cluster = Cluster(workdir, config)
+    try:
+        cluster.start()
+        workload = Workload(cluster.uri, config, rng, rec)
+        nemesis = Nemesis(cluster, config, rng, rec)
+        threads = workload.threads()
+        for t in threads:
+            t.start()
+        nemesis_thread = threading.Thread(target=nemesis.run, daemon=True)
+        nemesis_thread.start()
+        time.sleep(config.duration_s)
+        nemesis.stop.set()
+        nemesis_thread.join(120)
+        workload.stop.set()
+        for t in threads:
+            t.join(APPEND_WAIT_S + 60)
+        stuck = [t.name for t in threads if t.is_alive()]
+        if stuck:
+            notes.append(f"workload threads still running after the stop: {stuck}")
+        for b in cluster.bookies:
+            b.disk_faults([])
+            if not b.alive():
+                b.start()
+            b.send(signal.SIGCONT)
+        cluster.wait_registered(len(cluster.bookies), 120)
+        notes += verify(cluster.uri, sorted(workload.ledgers), rec)
+        if workload.errors:
+            notes.append(f"client errors seen (expected under faults): {dict(workload.errors)}")
+        ledgers = len(workload.ledgers)
+    finally:
+        rec.close()
+        cluster.close()
+    return RunResult(nemesis.counts, check(rec.events), ledgers, history, notes)
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    logging.basicConfig(level=logging.WARNING)
+    yield
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--duration", type=float, default=120.0, help="seconds of faults")
+    parser.add_argument("--seed", type=int, default=int(time.time()))
+    parser.add_argument("--bookies", type=int, default=5)
+    parser.add_argument("--net", action="store_true", help="namespaces and network faults")
+    parser.add_argument("--workdir", type=Path, default=None)
+    args = parser.parse_args()
+    kinds = PROCESS_FAULTS + ZK_FAULTS + (NET_FAULTS if args.net else ())
+    config = RunConfig(
+        duration_s=args.duration, seed=args.seed, bookies=args.bookies, kinds=kinds, net=args.net
+    )
+    workdir = args.workdir or Path(f"/tmp/pybkx-nemesis-{args.seed}")
+    with _quiet():
+        result = run(config, workdir)
+    print(f"seed {args.seed}: {result.summary()}")
+    for note in result.notes:
+        print(f"note: {note}")
+    if not result.result.ok:
+        print(result.result.report())
+    print(f"history: {result.history}")
+    return 0 if result.result.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
