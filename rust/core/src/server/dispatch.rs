@@ -123,9 +123,8 @@ pub(super) fn read_range(
         .map_err(|e| status_of(&e))
 }
 
-/// Runs a read. A fencing read fences first and, if the read succeeds, answers only once the
-/// fence is durable (EIO if it cannot be made durable), as the Java bookie does. A failed read
-/// is answered at once.
+/// Runs a read. A fencing read fences first and reads once the fence is durable (EIO if it
+/// cannot be made durable), as the Java bookie answers only then.
 pub(super) fn run_read<T: Send + 'static>(
     shared: &Arc<Shared>,
     ledger: i64,
@@ -136,7 +135,6 @@ pub(super) fn run_read<T: Send + 'static>(
     let Some(master_key) = fencing else {
         return reply(read());
     };
-    let stats = &shared.stats;
     let Some(key) = master_key else {
         return reply(Err(Status::Unauthorized));
     };
@@ -154,24 +152,29 @@ pub(super) fn run_read<T: Send + 'static>(
     if let Err(e) = fence {
         return reply(Err(status_of(&e)));
     }
-    let reading = crate::metrics::start();
-    let read = read();
-    stats
-        .read_entry_fence_read
-        .record_since(read.is_ok(), reading);
-    match read {
-        Err(status) => reply(Err(status)),
-        Ok(value) => {
-            let shared = shared.clone();
-            let waiting = crate::metrics::start();
-            tokio::spawn(async move {
-                let durable = matches!(fenced_rx.await, Ok(Ok(())));
-                shared
-                    .stats
-                    .read_entry_fence_wait
-                    .record_since(durable, waiting);
-                reply(if durable { Ok(value) } else { Err(Status::Io) });
-            });
+    let shared = shared.clone();
+    let waiting = crate::metrics::start();
+    tokio::spawn(async move {
+        let durable = matches!(fenced_rx.await, Ok(Ok(())));
+        shared
+            .stats
+            .read_entry_fence_wait
+            .record_since(durable, waiting);
+        if !durable {
+            return reply(Err(Status::Io));
         }
-    }
+        // Read only now. Adds admitted before the fence were journalled before it (one journal
+        // per ledger, in order) and are applied, hence readable, by the time the fence is
+        // durable: the recovery that sent this read sees every entry its writer could still
+        // get acknowledged. Read earlier, it missed entries waiting in a slow journal, closed the
+        // ledger short, and those adds were acknowledged after the fence (a nemesis run lost 71
+        // acknowledged entries that way).
+        let reading = crate::metrics::start();
+        let read = read();
+        shared
+            .stats
+            .read_entry_fence_read
+            .record_since(read.is_ok(), reading);
+        reply(read);
+    });
 }

@@ -150,12 +150,18 @@ struct Inner {
     prefetched: Mutex<HashMap<u64, PrefetchWindow>>,
     /// One entry-log garbage collection at a time.
     gc_lock: Mutex<()>,
+    /// Per ledger (striped): an add's fence check and journal submission, or a fence's flag
+    /// and journal submission, happen under it, so journal order matches fence order.
+    admission: Vec<Mutex<()>>,
     /// How full the ledger directories are, as the bookie's disk checker last said:
     /// [`DiskPressure`] as a number.
     disk_pressure: std::sync::atomic::AtomicU8,
     /// Directory locks, released by `close`.
     locks: Mutex<Vec<File>>,
 }
+
+/// Stripes of the admission locks (adds and fences of ledgers in one stripe serialise briefly).
+const ADMISSION_STRIPES: usize = 64;
 
 /// How full the ledger directories are, for the garbage collector's choices.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -299,6 +305,7 @@ impl LedgerStorage {
             merges_wanted: AtomicBool::new(true),
             prefetched: Mutex::new(HashMap::new()),
             gc_lock: Mutex::new(()),
+            admission: (0..ADMISSION_STRIPES).map(|_| Mutex::new(())).collect(),
             disk_pressure: std::sync::atomic::AtomicU8::new(DiskPressure::Normal as u8),
             locks: Mutex::new(locks),
         });
@@ -412,6 +419,9 @@ impl LedgerStorage {
         self.inner.check_open()?;
         check_id("ledger id", ledger)?;
         check_id("entry id", entry)?;
+        // Held from the fence check to the journal: an add admitted before a fence is journalled
+        // before it, so a fence's durability covers every add it did not refuse (see `fence`).
+        let _admission = self.inner.admission_lock(ledger);
         let key = self.inner.writable_key(ledger, master_key, recovery)?;
         let journal = self.inner.journal_for(ledger);
         self.inner
@@ -433,6 +443,9 @@ impl LedgerStorage {
     pub fn fence(&self, ledger: u64, master_key: &[u8], done: Completion) -> Result<bool> {
         self.inner.check_open()?;
         check_id("ledger id", ledger)?;
+        // No add of this ledger is between its fence check and the journal meanwhile: every
+        // add before the fence record in the journal is applied (readable) when it is durable.
+        let _admission = self.inner.admission_lock(ledger);
         let (was_fenced, durable, key) = {
             let mut idx = self.inner.shared.index.write();
             let key = Arc::from(master_key);
@@ -1147,6 +1160,10 @@ impl Inner {
 
     /// Checks key and fence for a write and returns the ledger's key, creating the ledger with
     /// `master_key` on its first write.
+    fn admission_lock(&self, ledger: u64) -> parking_lot::MutexGuard<'_, ()> {
+        self.admission[(ledger % ADMISSION_STRIPES as u64) as usize].lock()
+    }
+
     fn writable_key(&self, ledger: u64, master_key: &[u8], recovery: bool) -> Result<Arc<[u8]>> {
         let check = |st: &index::LedgerState| {
             if *st.master_key != *master_key {
