@@ -20,6 +20,7 @@ import pytest
 import pybkx._core as core
 from pybkx import errors
 from pybkx._core import LedgerStorage
+from pybkx.bookie import Bookie
 from pybkx.config import ClientConfig, ServerConfig
 from pybkx.meta import open_metadata_store
 
@@ -51,6 +52,31 @@ def free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
+
+
+#: Disk thresholds this machine's disk (not a small tmpfs) is within.
+ROOMY = {
+    "diskUsageThreshold": "0.99",
+    "diskUsageWarnThreshold": "0.98",
+    "diskUsageLwmThreshold": "0.98",
+}
+
+
+def local_bookie(tmp_path: Path, **keys: str) -> Bookie:
+    """An in-process standalone bookie on loopback (not started): journal and ledgers (unless
+    tiers are given) under ``tmp_path``, no preallocation, ROOMY thresholds, then ``keys``."""
+    config = {
+        "bookiePort": str(free_port()),
+        "listeningInterface": "127.0.0.1",
+        "allowLoopback": "true",
+        "journalDirectories": str(tmp_path / "journal"),
+        "journalPreAllocSizeMB": "0",
+        **ROOMY,
+        **keys,
+    }
+    if "tieredStorageLevels" not in keys:
+        config.setdefault("ledgerDirectories", str(tmp_path / "ledgers"))
+    return Bookie(ServerConfig.of(**config))
 
 
 def accepts_tcp(port: int) -> bool:

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+from test_bookie_process import ROOMY
 from test_disk_checker import disk_bookie, wait_for
 
 from pybkx.bookie import Bookie
@@ -41,14 +42,6 @@ def test_the_newest_copy_wins_and_bad_copies_are_skipped(tmp_path: Path) -> None
     assert got is not None and not got.read_only
     assert read_status([tmp_path / "nowhere"]) is None
     assert not write_status([tmp_path / "nowhere"], read_only=True, manual=True)
-
-
-#: Thresholds this machine's disk (not a small tmpfs) is within.
-ROOMY = {
-    "diskUsageThreshold": "0.99",
-    "diskUsageWarnThreshold": "0.98",
-    "diskUsageLwmThreshold": "0.98",
-}
 
 
 def restart(bookie: Bookie, tmp_path: Path, uri: str, disk: Path, **keys: object) -> Bookie:

@@ -11,10 +11,9 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from test_bookie_process import free_port
+from test_bookie_process import local_bookie
 
 from pybkx.admin.bookie_metrics import bookie_metrics
-from pybkx.bookie import Bookie
 from pybkx.bookie.storage import open_ledger_storage
 from pybkx.config import ConfigError, ServerConfig
 from pybkx.config.tiers import byte_size
@@ -146,21 +145,12 @@ def test_a_write_load_larger_than_the_top_tier_overflows_to_the_next(
 @pytest.mark.integration
 def test_a_quota_directorys_usage_gauge_counts_against_its_quota(tmp_path: Path) -> None:
     ssd = tmp_path / "ssd"
-    bookie = Bookie(
-        ServerConfig.of(
-            bookiePort=str(free_port()),
-            listeningInterface="127.0.0.1",
-            allowLoopback="true",
-            journalDirectories=str(tmp_path / "journal"),
-            tieredStorageLevels="2",
-            tieredStorageLevel0Dirs=str(ssd),
-            tieredStorageLevel0DirsQuota=str(4 * MIB),
-            tieredStorageLevel1Dirs=str(tmp_path / "hdd"),
-            diskUsageThreshold="0.99",
-            diskUsageWarnThreshold="0.98",
-            diskUsageLwmThreshold="0.98",
-            journalPreAllocSizeMB="0",
-        )
+    bookie = local_bookie(
+        tmp_path,
+        tieredStorageLevels="2",
+        tieredStorageLevel0Dirs=str(ssd),
+        tieredStorageLevel0DirsQuota=str(4 * MIB),
+        tieredStorageLevel1Dirs=str(tmp_path / "hdd"),
     )
     bookie.start()
     try:

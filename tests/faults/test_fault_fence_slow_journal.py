@@ -16,31 +16,17 @@ from test_bookie_process import (
     REQUEST_TIMEOUT_S,
     add_entries,
     bookie_client,
-    free_port,
+    local_bookie,
 )
 
 import pybkx._core as core
-from pybkx.bookie import Bookie
-from pybkx.config import ServerConfig
 
 pytestmark = [pytest.mark.faults, pytest.mark.integration]
 
 
 def test_a_fencing_read_sees_the_adds_a_slow_journal_still_holds(tmp_path: Path) -> None:
     journal = tmp_path / "journal"
-    bookie = Bookie(
-        ServerConfig.of(
-            bookiePort=str(free_port()),
-            listeningInterface="127.0.0.1",
-            allowLoopback="true",
-            journalDirectories=str(journal),
-            ledgerDirectories=str(tmp_path / "ledgers"),
-            journalPreAllocSizeMB="0",
-            diskUsageThreshold="0.99",
-            diskUsageWarnThreshold="0.98",
-            diskUsageLwmThreshold="0.98",
-        )
-    )
+    bookie = local_bookie(tmp_path)
     bookie.start()
     fault = None
     try:
