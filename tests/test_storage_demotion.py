@@ -81,9 +81,7 @@ def test_demotion_keeps_the_top_tier_under_its_quota_with_the_hot_logs_on_top(
     storage = open_ledger_storage(**keys)
     try:
         for ledger_id in range(1, 21):
-            storage.add_entries(
-                ledger_id, [(e, entry(ledger_id, e)) for e in range(32)], b"k"
-            )
+            storage.add_entries(ledger_id, [(e, entry(ledger_id, e)) for e in range(32)], b"k")
             storage.checkpoint()
             if ledger_id >= hot:
                 for e in range(32):

@@ -585,8 +585,7 @@ class ServerConfig(KeyedConfig):
     def tier_low_watermarks(self) -> list[float]:
         """Per tier level (0 to MAX_TIERS - 1): ``tieredStorageLevel<N>LowWatermark``."""
         return [
-            float(getattr(self, f"tiered_storage_level{i}_low_watermark"))
-            for i in range(MAX_TIERS)
+            float(getattr(self, f"tiered_storage_level{i}_low_watermark")) for i in range(MAX_TIERS)
         ]
 
     # --- disks

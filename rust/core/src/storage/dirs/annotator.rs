@@ -70,8 +70,9 @@ impl Annotator {
         let scheme = match name.rsplit('.').next().unwrap_or(name) {
             "LRUAnnotator" => Scheme::Lru,
             "LRFUAnnotator" => {
-                if !(0.0..=1.0).contains(&step) || !(attenuation >= 2.0 && attenuation.is_finite())
-                {
+                let valid =
+                    (0.0..=1.0).contains(&step) && (2.0..f64::INFINITY).contains(&attenuation);
+                if !valid {
                     return Err(StorageError::InvalidArgument(format!(
                         "lrfuStepFactor must be in [0, 1] and lrfuAttenuationFactor at least 2, \
                          got {step} and {attenuation}"

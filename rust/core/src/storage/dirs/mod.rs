@@ -57,7 +57,7 @@ pub struct LedgerDirs {
 
 /// When entry logs move between tiers: per tier, demotion starts once its used bytes pass
 /// `high` of its capacity and stops below `low`; promotion on read; the pace of the copies.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct TierPolicy {
     /// Per tier: (high, low) watermarks as fractions of the tier's capacity.
     pub watermarks: Vec<(f64, f64)>,
@@ -77,16 +77,6 @@ impl TierPolicy {
             .get(tier)
             .copied()
             .unwrap_or((DEFAULT_HIGH_WATERMARK, DEFAULT_LOW_WATERMARK))
-    }
-}
-
-impl Default for TierPolicy {
-    fn default() -> Self {
-        TierPolicy {
-            watermarks: Vec::new(),
-            promote_on_read: false,
-            move_rate_bytes: 0,
-        }
     }
 }
 
