@@ -159,6 +159,8 @@ struct Inner {
     locks: Mutex<Vec<File>>,
     /// The tier mover was asked for a pass.
     mover_wake: Mutex<bool>,
+    /// One pass of the tier mover at a time (the thread's or `move_entry_logs`).
+    mover_pass: Mutex<()>,
     mover_signal: Condvar,
 }
 
@@ -307,6 +309,7 @@ impl LedgerStorage {
             disk_pressure: std::sync::atomic::AtomicU8::new(DiskPressure::Normal as u8),
             locks: Mutex::new(locks),
             mover_wake: Mutex::new(false),
+            mover_pass: Mutex::new(()),
             mover_signal: Condvar::new(),
         });
         // Persist what replay rebuilt, so the replayed journals can go.

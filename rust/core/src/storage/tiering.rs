@@ -78,6 +78,7 @@ impl Inner {
         if tiers < 2 {
             return Ok(report);
         }
+        let _one_pass_at_a_time = self.mover_pass.lock();
         let policy = dirs.policy().clone();
         for tier in 0..tiers - 1 {
             let states = dirs.states()?;
