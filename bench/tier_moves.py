@@ -3,11 +3,11 @@
 Two-tier storage (directories on this machine's disk; quotas make the top tier small). With
 demotion: the top tier's quota (``--quota-mb``) is a fraction of what the run writes and its
 watermarks are 0.6/0.3, so the mover copies cold logs down the whole time, paced to
-``--rate-mb`` MiB/s (``tieredStorageMoveRateByBytes``). Without: the same layout and quota with
-a high watermark of 1.0 (never passed) and a quota the run does not fill. Writers add ``--entry-kb`` KiB entries, one blocking add at a time per
-thread (``--writers`` threads, one ledger each), for ``--seconds`` per round. Reported per
-mode: adds per second, add latency p50/p99 (ms), MiB moved between tiers; and the ratios
-with/without. Not a test: ``make bench-tiers``.
+``--rate-mb`` MiB/s (``tieredStorageMoveRateByBytes``). Without: the same layout with a high
+watermark of 1.0 (never passed) and a quota the run does not fill. Writers add ``--entry-kb``
+KiB entries, one blocking add at a time per thread (``--writers`` threads, one ledger each),
+for ``--seconds`` per round. Reported per mode: adds per second, add latency p50/p99 (ms),
+MiB moved between tiers; and the ratios with/without. Not a test: ``make bench-tiers``.
 """
 
 from __future__ import annotations
