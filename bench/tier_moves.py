@@ -114,9 +114,7 @@ def main(argv: list[str] | None = None) -> int:
         rounds = runs[demote]
         for key in ("adds_per_s", "p50_ms", "p99_ms", "moved_mb"):
             out[f"{name}_{key}"] = round(sum(r[key] for r in rounds) / len(rounds), 2)
-    out["throughput_with_vs_without"] = round(
-        out["with_adds_per_s"] / out["without_adds_per_s"], 2
-    )
+    out["throughput_with_vs_without"] = round(out["with_adds_per_s"] / out["without_adds_per_s"], 2)
     out["p99_with_vs_without"] = round(out["with_p99_ms"] / out["without_p99_ms"], 2)
     return report_figures(out, args.json)
 
