@@ -109,6 +109,48 @@ def test_demotion_keeps_the_top_tier_under_its_quota_with_the_hot_logs_on_top(
         reopened.close()
 
 
+def test_a_demoted_ledger_read_again_comes_back_up(tmp_path: Path) -> None:
+    """With ``tieredStoragePromoteOnRead`` the logs of a demoted ledger that is read again move
+    back to the top tier once it has room below its low watermark; the moves are counted."""
+    keys = tiered(
+        tmp_path,
+        4 * MIB,
+        256 * KIB,
+        tieredStorageLevel0HighWatermark=0.75,
+        tieredStorageLevel0LowWatermark=0.5,
+        tieredStoragePromoteOnRead=True,
+        dbStorage_readAheadCacheBatchSize=1,
+    )
+    ssd = tmp_path / "ssd"
+    storage = open_ledger_storage(**keys)
+    try:
+        for ledger_id in range(1, 21):
+            storage.add_entries(ledger_id, [(e, entry(ledger_id, e)) for e in range(32)], b"k")
+            storage.checkpoint()
+            storage.move_entry_logs()
+
+        def on_top(ledger_id: int) -> set[int]:
+            homes = storage.entry_log_dirs()
+            return {log for log in logs_of(storage, ledger_id) if Path(homes[log]).parent == ssd}
+
+        assert not on_top(2)
+        for ledger_id in range(10, 21):  # room on top
+            storage.delete_ledger(ledger_id)
+        storage.checkpoint()
+        storage.gc_entry_logs()
+        assert all(storage.read_entry(2, e) == entry(2, e) for e in range(32))
+        # A pass now (the mover's own may have promoted some already: one pass at a time).
+        storage.move_entry_logs()
+        assert on_top(2) == logs_of(storage, 2)
+        assert all(storage.read_entry(2, e) == entry(2, e) for e in range(32))
+        counters = {m[0]: m[4] for m in storage.metrics()}
+        assert counters["pybkx_tier_promoted_entry_logs"] >= len(logs_of(storage, 2))
+        assert counters["pybkx_tier_demoted_entry_logs"] > 0
+        assert counters["pybkx_tier_moved_bytes"] > 0
+    finally:
+        storage.close()
+
+
 @pytest.mark.parametrize(
     "keys",
     [
