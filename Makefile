@@ -27,7 +27,7 @@ CARGO_TEST_ENV := LD_LIBRARY_PATH="$(PY_LIBDIR)$${LD_LIBRARY_PATH:+:$$LD_LIBRARY
 
 .PHONY: help venv deps build lint test demo bench bench-client bench-suite bench-compare bench-builds \
 	bench-metrics bench-striped bench-recovery bench-v3 bench-spark bench-storage-scale \
-	bench-cold-read bench-cold-read-java bench-gc bench-large-adds bench-sustained-adds faults faults-deps fuzz clean distclean
+	bench-cold-read bench-cold-read-java bench-gc bench-tiers bench-large-adds bench-sustained-adds faults faults-deps fuzz clean distclean
 
 help:
 	@echo "make demo   build everything, then run the cluster demo (pybkx demo)"
@@ -46,6 +46,7 @@ help:
 	@echo "make bench-cold-read      an interleaved ledger read back cold vs the disk's speed"
 	@echo "make bench-cold-read-java the same over the wire beside the Java DbLedgerStorage"
 	@echo "make bench-gc       entry-log GC of 10,000 deleted ledgers; compaction vs disk speed"
+	@echo "make bench-tiers    adds with entry logs moving between tiers vs without, same run"
 	@echo "make bench-large-adds   16 KiB adds over 16 ledgers beside the Java bookie and the disk"
 	@echo "make bench-sustained-adds  many runs of adds back to back on one bookie, each reported"
 	@echo "make bench-spark    Spark reading ledgers vs the same rows in Parquet, one run"
@@ -185,6 +186,10 @@ bench-cold-read: venv deps build
 # Entry-log GC after 10,000 deleted ledgers, and a major compaction beside the disk's write limit.
 bench-gc: venv deps build
 	$(VPY) -m bench.gc_compaction $(BENCH_ARGS)
+
+# Adds with demotion running (a small top tier, the mover paced) beside adds without, same run.
+bench-tiers: venv deps build
+	$(VPY) -m bench.tier_moves $(BENCH_ARGS)
 
 # Large adds (16 KiB over 16 ledgers; BENCH_ARGS="--count 80000" for longer runs) beside the
 # Java bookie, with the disk's write limit measured in each round.

@@ -11,6 +11,9 @@ Modes (``spec["mode"]``):
   delete        write ``entries`` entries to ``victim`` (optionally ``checkpoint()``), delete it,
                 print ``DELETED``, then write ``keeper`` forever.
   meta          write entry 0 of ``ledger``, set its explicit LAC, fence it, print ``META``, wait.
+  churn         ledgers written and deleted, entry logs collected and compacted, over and over.
+  tiered        ledgers written, earlier ones read back, entry logs moved between tiers (the
+                background mover and ``move_entry_logs``), over and over.
 
 Output lines: ``READY``, ``RESUME <ledger> <entry>``, ``ACK <ledger> <entry>``, and the mode's
 marker. Payloads come from ``storage_helpers.payload`` so the parent can regenerate them.
@@ -168,6 +171,32 @@ def run_churn(storage: LedgerStorage, spec: dict[str, Any]) -> None:
     wait_to_be_killed()
 
 
+def run_tiered(storage: LedgerStorage, spec: dict[str, Any]) -> None:
+    """Ledgers written one after another (``ACK l e`` once an add returned) while entry logs
+    move between tiers; earlier ledgers are read back meanwhile (reads during moves must not
+    fail, and they make logs hot again)."""
+    rng = random.Random(spec["seed"])
+    first: int = spec["first_ledger"]
+    emit("READY")
+    try:
+        for ledger_id in range(first, first + 10_000):
+            entries = [(e, payload(ledger_id, e, max_size=8192)) for e in range(rng.randint(5, 30))]
+            storage.add_entries(ledger_id, entries, master_key(ledger_id))
+            emit(*(f"ACK {ledger_id} {e}" for e, _ in entries))
+            for _ in range(3):
+                earlier = rng.randint(first, ledger_id)
+                entry = rng.randrange(storage.last_entry_id(earlier) + 1)
+                if storage.read_entry(earlier, entry) != payload(earlier, entry, max_size=8192):
+                    raise AssertionError(f"entry {entry} of ledger {earlier} read back wrong")
+            if rng.random() < 0.5:
+                storage.move_entry_logs()
+            if rng.random() < 0.2:
+                storage.checkpoint()
+    except BaseException as exc:
+        die(exc)
+    wait_to_be_killed()
+
+
 def run_meta(storage: LedgerStorage, spec: dict[str, Any]) -> None:
     ledger_id: int = spec["ledger"]
     key = master_key(ledger_id)
@@ -185,6 +214,7 @@ MODES = {
     "delete": run_delete,
     "meta": run_meta,
     "churn": run_churn,
+    "tiered": run_tiered,
 }
 
 

@@ -502,6 +502,16 @@ def test_storage_settings_carry_every_storage_key_and_no_server_key() -> None:
         "entryLogReviewerClass",
         "reviewerSoftLimitBytes",
         "reviewerHardLimitBytes",
+        "entryLogAnnotatorClass",
+        "lrfuStepFactor",
+        "lrfuAttenuationFactor",
+        *(
+            f"tieredStorageLevel{level}{what}"
+            for level in range(4)
+            for what in ("HighWatermark", "LowWatermark")
+        ),
+        "tieredStoragePromoteOnRead",
+        "tieredStorageMoveRateByBytes",
     }
 
 

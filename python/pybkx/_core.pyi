@@ -160,6 +160,15 @@ class LedgerStorage:
         one is full): compaction is suspended accordingly, or forced with
         ``isForceGCAllowWhenNoSpace``. Never raises."""
 
+    def move_entry_logs(self) -> tuple[int, int, int]:
+        """Run one pass of the tier mover now (it also runs by itself): tiers past their high
+        watermark have their coldest entry logs moved down a tier until below their low
+        watermark; logs read below the top tier move up with ``tieredStoragePromoteOnRead``.
+        Returns ``(logs demoted, logs promoted, bytes moved)``. Raises BookieIOException."""
+
+    def entry_log_dirs(self) -> dict[int, str]:
+        """Entry log id -> the ledger directory (``current/``) holding it. Never raises."""
+
     def gc_entry_logs(self) -> tuple[int, int]:
         """Remove the entry logs none of whose ledgers exists any more; returns
         ``(logs removed, bytes freed)``. Raises BookieIOException."""

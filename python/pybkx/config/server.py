@@ -26,6 +26,7 @@ from pybkx.config.network import interface_ipv4, interface_names, is_ip
 from pybkx.config.properties import read_file
 from pybkx.config.tiers import (
     ALLOCATORS,
+    ANNOTATORS,
     MAX_TIERS,
     REVIEWERS,
     Tier,
@@ -173,6 +174,50 @@ class ServerConfig(KeyedConfig):
         "reviewerHardLimitBytes", 64 * MIB, integer(0, JAVA_LONG_MAX), storage=True
     )
     """At or below this many bytes available a directory is refused (unless all are)."""
+    entry_log_annotator_class: str = setting(
+        "entryLogAnnotatorClass", ANNOTATORS[0], class_name(ANNOTATORS), storage=True
+    )
+    """How entry logs are ranked hot to cold for demotion: by last access (LRUAnnotator) or by
+    recency and frequency combined (LRFUAnnotator)."""
+    lrfu_step_factor: float = setting("lrfuStepFactor", 0.25, number(0.0, 1.0), storage=True)
+    """LRFUAnnotator: near 0 ranks by access counts (LFU), near 1 by recency (LRU)."""
+    lrfu_attenuation_factor: float = setting(
+        "lrfuAttenuationFactor", 2.0, number(2.0), storage=True
+    )
+    """LRFUAnnotator: how fast the weight of past accesses fades (at least 2)."""
+    tiered_storage_level0_high_watermark: float = setting(
+        "tieredStorageLevel0HighWatermark", 0.95, number(0.0, 1.0), storage=True
+    )
+    tiered_storage_level0_low_watermark: float = setting(
+        "tieredStorageLevel0LowWatermark", 0.7, number(0.0, 1.0), storage=True
+    )
+    tiered_storage_level1_high_watermark: float = setting(
+        "tieredStorageLevel1HighWatermark", 0.95, number(0.0, 1.0), storage=True
+    )
+    tiered_storage_level1_low_watermark: float = setting(
+        "tieredStorageLevel1LowWatermark", 0.7, number(0.0, 1.0), storage=True
+    )
+    tiered_storage_level2_high_watermark: float = setting(
+        "tieredStorageLevel2HighWatermark", 0.95, number(0.0, 1.0), storage=True
+    )
+    tiered_storage_level2_low_watermark: float = setting(
+        "tieredStorageLevel2LowWatermark", 0.7, number(0.0, 1.0), storage=True
+    )
+    tiered_storage_level3_high_watermark: float = setting(
+        "tieredStorageLevel3HighWatermark", 0.95, number(0.0, 1.0), storage=True
+    )
+    tiered_storage_level3_low_watermark: float = setting(
+        "tieredStorageLevel3LowWatermark", 0.7, number(0.0, 1.0), storage=True
+    )
+    tiered_storage_promote_on_read: bool = setting(
+        "tieredStoragePromoteOnRead", False, boolean, storage=True
+    )
+    """A log below the top tier that is read moves up a tier when that tier stays below its
+    low watermark with it."""
+    tiered_storage_move_rate_by_bytes: int = setting(
+        "tieredStorageMoveRateByBytes", 32 * MIB, integer(0, JAVA_LONG_MAX), storage=True
+    )
+    """Bytes per second the moves between tiers copy (0: unpaced)."""
 
     # --- metadata (None: a standalone bookie)
     metadata_service_uri: str | None = setting("metadataServiceUri", None, optional_str)
@@ -376,6 +421,14 @@ class ServerConfig(KeyedConfig):
     def __post_init__(self) -> None:
         self._parse_fields()
         self._apply_tiers()
+        for level, (high, low) in enumerate(
+            zip(self.tier_high_watermarks, self.tier_low_watermarks, strict=True)
+        ):
+            if low >= high:
+                raise ConfigError(
+                    f"invalid tieredStorageLevel{level}LowWatermark in {self.source}: {low} must "
+                    f"be below tieredStorageLevel{level}HighWatermark {high}"
+                )
         if self.bookie_port == 0 and not self.allow_ephemeral_ports:
             raise ConfigError(
                 f"invalid bookiePort in {self.source}: 0 (an ephemeral port) needs "
@@ -519,6 +572,21 @@ class ServerConfig(KeyedConfig):
         if not tiers:
             return [None] * len(self.ledger_directories)
         return [q for tier in tiers for q in tier.quotas]
+
+    @property
+    def tier_high_watermarks(self) -> list[float]:
+        """Per tier level (0 to MAX_TIERS - 1): ``tieredStorageLevel<N>HighWatermark``."""
+        return [
+            float(getattr(self, f"tiered_storage_level{i}_high_watermark"))
+            for i in range(MAX_TIERS)
+        ]
+
+    @property
+    def tier_low_watermarks(self) -> list[float]:
+        """Per tier level (0 to MAX_TIERS - 1): ``tieredStorageLevel<N>LowWatermark``."""
+        return [
+            float(getattr(self, f"tiered_storage_level{i}_low_watermark")) for i in range(MAX_TIERS)
+        ]
 
     # --- disks
 

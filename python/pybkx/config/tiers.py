@@ -14,6 +14,7 @@ from pybkx.config.values import InvalidValue, dirs, optional_str
 
 __all__ = [
     "ALLOCATORS",
+    "ANNOTATORS",
     "MAX_TIERS",
     "REVIEWERS",
     "Tier",
@@ -27,6 +28,7 @@ MAX_TIERS: Final = 4
 
 ALLOCATORS: Final = ("MaxFreeAllocator", "GreedyAllocator", "RoundRobinAllocator")
 REVIEWERS: Final = ("ProbabilisticBufferReviewer", "AcceptingReviewer")
+ANNOTATORS: Final = ("LRUAnnotator", "LRFUAnnotator")
 
 _SIZE_RE: Final = re.compile(r"\s*([0-9]+)\s*([KMGTP]?)I?B?\s*", re.IGNORECASE)
 _UNITS: Final = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40, "P": 1 << 50}

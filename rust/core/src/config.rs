@@ -91,6 +91,20 @@ pub struct DirsConfig {
     pub reviewer: String,
     pub reviewer_soft_limit: u64,
     pub reviewer_hard_limit: u64,
+    /// `entryLogAnnotatorClass`: how entry logs are ranked hot to cold for demotion.
+    pub annotator: String,
+    /// `lrfuStepFactor` and `lrfuAttenuationFactor` (LRFUAnnotator).
+    pub lrfu_step: f64,
+    pub lrfu_attenuation: f64,
+    /// Per tier (index = level): `tieredStorageLevel<N>HighWatermark` and `...LowWatermark`,
+    /// fractions of the tier's capacity. Missing: 0.95 and 0.7.
+    pub high_watermarks: Vec<f64>,
+    pub low_watermarks: Vec<f64>,
+    /// `tieredStoragePromoteOnRead`: a demoted log read again moves back up when there is room.
+    pub promote_on_read: bool,
+    /// `tieredStorageMoveRateByBytes`: bytes per second copied by moves between tiers; 0:
+    /// unpaced.
+    pub move_rate_bytes: u64,
 }
 
 impl Default for DirsConfig {
@@ -103,6 +117,13 @@ impl Default for DirsConfig {
             reviewer: "AcceptingReviewer".into(),
             reviewer_soft_limit: 0,
             reviewer_hard_limit: 0,
+            annotator: "LRUAnnotator".into(),
+            lrfu_step: 0.25,
+            lrfu_attenuation: 2.0,
+            high_watermarks: Vec::new(),
+            low_watermarks: Vec::new(),
+            promote_on_read: false,
+            move_rate_bytes: 0,
         }
     }
 }

@@ -61,6 +61,20 @@ struct StorageAttrs {
     reviewer_soft_limit: u64,
     #[pyo3(attribute("reviewer_hard_limit_bytes"))]
     reviewer_hard_limit: u64,
+    #[pyo3(attribute("entry_log_annotator_class"))]
+    entry_log_annotator: String,
+    #[pyo3(attribute("lrfu_step_factor"))]
+    lrfu_step: f64,
+    #[pyo3(attribute("lrfu_attenuation_factor"))]
+    lrfu_attenuation: f64,
+    #[pyo3(attribute("tier_high_watermarks"))]
+    high_watermarks: Vec<f64>,
+    #[pyo3(attribute("tier_low_watermarks"))]
+    low_watermarks: Vec<f64>,
+    #[pyo3(attribute("tiered_storage_promote_on_read"))]
+    promote_on_read: bool,
+    #[pyo3(attribute("tiered_storage_move_rate_by_bytes"))]
+    move_rate_bytes: u64,
     #[pyo3(attribute("flush_interval_ms"))]
     flush_interval_ms: u64,
     #[pyo3(attribute("db_storage_write_cache_max_size_mb"))]
@@ -130,6 +144,13 @@ pub(crate) fn storage_config(obj: &Bound<'_, PyAny>) -> PyResult<StorageConfig> 
             reviewer: a.entry_log_reviewer,
             reviewer_soft_limit: a.reviewer_soft_limit,
             reviewer_hard_limit: a.reviewer_hard_limit,
+            annotator: a.entry_log_annotator,
+            lrfu_step: a.lrfu_step,
+            lrfu_attenuation: a.lrfu_attenuation,
+            high_watermarks: a.high_watermarks,
+            low_watermarks: a.low_watermarks,
+            promote_on_read: a.promote_on_read,
+            move_rate_bytes: a.move_rate_bytes,
         },
     })
 }

@@ -218,6 +218,21 @@ impl PyLedgerStorage {
         });
     }
 
+    /// (logs demoted, logs promoted, bytes moved)
+    fn move_entry_logs(&self, py: Python<'_>) -> BkResult<(u64, u64, u64)> {
+        let r = py.detach(|| self.inner.move_entry_logs())?;
+        Ok((r.demoted, r.promoted, r.bytes))
+    }
+
+    /// Entry log id -> the ledger directory (`current/`) holding it.
+    fn entry_log_dirs(&self) -> std::collections::HashMap<u32, String> {
+        self.inner
+            .entry_log_dirs()
+            .into_iter()
+            .map(|(id, p)| (id, p.to_string_lossy().into_owned()))
+            .collect()
+    }
+
     fn gc_entry_logs(&self, py: Python<'_>) -> BkResult<(u64, u64)> {
         Ok(py.detach(|| self.inner.gc_entry_logs())?)
     }

@@ -72,6 +72,10 @@ impl Inner {
             if self.shared.wake.lock().stop {
                 break;
             }
+            // Held by a move between tiers: compacted by a later pass.
+            let Some(_pin) = self.shared.entrylog.pin(id) else {
+                continue;
+            };
             let (moved, freed) = self.compact_log(id)?;
             report.logs_compacted += 1;
             report.bytes_moved += moved;

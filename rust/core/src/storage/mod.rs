@@ -18,6 +18,7 @@ mod readahead;
 mod stats;
 #[cfg(test)]
 mod tests;
+mod tiering;
 pub mod writecache;
 
 use std::collections::HashMap;
@@ -46,6 +47,7 @@ use index::IndexLog;
 use journal::{Applier, Completion, Journal, JournalOp, Mark};
 use readahead::ReadAheadCache;
 pub use stats::StorageStats;
+pub use tiering::MoveReport;
 use writecache::WriteCache;
 
 /// Hashes a ledger id with one multiplication, for the maps every add and read looks up
@@ -158,6 +160,11 @@ struct Inner {
     disk_pressure: std::sync::atomic::AtomicU8,
     /// Directory locks, released by `close`.
     locks: Mutex<Vec<File>>,
+    /// The tier mover was asked for a pass.
+    mover_wake: Mutex<bool>,
+    /// One pass of the tier mover at a time (the thread's or `move_entry_logs`).
+    mover_pass: Mutex<()>,
+    mover_signal: Condvar,
 }
 
 /// Stripes of the admission locks (adds and fences of ledgers in one stripe serialise briefly).
@@ -308,6 +315,9 @@ impl LedgerStorage {
             admission: (0..ADMISSION_STRIPES).map(|_| Mutex::new(())).collect(),
             disk_pressure: std::sync::atomic::AtomicU8::new(DiskPressure::Normal as u8),
             locks: Mutex::new(locks),
+            mover_wake: Mutex::new(false),
+            mover_pass: Mutex::new(()),
+            mover_signal: Condvar::new(),
         });
         // Persist what replay rebuilt, so the replayed journals can go.
         inner.checkpoint()?;
@@ -321,6 +331,9 @@ impl LedgerStorage {
         };
         threads.push(spawn("pybkx-checkpoint", Inner::run_checkpointer)?);
         threads.push(spawn("pybkx-index-merge", Inner::run_merger)?);
+        if inner.shared.entrylog.dirs().tier_count() > 1 {
+            threads.push(spawn("pybkx-tier-mover", Inner::run_mover)?);
+        }
         Ok(LedgerStorage {
             inner,
             threads: Mutex::new(threads),
@@ -1049,6 +1062,24 @@ impl LedgerStorage {
         }
     }
 
+    /// Runs one pass of the tier mover now (it also runs by itself): every tier past its high
+    /// watermark has its coldest entry logs moved down a tier until it is below its low
+    /// watermark, and logs read below the top tier move up when `tieredStoragePromoteOnRead`
+    /// allows it.
+    pub fn move_entry_logs(&self) -> Result<MoveReport> {
+        self.inner.check_open()?;
+        self.inner.move_pass()
+    }
+
+    /// Per entry log: the ledger directory (`current/`) holding it.
+    pub fn entry_log_dirs(&self) -> HashMap<u32, PathBuf> {
+        let el = &self.inner.shared.entrylog;
+        el.placed_logs()
+            .into_iter()
+            .filter_map(|(id, dir, _)| el.dirs().path_of(dir).map(|p| (id, p.to_path_buf())))
+            .collect()
+    }
+
     /// Compacts the entry logs whose live share of bytes is at most `threshold`: their live
     /// entries are written again and the logs removed (BookKeeper's minor compaction at
     /// `minorCompactionThreshold`, major at `majorCompactionThreshold`; runs by itself every
@@ -1079,6 +1110,7 @@ impl LedgerStorage {
         }
         self.inner.shared.wake.lock().stop = true;
         self.inner.shared.wake_signal.notify_all();
+        self.inner.wake_mover();
         for t in self.threads.lock().drain(..) {
             if t.join().is_err() {
                 log::error!("a storage thread panicked");
@@ -1143,6 +1175,10 @@ impl Inner {
         };
         let (mut logs, mut bytes) = (0u64, 0u64);
         for id in dead {
+            // Held by a move between tiers: removed by a later pass.
+            let Some(_pin) = self.shared.entrylog.pin(id) else {
+                continue;
+            };
             // A deleted ledger is never read again (a new ledger with its id starts from a
             // later index segment), so its entries' logs can go at once.
             let freed = self.shared.entrylog.remove_log(id)?;

@@ -34,6 +34,10 @@ pub struct StorageStats {
     pub compacted_logs: Counter,
     /// Index segment merges done.
     pub index_merges: Counter,
+    /// Entry logs moved down a tier, up a tier, and the bytes moved.
+    pub tier_demotions: Counter,
+    pub tier_promotions: Counter,
+    pub tier_moved_bytes: Counter,
     /// Entries read ahead (brought along by a read that missed every cache).
     pub read_ahead_entries: Counter,
     /// Reads that found a stored copy corrupt (a record whose framing or checksum fails).
@@ -69,6 +73,9 @@ impl Default for StorageStats {
             read_bytes: Counter::default(),
             checkpoints: Counter::default(),
             index_merges: Counter::default(),
+            tier_demotions: Counter::default(),
+            tier_promotions: Counter::default(),
+            tier_moved_bytes: Counter::default(),
             gc_logs_removed: Counter::default(),
             gc_reclaimed_bytes: Counter::default(),
             compacted_logs: Counter::default(),
@@ -186,6 +193,18 @@ impl Inner {
         out.push(Metric::counter(
             "pybkx_gc_compacted_entry_logs",
             self.stats.compacted_logs.get(),
+        ));
+        out.push(Metric::counter(
+            "pybkx_tier_demoted_entry_logs",
+            self.stats.tier_demotions.get(),
+        ));
+        out.push(Metric::counter(
+            "pybkx_tier_promoted_entry_logs",
+            self.stats.tier_promotions.get(),
+        ));
+        out.push(Metric::counter(
+            "pybkx_tier_moved_bytes",
+            self.stats.tier_moved_bytes.get(),
         ));
         out.push(Metric::counter(
             "pybkx_storage_read_ahead_entries",

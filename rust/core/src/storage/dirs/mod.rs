@@ -5,6 +5,7 @@
 //! or writes a log itself.
 
 pub mod allocator;
+pub mod annotator;
 pub mod reviewer;
 
 use std::path::{Path, PathBuf};
@@ -16,6 +17,7 @@ use crate::config::DirsConfig;
 use crate::error::{IoContext, Result, StorageError};
 use crate::fs::{self, DiskUsage};
 pub use allocator::{Allocator, GreedyAllocator, MaxFreeAllocator, RoundRobinAllocator};
+pub use annotator::{Annotator, Heat};
 pub use reviewer::{AcceptingReviewer, ProbabilisticBufferReviewer, Reviewer};
 
 /// One ledger directory as an allocator sees it.
@@ -47,6 +49,35 @@ pub struct LedgerDirs {
     reviewer: Mutex<Box<dyn Reviewer>>,
     /// Bytes a new entry log is expected to take (`logSizeLimit`).
     need: u64,
+    /// Ranks entry logs hot to cold for moves between tiers.
+    annotator: Annotator,
+    /// When and how logs move between tiers.
+    policy: TierPolicy,
+}
+
+/// When entry logs move between tiers: per tier, demotion starts once its used bytes pass
+/// `high` of its capacity and stops below `low`; promotion on read; the pace of the copies.
+#[derive(Debug, Clone, Default)]
+pub struct TierPolicy {
+    /// Per tier: (high, low) watermarks as fractions of the tier's capacity.
+    pub watermarks: Vec<(f64, f64)>,
+    pub promote_on_read: bool,
+    /// Bytes per second a move copies; 0: unpaced.
+    pub move_rate_bytes: u64,
+}
+
+/// Default watermarks of a tier (`tieredStorageLevel<N>HighWatermark`, `...LowWatermark`).
+pub const DEFAULT_HIGH_WATERMARK: f64 = 0.95;
+pub const DEFAULT_LOW_WATERMARK: f64 = 0.7;
+
+impl TierPolicy {
+    /// Tier `tier`'s (high, low) watermarks.
+    pub fn watermarks(&self, tier: usize) -> (f64, f64) {
+        self.watermarks
+            .get(tier)
+            .copied()
+            .unwrap_or((DEFAULT_HIGH_WATERMARK, DEFAULT_LOW_WATERMARK))
+    }
 }
 
 impl LedgerDirs {
@@ -61,7 +92,14 @@ impl LedgerDirs {
                 quota: None,
             })
             .collect();
-        Self::build(dirs, allocator, Box::new(AcceptingReviewer), 0)
+        Self::build(
+            dirs,
+            allocator,
+            Box::new(AcceptingReviewer),
+            0,
+            Annotator::new(annotator::Scheme::Lru),
+            TierPolicy::default(),
+        )
     }
 
     /// The directories `dirs` (`current/` directories, in configuration order) with the tiers,
@@ -89,6 +127,33 @@ impl LedgerDirs {
                     )))
                 }
             };
+        let annotator = Annotator::by_name(&cfg.annotator, cfg.lrfu_step, cfg.lrfu_attenuation)?;
+        let levels = cfg.high_watermarks.len().max(cfg.low_watermarks.len());
+        let mut watermarks = Vec::with_capacity(levels);
+        for level in 0..levels {
+            let high = cfg
+                .high_watermarks
+                .get(level)
+                .copied()
+                .unwrap_or(DEFAULT_HIGH_WATERMARK);
+            let low = cfg
+                .low_watermarks
+                .get(level)
+                .copied()
+                .unwrap_or(DEFAULT_LOW_WATERMARK);
+            if !(0.0..=1.0).contains(&high) || !(0.0..=1.0).contains(&low) || low >= high {
+                return Err(StorageError::InvalidArgument(format!(
+                    "tier {level}: the watermarks must satisfy 0 <= low < high <= 1, got \
+                     high {high} and low {low}"
+                )));
+            }
+            watermarks.push((high, low));
+        }
+        let policy = TierPolicy {
+            watermarks,
+            promote_on_read: cfg.promote_on_read,
+            move_rate_bytes: cfg.move_rate_bytes,
+        };
         let dirs = dirs
             .into_iter()
             .enumerate()
@@ -98,7 +163,9 @@ impl LedgerDirs {
                 quota: cfg.quotas.get(i).copied().flatten(),
             })
             .collect();
-        Ok(Self::build(dirs, allocator, reviewer, need))
+        Ok(Self::build(
+            dirs, allocator, reviewer, need, annotator, policy,
+        ))
     }
 
     fn build(
@@ -106,6 +173,8 @@ impl LedgerDirs {
         allocator: Box<dyn Allocator>,
         reviewer: Box<dyn Reviewer>,
         need: u64,
+        annotator: Annotator,
+        policy: TierPolicy,
     ) -> Self {
         LedgerDirs {
             full: dirs.iter().map(|_| AtomicBool::new(false)).collect(),
@@ -113,7 +182,47 @@ impl LedgerDirs {
             allocator: Mutex::new(allocator),
             reviewer: Mutex::new(reviewer),
             need,
+            annotator,
+            policy,
         }
+    }
+
+    /// The annotator ranking the entry logs hot to cold.
+    pub fn annotator(&self) -> &Annotator {
+        &self.annotator
+    }
+
+    /// When and how logs move between tiers.
+    pub fn policy(&self) -> &TierPolicy {
+        &self.policy
+    }
+
+    /// The number of tiers (1 + the lowest tier's level).
+    pub fn tier_count(&self) -> usize {
+        self.dirs.iter().map(|d| d.tier + 1).max().unwrap_or(0)
+    }
+
+    /// The tier of directory `dir` (an index into [`paths`](Self::paths)).
+    pub fn tier_of(&self, dir: usize) -> usize {
+        self.dirs.get(dir).map_or(0, |d| d.tier)
+    }
+
+    /// The directory of tier `tier` a log of `size` bytes moved there goes to: the allocator's
+    /// choice (with the reviewer's veto, then without) among the tier's directories not marked
+    /// full that have `size` bytes available; None if none has. `states` are [`states`]
+    /// (Self::states) read now.
+    pub fn choose_in_tier(&self, states: &[DirState], tier: usize, size: u64) -> Option<usize> {
+        let full = self.full_flags();
+        let members: Vec<usize> = (0..states.len())
+            .filter(|&i| states[i].tier == tier && !full.get(i).copied().unwrap_or(false))
+            .collect();
+        let candidates: Vec<DirState> = members.iter().map(|&i| states[i].clone()).collect();
+        let mut allocator = self.allocator.lock();
+        let mut reviewer = self.reviewer.lock();
+        allocator
+            .choose(&candidates, size, reviewer.as_mut())
+            .or_else(|| allocator.choose(&candidates, size, &mut AcceptingReviewer))
+            .and_then(|k| members.get(k).copied())
     }
 
     /// Records which directories are full (one flag per directory, in configuration order;
@@ -202,6 +311,16 @@ impl LedgerDirs {
             .and_then(|i| candidates.get(i))
             .map(|s| s.path.clone())
             .ok_or_else(|| StorageError::InvalidArgument("no ledger directory".into()))
+    }
+
+    /// The path (`current/`) of directory `i`.
+    pub fn path_of(&self, i: usize) -> Option<&Path> {
+        self.dirs.get(i).map(|d| d.path.as_path())
+    }
+
+    /// The index of the directory at `path`.
+    pub fn index_of(&self, path: &Path) -> Option<usize> {
+        self.dirs.iter().position(|d| d.path == path)
     }
 
     /// The directory holding `file_name`, if any.

@@ -9,10 +9,12 @@
 mod ledgers_map;
 mod location;
 mod log;
+mod moves;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -21,6 +23,7 @@ use parking_lot::{Mutex, RwLock};
 pub use ledgers_map::LedgersMap;
 pub use location::{log_name, Location};
 pub use log::{read_ledgers_map, scan_entries};
+pub use moves::pace_to;
 
 use crate::error::{Result, StorageError};
 use crate::fs;
@@ -28,7 +31,7 @@ use crate::metrics::Counter;
 use crate::record::{
     append_record_with_crc, be_u64, verify_record, FILE_HEADER_LEN, RECORD_HEADER_LEN,
 };
-use crate::storage::dirs::LedgerDirs;
+use crate::storage::dirs::{Heat, LedgerDirs};
 use log::ActiveLog;
 
 /// Bytes of a record before the entry data: frame header plus ledger and entry ids.
@@ -42,6 +45,38 @@ const MAX_SKIPPED_BYTES: u64 = 4 << 10;
 struct LogFile {
     path: PathBuf,
     file: File,
+    /// The tier of its directory.
+    tier: usize,
+    meta: Arc<LogMeta>,
+}
+
+/// What the storage remembers of a log across moves: how hot it is, and whether a read asked
+/// for it to move up a tier (`tieredStoragePromoteOnRead`).
+#[derive(Debug, Default)]
+pub struct LogMeta {
+    pub heat: Heat,
+    pub wants_promotion: AtomicBool,
+}
+
+/// Where a log is: the one notion of an entry log's location, shared by reads, garbage
+/// collection, compaction and moves between tiers.
+struct Place {
+    /// Index of its ledger directory.
+    dir: usize,
+    meta: Arc<LogMeta>,
+}
+
+/// A log no move, garbage collection or compaction may touch while another holds it;
+/// released on drop.
+pub struct LogPin<'a> {
+    logger: &'a EntryLogger,
+    id: u32,
+}
+
+impl Drop for LogPin<'_> {
+    fn drop(&mut self) {
+        self.logger.pinned.lock().remove(&self.id);
+    }
 }
 
 /// All entry logs of a bookie.
@@ -54,7 +89,12 @@ pub struct EntryLogger {
     /// every [`sync`](Self::sync) seals them again first and fails while it cannot.
     unsealed: Mutex<Vec<ActiveLog>>,
     next_id: Mutex<u32>,
+    /// Open read descriptors (lock order: `files`, then `logs`).
     files: RwLock<HashMap<u32, Arc<LogFile>>>,
+    /// Every log's directory and metadata.
+    logs: RwLock<HashMap<u32, Place>>,
+    /// Logs held by a move, a garbage collection or a compaction.
+    pinned: Mutex<HashSet<u32>>,
     pub rollovers: Counter,
     /// Entry data appended to logs.
     pub written_bytes: Counter,
@@ -66,17 +106,26 @@ impl EntryLogger {
         &self.dirs
     }
 
-    /// Opens the entry logs of `dirs`. New logs get ids above every existing one; the first log
-    /// is created on the first append.
+    /// Opens the entry logs of `dirs`, finishing or undoing moves between directories a crash
+    /// interrupted. New logs get ids above every existing one; the first log is created on the
+    /// first append.
     pub fn open(dirs: Arc<LedgerDirs>, size_limit: u64, write_buffer: usize) -> Result<Self> {
-        let mut max_id = 0u64;
-        for d in dirs.paths() {
-            if let Some(id) = fs::list_hex_ids(d, ".log")?.last() {
-                max_id = max_id.max(*id);
-            }
-        }
+        let placed = moves::recover(&dirs.paths())?;
+        let max_id = placed.keys().max().map_or(0, |id| *id as u64);
         let next_id = u32::try_from(max_id + 1)
             .map_err(|_| StorageError::Corruption("entry log ids exhausted".to_string()))?;
+        let logs = placed
+            .into_iter()
+            .map(|(id, dir)| {
+                (
+                    id,
+                    Place {
+                        dir,
+                        meta: Arc::default(),
+                    },
+                )
+            })
+            .collect();
         Ok(EntryLogger {
             dirs,
             size_limit,
@@ -85,6 +134,8 @@ impl EntryLogger {
             unsealed: Mutex::new(Vec::new()),
             next_id: Mutex::new(next_id),
             files: RwLock::new(HashMap::new()),
+            logs: RwLock::new(logs),
+            pinned: Mutex::new(HashSet::new()),
             rollovers: Counter::default(),
             written_bytes: Counter::default(),
         })
@@ -101,13 +152,20 @@ impl EntryLogger {
         };
         let dir = self.dirs.choose_for_new_log()?;
         let (log, reader) = ActiveLog::create(&dir, id, self.write_buffer)?;
-        self.files.write().insert(
+        let index = self.dirs.index_of(&dir).unwrap_or(0);
+        let meta = Arc::new(LogMeta::default());
+        self.dirs.annotator().touch(&meta.heat);
+        let mut files = self.files.write();
+        files.insert(
             id,
             Arc::new(LogFile {
                 path: log.path.clone(),
                 file: reader,
+                tier: self.dirs.tier_of(index),
+                meta: meta.clone(),
             }),
         );
+        self.logs.write().insert(id, Place { dir: index, meta });
         Ok(log)
     }
 
@@ -174,6 +232,12 @@ impl EntryLogger {
             }
         }
         self.written_bytes.add(written);
+        if let Some(log) = guard.as_ref() {
+            // Written now: the active log is the hottest.
+            if let Some(f) = self.files.read().get(&log.id) {
+                self.dirs.annotator().touch(&f.meta.heat);
+            }
+        }
         Ok(())
     }
 
@@ -234,19 +298,38 @@ impl EntryLogger {
         if let Some(f) = self.files.read().get(&id) {
             return Ok(f.clone());
         }
+        // Opened under the write lock, so a move cannot switch the log's location between
+        // looking it up and opening it.
+        let mut files = self.files.write();
+        if let Some(f) = files.get(&id) {
+            return Ok(f.clone());
+        }
         let name = log_name(id);
-        let Some(dir) = self.dirs.locate(&name) else {
+        let place = self.logs.read().get(&id).map(|p| (p.dir, p.meta.clone()));
+        let Some((dir, path, meta)) =
+            place.and_then(|(d, m)| self.dirs.path_of(d).map(|p| (d, p.join(&name), m)))
+        else {
             return Err(StorageError::Corruption(format!(
                 "entry log {name} is missing from every ledger directory"
             )));
         };
-        let path = dir.join(&name);
         let f = Arc::new(LogFile {
             file: fs::open_read(&path)?,
             path,
+            tier: self.dirs.tier_of(dir),
+            meta,
         });
-        self.files.write().insert(id, f.clone());
+        files.insert(id, f.clone());
         Ok(f)
+    }
+
+    /// Counts a read of `log` for the annotator and, for a log below the top tier with
+    /// `tieredStoragePromoteOnRead`, asks for its promotion. Atomics only.
+    fn touch(&self, log: &LogFile) {
+        self.dirs.annotator().touch(&log.meta.heat);
+        if log.tier > 0 && self.dirs.policy().promote_on_read {
+            log.meta.wants_promotion.store(true, Ordering::Relaxed);
+        }
     }
 
     /// Reads one entry's data, checking the record's checksum and ids.
@@ -310,6 +393,7 @@ impl EntryLogger {
 
     fn pread(&self, log_id: u32, offset: u64, len: u64) -> Result<Bytes> {
         let log = self.file(log_id)?;
+        self.touch(&log);
         // `len` comes from index locations of back-to-back records, capped near
         // MAX_READ_BYTES by `read_run` (one record may exceed it alone, up to the frame limit).
         let mut buf = vec![0u8; len as usize];
@@ -331,11 +415,15 @@ impl EntryLogger {
                 log_name(id)
             )));
         }
-        self.files.write().remove(&id);
+        let place = {
+            let mut files = self.files.write();
+            files.remove(&id);
+            self.logs.write().remove(&id)
+        };
         // A log whose seal failed holds no live entry if it is being removed: stop retrying it.
         self.unsealed.lock().retain(|l| l.id != id);
         let name = log_name(id);
-        let Some(dir) = self.dirs.locate(&name) else {
+        let Some(dir) = place.and_then(|p| self.dirs.path_of(p.dir)) else {
             return Ok(0);
         };
         let path = dir.join(&name);
@@ -346,8 +434,41 @@ impl EntryLogger {
 
     /// Where sealed log `id` is, if it exists.
     pub fn log_path(&self, id: u32) -> Option<PathBuf> {
-        let name = log_name(id);
-        self.dirs.locate(&name).map(|d| d.join(name))
+        let dir = self.logs.read().get(&id).map(|p| p.dir)?;
+        self.dirs.path_of(dir).map(|d| d.join(log_name(id)))
+    }
+
+    /// Every log with its directory (index) and metadata, ascending by id.
+    pub fn placed_logs(&self) -> Vec<(u32, usize, Arc<LogMeta>)> {
+        let mut v: Vec<_> = self
+            .logs
+            .read()
+            .iter()
+            .map(|(id, p)| (*id, p.dir, p.meta.clone()))
+            .collect();
+        v.sort_unstable_by_key(|(id, _, _)| *id);
+        v
+    }
+
+    /// Holds log `id` against moves, garbage collection and compaction until the pin is
+    /// dropped; None if another holds it.
+    pub fn pin(&self, id: u32) -> Option<LogPin<'_>> {
+        let fresh = self.pinned.lock().insert(id);
+        fresh.then(|| LogPin { logger: self, id })
+    }
+
+    /// Whether log `id` may still be written: the active log or one whose seal failed.
+    pub fn is_unsealed(&self, id: u32) -> bool {
+        let active = self.active.lock();
+        active.as_ref().is_some_and(|l| l.id == id)
+            || self.unsealed.lock().iter().any(|l| l.id == id)
+    }
+
+    /// The size of log `id` in bytes (0 if it is gone).
+    pub fn log_size(&self, id: u32) -> u64 {
+        self.log_path(id)
+            .and_then(|p| std::fs::metadata(p).ok())
+            .map_or(0, |m| m.len())
     }
 
     /// The ledgers map of every log: from its sealed map, by scanning an unsealed log, or from
@@ -359,22 +480,41 @@ impl EntryLogger {
             .lock()
             .as_ref()
             .map(|l| (l.id, l.ledgers.clone()));
-        for d in self.dirs.paths() {
-            for id in fs::list_hex_ids(d, ".log")? {
-                let Ok(id) = u32::try_from(id) else {
-                    continue;
-                };
-                match &active_id {
-                    Some((aid, map)) if *aid == id => {
-                        out.insert(id, map.clone());
-                    }
-                    _ => {
-                        out.insert(id, read_ledgers_map(&d.join(log_name(id)))?);
+        for (id, _, _) in self.placed_logs() {
+            match &active_id {
+                Some((aid, map)) if *aid == id => {
+                    out.insert(id, map.clone());
+                }
+                _ => {
+                    if let Some(map) = self.read_map_of(id)? {
+                        out.insert(id, map);
                     }
                 }
             }
         }
         Ok(out)
+    }
+}
+
+impl EntryLogger {
+    /// The ledgers map of sealed log `id`, None if the log is gone. A move renames the file
+    /// for an instant; a read that misses it tries again at the log's location then.
+    fn read_map_of(&self, id: u32) -> Result<Option<LedgersMap>> {
+        let mut tries = 0;
+        loop {
+            let Some(path) = self.log_path(id) else {
+                return Ok(None);
+            };
+            match read_ledgers_map(&path) {
+                Ok(map) => return Ok(Some(map)),
+                Err(e) if tries < 50 && !path.exists() => {
+                    tries += 1;
+                    ::log::debug!("{e}; the log is moving, trying again");
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
 }
 
