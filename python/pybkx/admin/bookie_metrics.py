@@ -124,4 +124,8 @@ def bookie_metrics(bookie: Bookie) -> list[Metric]:
     logs, log_bytes = _entry_logs(config.ledger_directories)
     out.append(_gauge("bookie_gc_ACTIVE_ENTRY_LOG_TOTAL", logs))
     out.append(_gauge("bookie_gc_ACTIVE_ENTRY_LOG_SPACE_BYTES", log_bytes))
+    for service in bookie.services:  # AutoRecovery in the bookie's process: its stats
+        metrics = getattr(service, "metrics", None)
+        if callable(metrics):
+            out.extend(metrics())
     return out

@@ -94,14 +94,10 @@ _GROUPS: Final[tuple[tuple[str, tuple[str, ...]], ...]] = (
         ),
     ),
     (
-        "AutoRecovery's auditor audits lost bookies only (when registrations change): its "
-        "periodic ledger, placement and replica checks and these tunables do not exist",
+        "AutoRecovery's auditor runs its periodic checks one ledger at a time; these "
+        "tunables of BookKeeper's concurrency, grace periods, batching and placement repair "
+        "do not exist",
         (
-            "auditorPeriodicCheckInterval",
-            "auditorPeriodicBookieCheckInterval",
-            "auditorPeriodicPlacementPolicyCheckInterval",
-            "auditorReplicasCheckInterval",
-            "auditorLedgerVerificationPercentage",
             "auditorMaxNumberOfConcurrentOpenLedgerOperations",
             "auditorAcquireConcurrentOpenLedgerOperationsTimeOutMSec",
             "underreplicatedLedgerRecoveryGracePeriod",

@@ -405,6 +405,28 @@ class ServerConfig(KeyedConfig):
     """A replication worker's pause after a ledger failed to replicate."""
     replication_rate_by_bytes: int = setting("replicationRateByBytes", -1, integer(-1))
     """The most bytes a second a worker copies (-1: no limit)."""
+    auditor_periodic_bookie_check_interval_s: int = setting(
+        "auditorPeriodicBookieCheckInterval", 86_400, integer(0)
+    )
+    """Seconds between the auditor's checks for lost bookies named by ledgers (0: once, when
+    elected)."""
+    auditor_periodic_check_interval_s: int = setting(
+        "auditorPeriodicCheckInterval", 604_800, integer(0)
+    )
+    """Seconds between the auditor's checks of every closed ledger's fragments on their
+    bookies (0: never)."""
+    auditor_periodic_placement_policy_check_interval_s: int = setting(
+        "auditorPeriodicPlacementPolicyCheckInterval", 0, integer(0)
+    )
+    """Seconds between the auditor's counts of closed ledgers whose ensembles do not adhere to
+    the placement policy (0: never)."""
+    auditor_replicas_check_interval_s: int = setting("auditorReplicasCheckInterval", 0, integer(0))
+    """Seconds between the auditor's asking every bookie which entries it holds (0: never)."""
+    auditor_ledger_verification_percentage: int = setting(
+        "auditorLedgerVerificationPercentage", 0, integer(0, 100)
+    )
+    """Percent of a fragment's entries the ledger check reads from each bookie, beside the
+    first and last (0: those two only)."""
 
     # --- not settings
     extra: Mapping[str, object] = field(

@@ -1,7 +1,8 @@
 """The under-replication part of the metadata contract (AutoRecovery's shared state, as
 BookKeeper's ``LedgerUnderreplicationManager``): one marker per under-replicated ledger with
 the bookies it misses, a lock per marker held by the worker copying it (gone with its holder),
-the cluster-wide switch and lost-bookie delay, and the auditor election. Abstract methods only."""
+the cluster-wide switch and lost-bookie delay, the auditor's check stamps, and the auditor
+election. Abstract methods only."""
 
 from __future__ import annotations
 
@@ -9,6 +10,10 @@ import abc
 from collections.abc import Collection
 
 from pybkx.meta.coordination import Election
+
+#: The auditor's periodic checks whose last completion is stamped in the store, by BookKeeper's
+#: node names (``<root>/underreplication/<name>``).
+CHECK_STAMPS = ("checkallledgersctime", "placementpolicycheckctime", "replicascheckctime")
 
 
 class UnderReplication(abc.ABC):
@@ -48,7 +53,23 @@ class UnderReplication(abc.ABC):
         """Seconds the auditor waits before auditing one lost bookie; None when never set."""
 
     @abc.abstractmethod
-    def set_lost_bookie_recovery_delay(self, seconds: int) -> None: ...
+    def set_lost_bookie_recovery_delay(self, seconds: int) -> None:
+        """Store the delay. Storing the value already there still counts as a change (see
+        ``lost_bookie_recovery_delay_version``): BookKeeper's ``triggeraudit`` does that."""
+
+    @abc.abstractmethod
+    def lost_bookie_recovery_delay_version(self) -> int | None:
+        """How many times the delay was stored (a ZooKeeper node's version), None when never:
+        the auditor watches it to notice a re-store of the same value."""
+
+    @abc.abstractmethod
+    def check_ctime(self, name: str) -> int | None:
+        """When the auditor last completed the check ``name`` (one of ``CHECK_STAMPS``), in
+        milliseconds since the epoch; None when never. Raises ValueError for another name."""
+
+    @abc.abstractmethod
+    def set_check_ctime(self, name: str, ctime_ms: int) -> None:
+        """Stamp the check ``name`` (one of ``CHECK_STAMPS``) as completed at ``ctime_ms``."""
 
     @abc.abstractmethod
     def auditor_election(self, bookie_id: str) -> Election:

@@ -1,13 +1,14 @@
 """AutoRecovery, as BookKeeper runs it: on every node a replication worker, and on one node of
 the cluster (elected through the metadata store) the auditor.
 
-The auditor watches which bookies are registered. A bookie that joined once (it has a cookie)
-and is neither writable nor read-only is lost; after ``lostBookieRecoveryDelay`` seconds (at
-once when more than one is lost) every ledger with a segment on it is marked under-replicated.
-A worker takes a marker under its lock, copies the fragments that name lost bookies (the copy
-engine of manual recovery), and deletes the marker. An open ledger whose last segment lost a
-bookie is left to its writer for ``openLedgerRereplicationGracePeriod``, then fenced and closed
-so that no writer can add to the fragment being copied. A ledger deleted meanwhile is just
+The auditor (``pybkx.recovery.auditor``) marks the ledgers of lost bookies and runs
+BookKeeper's periodic checks. A worker takes a marker under its lock, copies the fragments that
+name lost bookies (the copy engine of manual recovery) and, in a closed ledger, the fragments a
+registered bookie misses (checked as the auditor does: the first and last entry each bookie
+stores, and the entries the marker's registered bookies list), then deletes the marker. An
+open ledger whose last segment lost a bookie is left to its writer for
+``openLedgerRereplicationGracePeriod``, then fenced and closed so that no writer can add to the
+fragment being copied. A ledger deleted meanwhile is just
 unmarked; a failing one is released and tried again after ``rwRereplicateBackoffMs``."""
 
 from __future__ import annotations
@@ -16,15 +17,34 @@ import logging
 import random
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from pybkx import errors
-from pybkx.client import BookKeeper
-from pybkx.meta import Election
-from pybkx.recovery.bookies import RecoveryOptions, RecoveryReport, heal_ledger
+from pybkx._core import BookieClient
+from pybkx.client import BookKeeper, ReadHandle
+from pybkx.meta import Election, LedgerMetadata
+from pybkx.recovery.auditor import Auditor, AuditorSettings
+from pybkx.recovery.bookies import (
+    RecoveryOptions,
+    RecoveryReport,
+    heal_fragments,
+    heal_ledger,
+)
+from pybkx.recovery.checks import (
+    check_ledger,
+    check_replicas,
+    merge_fragments,
+    missing_fragments,
+)
 from pybkx.recovery.copy import FragmentUnreadable
+from pybkx.recovery.fragments import Fragment
 from pybkx.recovery.rate import ByteRate
+
+if TYPE_CHECKING:
+    from pybkx._core import Metric
 
 __all__ = ["AutoRecovery", "AutoRecoverySettings"]
 
@@ -41,6 +61,7 @@ class AutoRecoverySettings:
     backoff_s: float = 5.0
     rate_bytes_per_s: int | None = None
     poll_s: float = 1.0
+    auditor: AuditorSettings = field(default_factory=AuditorSettings)
 
 
 class AutoRecovery:
@@ -58,7 +79,9 @@ class AutoRecovery:
         self._election: Election | None = None
         self._threads: list[threading.Thread] = []
         self._unwatch: Callable[[], None] | None = None
+        self._v3: BookieClient | None = None
         self.ledgers_replicated = 0
+        self.auditor_stats: Counter[str] = Counter()
 
     # --- life -----------------------------------------------------------------------------
 
@@ -87,6 +110,9 @@ class AutoRecovery:
         for thread in self._threads:
             thread.join(max(0.0, deadline - time.monotonic()))
         self._threads.clear()
+        if self._v3 is not None:
+            self._v3.close()
+            self._v3 = None
 
     def _pause(self, seconds: float) -> None:
         self._changed.wait(seconds)
@@ -105,50 +131,36 @@ class AutoRecovery:
 
     def _audit_while_elected(self) -> None:
         logger.info("%s is the auditor", self.node_id)
-        store = self.bk.store
-        audited: set[str] = set()
-        lost_at: dict[str, float] = {}
-        while not self._stopped.is_set():
-            try:
-                alive = store.writable_bookies() | store.readonly_bookies()
-                lost = (store.all_bookies() | alive) - alive
-                now = time.monotonic()
-                for bookie in lost:
-                    lost_at.setdefault(bookie, now)
-                for bookie in set(lost_at) - lost:  # came back
-                    del lost_at[bookie]
-                    audited.discard(bookie)
-                delay = store.lost_bookie_recovery_delay() or 0
-                due = {
-                    b
-                    for b in lost - audited
-                    if delay == 0 or len(lost) > 1 or now - lost_at[b] >= delay
-                }
-                if due and store.replication_enabled():
-                    self.audit(due)
-                    audited |= due
-            except errors.BKException as exc:
-                logger.warning("auditor: %s: %s", type(exc).__name__, exc)
-            self._pause(self.settings.poll_s)
-
-    def audit(self, lost: set[str]) -> list[int]:
-        """Mark every ledger with a segment on a bookie of ``lost`` under-replicated; their ids.
-        Raises MetaStoreException."""
-        store = self.bk.store
-        marked = []
-        for ledger_id in store.list_ledgers():
-            try:
-                md = store.read_ledger_metadata(ledger_id).value
-            except errors.NoSuchLedgerExistsOnMetadataServerException:
-                continue
-            missing = lost & {b for bookies in md.ensembles.values() for b in bookies}
-            if missing:
-                store.mark_ledger_underreplicated(ledger_id, missing)
-                marked.append(ledger_id)
-        logger.info(
-            "audit of lost bookies %s: %d ledgers under-replicated", sorted(lost), len(marked)
+        auditor = Auditor(
+            self.bk,
+            self.settings.auditor,
+            self._stopped,
+            self._pause,
+            self.settings.poll_s,
+            self.auditor_stats,
         )
-        return marked
+        try:
+            auditor.run()
+        except errors.BKException as exc:
+            logger.warning("auditor: %s: %s", type(exc).__name__, exc)
+
+    def metrics(self) -> list[Metric]:
+        """BookKeeper's auditor and replication worker stats of this node (names scoped as
+        its Prometheus provider's: ``auditor_...``, ``replication_worker_...``)."""
+        out: list[Metric] = [
+            (f"auditor_{name}", "counter", "count", {}, value)
+            for name, value in sorted(self.auditor_stats.items())
+        ]
+        out.append(
+            (
+                "replication_worker_NUM_FULL_OR_PARTIAL_LEDGERS_REPLICATED",
+                "counter",
+                "count",
+                {},
+                self.ledgers_replicated,
+            )
+        )
+        return out
 
     # --- the worker -----------------------------------------------------------------------
 
@@ -158,24 +170,25 @@ class AutoRecovery:
             worked = False
             try:
                 if store.replication_enabled():
-                    markers = list(store.underreplicated_ledgers())
-                    random.shuffle(markers)
-                    for ledger_id in markers:
+                    markers = store.underreplicated_ledgers()
+                    order = list(markers)
+                    random.shuffle(order)
+                    for ledger_id in order:
                         if self._stopped.is_set():
                             break
                         version = store.lock_underreplicated_ledger(ledger_id, self.node_id)
                         if version is not None:
-                            worked |= self._replicate_locked(ledger_id, version)
+                            worked |= self._replicate_locked(ledger_id, version, markers[ledger_id])
             except errors.BKException as exc:
                 logger.warning("replication worker: %s: %s", type(exc).__name__, exc)
             if not worked:
                 self._pause(self.settings.poll_s)
 
-    def _replicate_locked(self, ledger_id: int, version: int) -> bool:
+    def _replicate_locked(self, ledger_id: int, version: int, suspects: list[str]) -> bool:
         """Heal one locked ledger; True when its marker could be deleted."""
         store = self.bk.store
         try:
-            done = self._replicate(ledger_id)
+            done = self._replicate(ledger_id, suspects)
         except (FragmentUnreadable, errors.BKException) as exc:
             logger.warning(
                 "ledger %d not replicated (retry in %g s): %s: %s",
@@ -195,9 +208,11 @@ class AutoRecovery:
             logger.info("ledger %d replicated", ledger_id)
         return True
 
-    def _replicate(self, ledger_id: int) -> bool:
-        """Copy what lost bookies held; True when no segment names one any more (or the
-        ledger is gone), False to come back later (an open ledger in its grace period)."""
+    def _replicate(self, ledger_id: int, suspects: list[str]) -> bool:
+        """Copy what lost bookies held and what registered ones miss; True when no segment
+        names a lost bookie and every ended segment's bookies have their entries (or the
+        ledger is gone), False to come back later (an open ledger in its grace period, a
+        copy left to do). ``suspects``: the bookies the marker names."""
         store = self.bk.store
         try:
             md = store.read_ledger_metadata(ledger_id).value
@@ -205,25 +220,60 @@ class AutoRecovery:
             return True
         alive = store.writable_bookies() | store.readonly_bookies()
         lost = frozenset(b for bookies in md.ensembles.values() for b in bookies) - alive
-        if not lost:
-            return True
-        fence = not md.is_closed and bool(lost & set(md.last_ensemble))
-        if fence:
-            since = self._open_since.setdefault(ledger_id, time.monotonic())
-            if time.monotonic() - since < self.settings.open_ledger_grace_s:
-                return False
-            logger.info(
-                "ledger %d: open with a lost bookie past the grace period: fencing", ledger_id
-            )
-        # Only fencing ends an open last segment; earlier segments are copied under a writer.
-        handle = self.bk.open_ledger(ledger_id, md.password, recovery=fence)
-        self._open_since.pop(ledger_id, None)
+        handle: ReadHandle | None = None
         options = RecoveryOptions(rate_bytes_per_s=self.settings.rate_bytes_per_s)
-        heal_ledger(
-            self.bk, handle, lost, options, RecoveryReport(lost=tuple(lost)), _ignore, self._rate
-        )
+        report = RecoveryReport(lost=tuple(lost))
+        if lost:
+            fence = not md.is_closed and bool(lost & set(md.last_ensemble))
+            if fence:
+                since = self._open_since.setdefault(ledger_id, time.monotonic())
+                if time.monotonic() - since < self.settings.open_ledger_grace_s:
+                    return False
+                logger.info(
+                    "ledger %d: open with a lost bookie past the grace period: fencing", ledger_id
+                )
+            # Only fencing ends an open last segment; earlier segments are copied under a writer.
+            handle = self.bk.open_ledger(ledger_id, md.password, recovery=fence)
+            self._open_since.pop(ledger_id, None)
+            heal_ledger(self.bk, handle, lost, options, report, _ignore, self._rate)
+            md = handle.refresh_metadata()
+            if lost & {b for bookies in md.ensembles.values() for b in bookies}:
+                return False
+        if not md.is_closed:
+            return True
+        missing = self._missing_fragments(ledger_id, md, alive, set(suspects) & alive)
+        if not missing:
+            return True
+        if handle is None:
+            handle = self.bk.open_ledger(ledger_id, md.password)
+        heal_fragments(self.bk, handle, missing, options, report, _ignore, self._rate)
         md = handle.refresh_metadata()
-        return not (lost & {b for bookies in md.ensembles.values() for b in bookies})
+        return not self._missing_fragments(ledger_id, md, alive, set())
+
+    def _missing_fragments(
+        self, ledger_id: int, md: LedgerMetadata, alive: frozenset[str], suspects: set[str]
+    ) -> list[Fragment]:
+        """The ended segments' fragments registered bookies cannot give: the ledger check's
+        (first and last entry per bookie), and for ``suspects`` (registered bookies a marker
+        names) the entries they do not list."""
+        found = check_ledger(
+            self.bk.bookies,
+            self.bk.address_of,
+            alive,
+            ledger_id,
+            md,
+            self.settings.auditor.verification_percentage,
+        )
+        named = suspects & {b for bookies in md.ensembles.values() for b in bookies}
+        if not named:
+            return found
+        if self._v3 is None:
+            config = self.bk.config.with_overrides(
+                {"useV2WireProtocol": False}, source="the replication worker"
+            )
+            self._v3 = BookieClient(config)
+        finding = check_replicas(self._v3, self.bk.address_of, named, ledger_id, md)
+        return merge_fragments(found, missing_fragments(md, finding))
 
 
 def _ignore(_: int) -> None:

@@ -27,6 +27,7 @@ __all__ = [
     "RecoveryOptions",
     "RecoveryReport",
     "affected_ledgers",
+    "heal_fragments",
     "heal_ledger",
     "recover_bookies",
 ]
@@ -268,6 +269,39 @@ def heal_ledger(
             fragment.first,
             fragment.last,
             [fragment.ensemble[i] for i in fragment.lost],
+            [replacement[i] for i in fragment.lost],
+        )
+
+
+def heal_fragments(
+    bk: BookKeeper,
+    handle: ReadHandle,
+    fragments: Sequence[Fragment],
+    options: RecoveryOptions,
+    report: RecoveryReport,
+    copied: Callable[[int], None],
+    rate: ByteRate,
+) -> None:
+    """Copy each fragment onto bookies that replace its ``lost`` indexes (whose bookies may
+    be registered but miss the entries: the auditor's ledger and replicas checks) and re-point
+    its segment. A segment whose ensemble changed since the fragment was found is left for the
+    next check. Raises what ``heal_ledger`` raises."""
+    md = handle.refresh_metadata()
+    for fragment in fragments:
+        if md.ensembles.get(fragment.first) != fragment.ensemble:
+            continue
+        bad = frozenset(fragment.ensemble[i] for i in fragment.lost)
+        replacement = _replacement(bk, md, fragment, bad, options.target)
+        entries, _ = copy_fragment(bk, handle, fragment, replacement, copied, rate)
+        report.entries_copied += entries
+        _rewrite_ensemble(handle, fragment, replacement)
+        md = handle.metadata
+        logger.info(
+            "ledger %d: entries %d..%d missing on %s copied to %s",
+            fragment.ledger_id,
+            fragment.first,
+            fragment.last,
+            sorted(bad),
             [replacement[i] for i in fragment.lost],
         )
 

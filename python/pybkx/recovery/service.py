@@ -4,11 +4,15 @@
 from __future__ import annotations
 
 import logging
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from pybkx.client import BookKeeper
 from pybkx.config import ServerConfig
+from pybkx.recovery.auditor import AuditorSettings
 from pybkx.recovery.auto import AutoRecovery, AutoRecoverySettings
+
+if TYPE_CHECKING:
+    from pybkx._core import Metric
 
 __all__ = ["AutoRecoveryService", "open_autorecovery", "settings_from", "stop_autorecovery"]
 
@@ -30,6 +34,13 @@ def settings_from(config: ServerConfig) -> AutoRecoverySettings:
         open_ledger_grace_s=config.open_ledger_rereplication_grace_period_ms / 1000,
         backoff_s=config.rw_rereplicate_backoff_ms / 1000,
         rate_bytes_per_s=rate if rate > 0 else None,
+        auditor=AuditorSettings(
+            bookie_check_s=config.auditor_periodic_bookie_check_interval_s,
+            all_ledgers_check_s=config.auditor_periodic_check_interval_s,
+            placement_check_s=config.auditor_periodic_placement_policy_check_interval_s,
+            replicas_check_s=config.auditor_replicas_check_interval_s,
+            verification_percentage=config.auditor_ledger_verification_percentage,
+        ),
     )
 
 
@@ -69,6 +80,11 @@ class AutoRecoveryService:
         """Start the auditor elector and the replication worker as ``bookie``'s id. Raises
         MetaStoreException, ValueError."""
         self._auto = open_autorecovery(bookie.config, bookie.bookie_id)
+
+    def metrics(self) -> list[Metric]:
+        """The auditor's and worker's stats (none before start)."""
+        auto = self._auto
+        return auto.metrics() if auto is not None else []
 
     def stop(self) -> None:
         auto, self._auto = self._auto, None

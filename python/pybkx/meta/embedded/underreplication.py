@@ -11,11 +11,13 @@ from collections.abc import Collection
 from pybkx import errors
 from pybkx.meta.coordination import Election
 from pybkx.meta.embedded.locks import EmbeddedCoordination, HeldFlock
+from pybkx.meta.underreplication import CHECK_STAMPS
 
 __all__ = ["EmbeddedUnderReplication"]
 
 _DISABLED = "replication_disabled"
 _DELAY = "lost_bookie_recovery_delay"
+_DELAY_VERSION = "lost_bookie_recovery_delay_version"
 
 
 class EmbeddedUnderReplication(EmbeddedCoordination):
@@ -112,7 +114,30 @@ class EmbeddedUnderReplication(EmbeddedCoordination):
         return None if value is None else int(value)
 
     def set_lost_bookie_recovery_delay(self, seconds: int) -> None:
-        self._set_meta_value(_DELAY, str(int(seconds)))
+        with self._txn("write the delay", write=True) as conn:
+            row = conn.execute("SELECT value FROM meta WHERE key = ?", (_DELAY_VERSION,)).fetchone()
+            version = 1 if row is None else int(row[0]) + 1
+            for key, value in ((_DELAY, str(int(seconds))), (_DELAY_VERSION, str(version))):
+                conn.execute(
+                    "INSERT INTO meta (key, value) VALUES (?, ?) "
+                    "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                    (key, value),
+                )
+
+    def lost_bookie_recovery_delay_version(self) -> int | None:
+        value = self._meta_value(_DELAY_VERSION)
+        return None if value is None else int(value)
+
+    def check_ctime(self, name: str) -> int | None:
+        if name not in CHECK_STAMPS:
+            raise ValueError(f"no check stamp called {name!r}")
+        value = self._meta_value(name)
+        return None if value is None else int(value)
+
+    def set_check_ctime(self, name: str, ctime_ms: int) -> None:
+        if name not in CHECK_STAMPS:
+            raise ValueError(f"no check stamp called {name!r}")
+        self._set_meta_value(name, str(int(ctime_ms)))
 
     def auditor_election(self, bookie_id: str) -> Election:
         return self.election("auditor", bookie_id)

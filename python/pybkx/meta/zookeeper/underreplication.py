@@ -2,7 +2,9 @@
 that BookKeeper's auditor, workers and shell read pybkx's markers and the reverse: markers at
 ``ledgers/<4 hex>/<4 hex>/<4 hex>/<4 hex>/urL<%010d>`` holding ``UnderreplicatedLedgerFormat``
 as protobuf text, ephemeral locks ``locks/urL<%010d>``, the ``disable`` node,
-``lostBookieRecoveryDelay``, and the auditor's votes ``auditorelection/V_<seq>``."""
+``lostBookieRecoveryDelay``, the auditor's votes ``auditorelection/V_<seq>``, and the
+periodic checks' stamps (``checkallledgersctime`` ... holding ``CheckAllLedgersFormat`` ...
+as binary protobuf)."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from contextlib import suppress
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
 
 from pybkx.meta.coordination import Election
+from pybkx.meta.underreplication import CHECK_STAMPS
 from pybkx.meta.zookeeper.layout import UNDER_REPLICATION
 from pybkx.meta.zookeeper.session import ZkSession
 
@@ -43,6 +46,59 @@ def render_marker(replicas: Collection[str], ctime_ms: int | None) -> bytes:
 def parse_marker(data: bytes) -> list[str]:
     """The replicas of a marker's protobuf text (other fields ignored)."""
     return [_unescape(m) for m in _REPLICA_RE.findall(data.decode("utf-8", "replace"))]
+
+
+def render_ctime(ctime_ms: int) -> bytes:
+    """``CheckAllLedgersFormat`` (or the placement / replicas one: all three have the stamp as
+    field 1, an int64) as binary protobuf."""
+    value = ctime_ms & 0xFFFFFFFFFFFFFFFF
+    out = bytearray(b"\x08")
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def parse_ctime(data: bytes) -> int | None:
+    """The stamp of a check's binary protobuf (field 1), None when absent or unreadable."""
+    pos, found = 0, None
+    while pos < len(data):
+        tag, pos = _read_varint(data, pos)
+        if tag is None:
+            return found
+        field, wire = tag >> 3, tag & 7
+        if wire == 0:
+            value, pos = _read_varint(data, pos)
+            if value is None:
+                return found
+            if field == 1:
+                found = value - (1 << 64) if value >= 1 << 63 else value
+        elif wire == 2:
+            size, pos = _read_varint(data, pos)
+            if size is None:
+                return found
+            pos += size
+        elif wire in (1, 5):
+            pos += 8 if wire == 1 else 4
+        else:
+            return found
+    return found
+
+
+def _read_varint(data: bytes, pos: int) -> tuple[int | None, int]:
+    value = shift = 0
+    while pos < len(data) and shift < 70:
+        byte = data[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, pos
+        shift += 7
+    return None, len(data)
 
 
 def _escape(text: str) -> str:
@@ -182,6 +238,33 @@ class ZkUnderReplication(ZkSession):
         except NoNodeError:
             with suppress(NodeExistsError):
                 self._call(f"create {path}", self._zk.create, path, str(int(seconds)).encode())
+
+    def lost_bookie_recovery_delay_version(self) -> int | None:
+        try:
+            _, stat = self._call("get delay", self._zk.get, self._ur("lostBookieRecoveryDelay"))
+        except NoNodeError:
+            return None
+        return int(stat.version) + 1
+
+    def check_ctime(self, name: str) -> int | None:
+        if name not in CHECK_STAMPS:
+            raise ValueError(f"no check stamp called {name!r}")
+        try:
+            data, _ = self._call(f"get {name}", self._zk.get, self._ur(name))
+        except NoNodeError:
+            return None
+        return parse_ctime(data)
+
+    def set_check_ctime(self, name: str, ctime_ms: int) -> None:
+        if name not in CHECK_STAMPS:
+            raise ValueError(f"no check stamp called {name!r}")
+        path = self._ur(name)
+        self._ensure_layout()
+        try:
+            self._call(f"set {path}", self._zk.set, path, render_ctime(ctime_ms))
+        except NoNodeError:
+            with suppress(NodeExistsError):
+                self._call(f"create {path}", self._zk.create, path, render_ctime(ctime_ms))
 
     def auditor_election(self, bookie_id: str) -> Election:
         self._ensure_layout()
