@@ -147,9 +147,11 @@ class AutoRecovery:
     def metrics(self) -> list[Metric]:
         """BookKeeper's auditor and replication worker stats of this node (names scoped as
         its Prometheus provider's: ``auditor_...``, ``replication_worker_...``)."""
+        # dict() copies in one step: the auditor's thread may add a name meanwhile.
+        stats = dict(self.auditor_stats)
         out: list[Metric] = [
             (f"auditor_{name}", "counter", "count", {}, value)
-            for name, value in sorted(self.auditor_stats.items())
+            for name, value in sorted(stats.items())
         ]
         out.append(
             (
