@@ -236,3 +236,36 @@ def test_autorecovery_endpoints(cluster: Sandbox) -> None:
     error_of(api(cluster, "PUT", delay, b"[1]"), 400)
     # No AutoRecovery runs in this cluster: no auditor.
     assert api(cluster, "GET", "/api/v1/autorecovery/who_is_auditor").status == 404
+
+
+def test_autorecovery_status_trigger_audit_and_decommission_refusals(cluster: Sandbox) -> None:
+    status = "/api/v1/autorecovery/status"
+    store = cluster.metadata_store
+    assert api(cluster, "GET", status).json() == {"enabled": True}
+    try:
+        assert api(cluster, "PUT", status + "?enabled=false").json() == {"enabled": False}
+        assert not store.replication_enabled()
+        # Disabled: the audit cannot be triggered (BookKeeper answers 404 then).
+        assert "disabled" in error_of(
+            api(cluster, "PUT", "/api/v1/autorecovery/trigger_audit"), 404
+        )
+    finally:
+        assert api(cluster, "PUT", status + "?enabled=true").json() == {"enabled": True}
+    assert store.replication_enabled()
+    assert "enabled" in error_of(api(cluster, "PUT", status), 400)
+    error_of(api(cluster, "POST", status), 404)
+
+    trigger = "/api/v1/autorecovery/trigger_audit"
+    error_of(api(cluster, "GET", trigger), 404)  # PUT only
+    # No AutoRecovery runs in this cluster: no auditor to wake.
+    assert "no auditor" in error_of(api(cluster, "PUT", trigger), 404)
+
+    decommission = "/api/v1/autorecovery/decommission"
+    error_of(api(cluster, "GET", decommission), 404)
+    assert "Null request body" in error_of(api(cluster, "PUT", decommission), 404)
+    assert "bookie_src" in error_of(api(cluster, "PUT", decommission, b'{"bookie": "x"}'), 404)
+    registered = sorted(store.writable_bookies())[0]
+    body = f'{{"bookie_src": "{registered}"}}'.encode()
+    assert "still registered" in error_of(api(cluster, "PUT", decommission, body), 404)
+    gone = b'{"bookie_src": "10.9.9.9:3181"}'
+    assert "no auditor" in error_of(api(cluster, "PUT", decommission, gone), 404)

@@ -138,6 +138,8 @@ def test_bad_input_is_refused_before_anything_changes(sandbox: Sandbox) -> None:
 
 def test_a_stopped_bookie_is_decommissioned(sandbox: Sandbox) -> None:
     uri = sandbox.metadata_uri
+    run = shell("triggeraudit", "--uri", uri)  # no AutoRecovery here: no auditor to wake
+    assert run.returncode == 1 and "no auditor" in run.stderr, run.stderr
     with BookKeeper(uri, **FAST) as bk:
         lh = bk.create_ledger(3, 2, 2, password=b"pw")
         lh.append_many([payload(lh.ledger_id, e) for e in range(500)])

@@ -1,7 +1,8 @@
-"""The AutoRecovery admin endpoints, with BookKeeper's paths and shapes:
-``/api/v1/autorecovery/list_under_replicated_ledger``, ``who_is_auditor`` and
-``lost_bookie_recovery_delay`` (GET, PUT). It reads and sets the under-replication state in the
-metadata store; it never copies data itself."""
+"""The AutoRecovery admin endpoints, with BookKeeper's paths, methods and shapes under
+``/api/v1/autorecovery/``: ``list_under_replicated_ledger`` and ``who_is_auditor`` (GET),
+``lost_bookie_recovery_delay`` and ``status`` (GET, PUT), ``trigger_audit`` and ``decommission``
+(PUT). It reads and sets the under-replication state in the metadata store; it never copies
+data itself (a decommission waits for AutoRecovery to)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ from collections.abc import Callable
 
 from pybkx.admin.api_bookie import require
 from pybkx.admin.context import AdminContext
+from pybkx.admin.decommission import Decommissions
 from pybkx.admin.http import HttpError, Request, Response
+from pybkx.meta.audit import AuditUnavailable, trigger_audit
 
 __all__ = ["autorecovery_routes"]
 
@@ -54,7 +57,50 @@ def autorecovery_routes(ctx: AdminContext) -> dict[str, Handler]:
         delay = store.lost_bookie_recovery_delay()
         return Response(200, f"lostBookieRecoveryDelay value: {delay or 0}")
 
+    def status(request: Request) -> Response:
+        require(request, "GET", "PUT")
+        store = ctx.store()
+        if request.method == "PUT":
+            enabled = request.param("enabled")
+            if enabled is None:
+                raise HttpError(400, f"Param 'enabled' not found in {dict(request.params)}")
+            wanted = enabled.lower() == "true"  # Java's Boolean.parseBoolean
+            if store.replication_enabled() != wanted:
+                store.set_replication_enabled(wanted)
+        return Response(200, {"enabled": store.replication_enabled()})
+
+    def trigger(request: Request) -> Response:
+        require(request, "PUT")
+        try:
+            trigger_audit(ctx.store())
+        except AuditUnavailable as exc:  # BookKeeper answers 404 when triggerAudit throws
+            raise HttpError(404, f"Exception when do operation. {exc}") from None
+        return Response(200, "Success trigger audit.")
+
+    decommissions = Decommissions(ctx.closed)
+
+    def decommission(request: Request) -> Response:
+        require(request, "PUT")
+        body = request.json_body()
+        if body is None:
+            raise HttpError(404, "Null request body for DecommissionService.")
+        bookie = body.get("bookie_src") if isinstance(body, dict) else None
+        if not isinstance(bookie, str) or not bookie:
+            raise HttpError(404, "Request body not contains bookie_src.")
+        flag = body.get("delete_cookie", False)
+        delete_cookie = flag is True or (isinstance(flag, str) and flag.lower() == "true")
+        try:
+            started = decommissions.start(ctx.store(), bookie, delete_cookie)
+        except (ValueError, AuditUnavailable) as exc:
+            raise HttpError(404, f"Exception when send decommission command. {exc}") from None
+        if not started:
+            return Response(200, f"Decommission of {bookie} is already under way")
+        return Response(200, f"Success send decommission Bookie command {bookie}")
+
     return {
+        "/api/v1/autorecovery/status": status,
+        "/api/v1/autorecovery/trigger_audit": trigger,
+        "/api/v1/autorecovery/decommission": decommission,
         "/api/v1/autorecovery/list_under_replicated_ledger": list_under_replicated,
         "/api/v1/autorecovery/who_is_auditor": who_is_auditor,
         "/api/v1/autorecovery/lost_bookie_recovery_delay": lost_bookie_recovery_delay,

@@ -26,6 +26,8 @@ class AdminContext:
         self.exporter = PrometheusText(config.prometheus_stats_latency_rollover_seconds)
         self._client: BookKeeper | None = None
         self._lock = threading.Lock()
+        self.closed = threading.Event()
+        """Set when the admin server stops: background work of endpoints ends then."""
 
     def metrics_text(self) -> str:
         """The bookie's metrics in Prometheus text. Raises HttpError 500 when metrics are off
@@ -59,6 +61,7 @@ class AdminContext:
             return self._client
 
     def close(self) -> None:
+        self.closed.set()
         with self._lock:
             client, self._client = self._client, None
         if client is not None:

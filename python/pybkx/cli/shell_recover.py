@@ -220,6 +220,27 @@ def whoisauditor(uri: str | None, conf_path: Path | None) -> None:
 
 @click.command()
 @cluster
+def triggeraudit(uri: str | None, conf_path: Path | None) -> None:
+    """Make the auditor audit lost bookies now, by storing lostBookieRecoveryDelay again with
+    the value it has (as BookKeeper's triggeraudit). Fails when AutoRecovery is disabled or no
+    auditor is elected."""
+    from pybkx.meta.audit import AuditUnavailable, trigger_audit
+    from pybkx.tools.shell import ShellError, open_store
+
+    uri = resolve_uri(uri, conf_path)
+    try:
+        with open_store(uri) as store:
+            try:
+                delay = trigger_audit(store)
+            except AuditUnavailable as exc:
+                raise failed(exc) from None
+    except ShellError as exc:
+        raise failed(exc) from None
+    click.echo(f"Audit triggered (lostBookieRecoveryDelay {delay} s stored again)")
+
+
+@click.command()
+@cluster
 @click.option("-g", "--get", "get", is_flag=True, help="Print the delay.")
 @click.option("-s", "--set", "seconds", type=click.IntRange(0), help="Set the delay (seconds).")
 def lostbookierecoverydelay(
@@ -301,6 +322,7 @@ RECOVERY_COMMANDS = (
     decommissionbookie,
     listunderreplicated,
     whoisauditor,
+    triggeraudit,
     lostbookierecoverydelay,
     autorecovery,
 )

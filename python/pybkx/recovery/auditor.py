@@ -32,10 +32,11 @@ from dataclasses import dataclass
 from pybkx import errors
 from pybkx._core import BookieClient
 from pybkx.client import BookKeeper
-from pybkx.meta import LedgerMetadata, MetadataStore
+from pybkx.meta import LedgerMetadata
+from pybkx.meta.audit import AuditUnavailable, trigger_audit
 from pybkx.recovery.checks import check_ledger, check_replicas, not_adhering_segments
 
-__all__ = ["Auditor", "AuditorSettings", "trigger_audit"]
+__all__ = ["AuditUnavailable", "Auditor", "AuditorSettings", "trigger_audit"]
 
 logger = logging.getLogger(__name__)
 
@@ -61,25 +62,6 @@ class AuditorSettings:
     placement_check_s: int = 0
     replicas_check_s: int = 0
     verification_percentage: int = 0
-
-
-class AuditUnavailable(errors.ReplicationException):
-    """The audit cannot be triggered: AutoRecovery is disabled, or no auditor is elected."""
-
-
-def trigger_audit(store: MetadataStore) -> int:
-    """BookKeeper's ``triggeraudit`` (``BookKeeperAdmin.triggerAudit``): store the lost-bookie
-    delay's own value again, which wakes the auditor to audit lost bookies at once. Returns the
-    delay. Raises AuditUnavailable (AutoRecovery disabled, or no auditor), MetaStoreException.
-    """
-    if not store.replication_enabled():
-        raise AuditUnavailable("AutoRecovery is disabled, so the audit was not triggered")
-    if store.auditor_election("triggeraudit").leader() is None:
-        raise AuditUnavailable("no auditor is elected, so the audit was not triggered")
-    delay = store.lost_bookie_recovery_delay() or 0
-    store.set_lost_bookie_recovery_delay(delay)
-    logger.info("lostBookieRecoveryDelay stored again (%d s) to trigger the audit", delay)
-    return delay
 
 
 class Auditor:
