@@ -102,6 +102,18 @@ class Auditor:
                 if not store.replication_enabled():
                     self._pause(self._poll_s)
                     continue
+                # The delay (and a trigger) first, the registrations after: a trigger stored
+                # once a bookie unregistered (a decommission's) then sees that bookie lost.
+                # (The version before the value: a store between the two reads is seen as a
+                # change on the next turn, never as a trigger with a stale value.)
+                version = store.lost_bookie_recovery_delay_version()
+                delay = store.lost_bookie_recovery_delay() or 0
+                triggered = False
+                if version != seen_version:
+                    seen_version = version
+                    # BookKeeper: 0, or the value it had, means "audit now".
+                    triggered = delay == 0 or delay == previous_delay
+                    previous_delay = delay
                 now = time.monotonic()
                 alive = store.writable_bookies() | store.readonly_bookies()
                 lost = (store.all_bookies() | alive) - alive
@@ -113,14 +125,6 @@ class Auditor:
                         self.stats["NUM_DELAYED_BOOKIE_AUDITS_CANCELLED"] += 1
                     audited.discard(bookie)
                     delayed.discard(bookie)
-                delay = store.lost_bookie_recovery_delay() or 0
-                version = store.lost_bookie_recovery_delay_version()
-                triggered = False
-                if version != seen_version:
-                    seen_version = version
-                    # BookKeeper: 0, or the value it had, means "audit now".
-                    triggered = delay == 0 or delay == previous_delay
-                    previous_delay = delay
                 waiting = {b for b in lost - audited if now - lost_at[b] < delay}
                 ready = (lost - audited) - waiting
                 if triggered or (ready and (delay == 0 or len(lost - audited) > 1)):

@@ -1,0 +1,166 @@
+"""The auditor's periodic checks with real bookie processes running AutoRecovery: a bookie that
+comes back without its data (stopped, its journal and ledger files removed, its cookie kept,
+restarted within ``lostBookieRecoveryDelay``) is never lost in the registry's eyes, so the
+lost-bookie audit marks nothing; the replicas check finds the entries it no longer holds, marks
+the ledger and a worker copies them to another bookie. Also the operator's side: ``pybkx shell
+triggeraudit`` and the admin API's ``trigger_audit`` and ``decommission`` on that cluster."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from recovery_helpers import FAST, assert_replicated, create_on
+
+from pybkx import errors
+from pybkx.client import BookKeeper
+from pybkx.meta import MetadataStore
+from pybkx.tools.sandbox import Sandbox
+
+pytestmark = pytest.mark.integration
+
+#: Far longer than the test: a lost bookie's own audit never marks anything by itself.
+LONG_DELAY_S = 600
+#: Only the replicas check runs periodically (every 2 s); the bookie check runs at election.
+PERIODIC = {
+    "lostBookieRecoveryDelay": LONG_DELAY_S,
+    "zkTimeout": 2000,
+    "autoRecoveryDaemonEnabled": True,
+    "openLedgerRereplicationGracePeriod": 1000,
+    "rwRereplicateBackoffMs": 500,
+    "auditorReplicasCheckInterval": 2,
+    "auditorPeriodicCheckInterval": 0,
+    "auditorPeriodicBookieCheckInterval": 0,
+}
+
+
+def wait_for(what: str, check: Callable[[], bool], timeout_s: float = 45.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout_s} s: {what}")
+        time.sleep(0.2)
+
+
+def put(url: str, body: bytes | None = None) -> tuple[int, str]:
+    request = urllib.request.Request(url, data=body, method="PUT")
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def named(store: MetadataStore, ledger_id: int) -> set[str]:
+    md = store.read_ledger_metadata(ledger_id).value
+    return {b for ensemble in md.ensembles.values() for b in ensemble}
+
+
+@pytest.fixture(params=["embedded", "zookeeper"])
+def cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Sandbox]:
+    """Four bookies running AutoRecovery with a short replicas check."""
+    uri = None
+    if request.param == "zookeeper":
+        server = request.getfixturevalue("zookeeper_server")
+        uri = f"zk+hierarchical://{server}/periodic-{os.getpid()}-{time.time_ns()}/ledgers"
+    with Sandbox(4, directory=tmp_path / "sandbox", zk_uri=uri, conf=PERIODIC) as sandbox:
+        yield sandbox
+
+
+def wipe_data(bookie_dir: Path) -> None:
+    """Remove a stopped bookie's journal and ledger files, keeping its cookies (VERSION)."""
+    for sub in ("journal", "ledgers"):
+        for path in (bookie_dir / sub / "current").iterdir():
+            if path.name not in ("VERSION", "LOCK"):
+                path.unlink()
+
+
+def test_the_replicas_check_heals_a_bookie_that_came_back_empty(cluster: Sandbox) -> None:
+    with BookKeeper(cluster.metadata_uri, **FAST) as bk:
+        store = bk.store
+        election = store.auditor_election("test-observer")
+        wait_for("an auditor", lambda: election.leader() is not None)
+        auditor = election.leader()
+        victim = next(b for b in cluster.bookie_addresses if b != auditor)
+        striped = create_on(bk, (3, 2, 2), {victim}, 400)
+        striped.close()
+        whole = create_on(bk, (3, 3, 2), {victim}, 200)
+        whole.close()
+        ids = [striped.ledger_id, whole.ledger_id]
+        wait_for("a replicas check", lambda: store.check_ctime("replicascheckctime") is not None)
+        assert not store.underreplicated_ledgers()  # healthy ledgers are left alone
+
+        # A maintenance restart, as BookKeeper's docs advise it: the lost-bookie audit delayed.
+        assert store.lost_bookie_recovery_delay() == LONG_DELAY_S
+        index = cluster.bookie_addresses.index(victim)
+        cluster.stop_bookie(index)
+        cluster.wait_unregistered([index])
+        wipe_data(cluster.directory / f"bookie-{index}")
+        cluster.restart_bookie(index)
+
+        # Within wait_for's 45 s, far inside the delay: the lost-bookie audit marked nothing.
+        wait_for(
+            "every ledger healed off the emptied bookie, and unmarked",
+            lambda: (
+                not any(victim in named(store, i) for i in ids)
+                and not store.underreplicated_ledgers()
+            ),
+        )
+        assert victim in store.writable_bookies()  # it was never lost
+        for ledger_id in ids:
+            assert_replicated(bk, ledger_id, {victim})
+
+
+def test_triggeraudit_and_decommission_over_http(cluster: Sandbox) -> None:
+    with BookKeeper(cluster.metadata_uri, **FAST) as bk:
+        store = bk.store
+        election = store.auditor_election("test-observer")
+        wait_for("an auditor", lambda: election.leader() is not None)
+        auditor = election.leader()
+        admin = cluster.admin_urls[cluster.bookie_addresses.index(auditor)]
+
+        before = store.lost_bookie_recovery_delay_version() or 0
+        run = subprocess.run(
+            [sys.executable, "-m", "pybkx", "shell", "triggeraudit", "--uri", cluster.metadata_uri],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert run.returncode == 0, run.stderr
+        assert f"lostBookieRecoveryDelay {LONG_DELAY_S} s stored again" in run.stdout
+        status, text = put(f"{admin}/api/v1/autorecovery/trigger_audit")
+        assert (status, json.loads(text)) == (200, "Success trigger audit.")
+        assert store.lost_bookie_recovery_delay_version() == before + 2
+        assert store.lost_bookie_recovery_delay() == LONG_DELAY_S  # the value is unchanged
+
+        victim = next(b for b in cluster.bookie_addresses if b != auditor)
+        lh = create_on(bk, (3, 2, 2), {victim}, 300)
+        lh.close()
+        index = cluster.bookie_addresses.index(victim)
+        cluster.kill_bookie(index)
+        cluster.wait_unregistered([index])
+        # The lost bookie's audit waits LONG_DELAY_S; decommissioning triggers it at once.
+        body = json.dumps({"bookie_src": victim, "delete_cookie": "true"}).encode()
+        status, text = put(f"{admin}/api/v1/autorecovery/decommission", body)
+        assert status == 200 and victim in text, text
+
+        def cookie_gone() -> bool:
+            try:
+                store.read_cookie(victim)
+            except errors.CookieNotFoundException:
+                return True
+            return False
+
+        wait_for("the decommissioned bookie's cookie deleted", cookie_gone)
+        assert victim not in named(store, lh.ledger_id)
+        assert not store.underreplicated_ledgers()
+        assert_replicated(bk, lh.ledger_id, {victim})
