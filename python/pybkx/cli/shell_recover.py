@@ -224,7 +224,7 @@ def triggeraudit(uri: str | None, conf_path: Path | None) -> None:
     """Make the auditor audit lost bookies now, by storing lostBookieRecoveryDelay again with
     the value it has (as BookKeeper's triggeraudit). Fails when AutoRecovery is disabled or no
     auditor is elected."""
-    from pybkx.meta.audit import AuditUnavailable, trigger_audit
+    from pybkx.recovery.auditor import AuditUnavailable, trigger_audit
     from pybkx.tools.shell import ShellError, open_store
 
     uri = resolve_uri(uri, conf_path)
