@@ -1,6 +1,7 @@
 """Recovery beside Apache BookKeeper's own tools: BookKeeper's shell reads the under-replication
 state pybkx keeps on ZooKeeper (markers, the AutoRecovery switch, the lost-bookie delay) and
-pybkx reads what BookKeeper's shell sets; a ledger healed by ``pybkx shell recover`` after a
+pybkx reads what BookKeeper's shell sets; BookKeeper's ``whoisauditor`` and ``triggeraudit``
+find and wake pybkx's auditor; a ledger healed by ``pybkx shell recover`` after a
 bookie was killed for good reads back whole through BookKeeper's client."""
 
 from __future__ import annotations
@@ -8,8 +9,9 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -83,3 +85,52 @@ def test_a_ledger_healed_by_pybkx_reads_whole_through_bookkeepers_client(
     assert lost not in metadata
     read = bookie_shell(java_classpath, conf, "readledger", "-l", str(lh.ledger_id), "-m")
     assert [line for line in read if line.startswith("entry-")] == [f"entry-{i}" for i in range(60)]
+
+
+def test_bookkeepers_triggeraudit_wakes_the_pybkx_auditor(
+    java_classpath: str, zookeeper: str, tmp_path: Path
+) -> None:
+    """A bookie killed under a long lostBookieRecoveryDelay waits; BookKeeper's ``whoisauditor``
+    names pybkx's auditor and its ``triggeraudit`` makes that auditor mark and heal at once."""
+    uri = f"zk+hierarchical://{zookeeper}/triggeraudit-{uuid.uuid4().hex[:12]}/ledgers"
+    conf_keys = {
+        "zkTimeout": 4000,
+        "autoRecoveryDaemonEnabled": True,
+        "lostBookieRecoveryDelay": 600,
+        "rwRereplicateBackoffMs": 500,
+    }
+    with Sandbox(4, zk_uri=uri, directory=tmp_path / "sandbox", conf=conf_keys) as cluster:
+        conf = shell_conf(tmp_path, cluster.metadata_uri)
+        store = cluster.metadata_store
+        election = store.auditor_election("test-observer")
+        _wait("an auditor", lambda: election.leader() is not None)
+        auditor = election.leader()
+        said = "\n".join(bookie_shell(java_classpath, conf, "whoisauditor"))
+        assert auditor is not None and auditor in said, said
+
+        with pybkx.BookKeeper(cluster.metadata_uri, zkTimeout=4000) as bk:
+            lh = bk.create_ledger(3, 2, 2, password=b"")
+            lh.append_many([f"entry-{i}".encode() for i in range(100)])
+            lh.close()
+            lost = next(b for b in lh.metadata.last_ensemble if b != auditor)
+        index = cluster.bookie_addresses.index(lost)
+        cluster.kill_bookie(index)
+        cluster.wait_unregistered([index])
+        time.sleep(2)  # the auditor has seen it lost and delayed its audit (600 s)
+        assert not store.underreplicated_ledgers()
+
+        bookie_shell(java_classpath, conf, "triggeraudit")
+
+        def healed() -> bool:
+            md = store.read_ledger_metadata(lh.ledger_id).value
+            names = {b for ensemble in md.ensembles.values() for b in ensemble}
+            return lost not in names and not store.underreplicated_ledgers()
+
+        _wait("the ledger healed after BookKeeper's triggeraudit", healed)
+
+
+def _wait(what: str, check: Callable[[], bool], timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, f"not within {timeout_s} s: {what}"
+        time.sleep(0.2)
