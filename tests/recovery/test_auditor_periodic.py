@@ -59,6 +59,15 @@ def put(url: str, body: bytes | None = None) -> tuple[int, str]:
         return exc.code, exc.read().decode()
 
 
+def metric(admin_url: str, name: str) -> float:
+    """One unlabelled sample of a bookie's ``/metrics``."""
+    with urllib.request.urlopen(f"{admin_url}/metrics", timeout=30) as response:
+        text = response.read().decode()
+    values = [float(line.split()[1]) for line in text.splitlines() if line.split()[:1] == [name]]
+    assert len(values) == 1, (name, values)
+    return values[0]
+
+
 def named(store: MetadataStore, ledger_id: int) -> set[str]:
     md = store.read_ledger_metadata(ledger_id).value
     return {b for ensemble in md.ensembles.values() for b in ensemble}
@@ -117,6 +126,11 @@ def test_the_replicas_check_heals_a_bookie_that_came_back_empty(cluster: Sandbox
         assert victim in store.writable_bookies()  # it was never lost
         for ledger_id in ids:
             assert_replicated(bk, ledger_id, {victim})
+        # The auditor's and workers' counters on the bookies' /metrics.
+        auditor_url = cluster.admin_urls[cluster.bookie_addresses.index(auditor)]
+        assert metric(auditor_url, "auditor_NUM_UNDER_REPLICATED_LEDGERS") >= len(ids)
+        worked = "replication_worker_NUM_FULL_OR_PARTIAL_LEDGERS_REPLICATED"
+        assert sum(metric(url, worked) for url in cluster.admin_urls) >= len(ids)
 
 
 def test_triggeraudit_and_decommission_over_http(cluster: Sandbox) -> None:
