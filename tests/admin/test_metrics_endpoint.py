@@ -230,7 +230,9 @@ def standalone(tmp_path: Path) -> Iterator[object]:
                 )
             )
         deadline = time.monotonic() + 30
-        while "bookie serving" not in log.read_text():
+        # The process's own line, logged once its HTTP services listen (the core's earlier
+        # "bookie serving on ..." line comes before them: waiting for it raced the servers).
+        while "bookie serving bookie_id=" not in log.read_text():
             assert started[-1].poll() is None, log.read_text()
             assert time.monotonic() < deadline, log.read_text()
             time.sleep(0.05)
