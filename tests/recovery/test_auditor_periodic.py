@@ -1,9 +1,10 @@
 """The auditor's periodic checks with real bookie processes running AutoRecovery: a bookie that
 comes back without its data (stopped, its journal and ledger files removed, its cookie kept,
 restarted within ``lostBookieRecoveryDelay``) is never lost in the registry's eyes, so the
-lost-bookie audit marks nothing; the replicas check finds the entries it no longer holds, marks
-the ledger and a worker copies them to another bookie. Also the operator's side: ``pybkx shell
-triggeraudit`` and the admin API's ``trigger_audit`` and ``decommission`` on that cluster."""
+lost-bookie audit marks nothing; the replicas check (GET_LIST_OF_ENTRIES_OF_LEDGER), or the
+all-ledgers check (first and last entry read from each bookie), finds the entries it no longer
+holds, marks the ledger and a worker copies them to another bookie. Also the operator's side:
+``pybkx shell triggeraudit`` and the admin API's ``trigger_audit`` and ``decommission``."""
 
 from __future__ import annotations
 
@@ -29,17 +30,17 @@ pytestmark = pytest.mark.integration
 
 #: Far longer than the test: a lost bookie's own audit never marks anything by itself.
 LONG_DELAY_S = 600
-#: Only the replicas check runs periodically (every 2 s); the bookie check runs at election.
 PERIODIC = {
     "lostBookieRecoveryDelay": LONG_DELAY_S,
     "zkTimeout": 2000,
     "autoRecoveryDaemonEnabled": True,
     "openLedgerRereplicationGracePeriod": 1000,
     "rwRereplicateBackoffMs": 500,
-    "auditorReplicasCheckInterval": 2,
-    "auditorPeriodicCheckInterval": 0,
-    "auditorPeriodicBookieCheckInterval": 0,
+    "auditorPeriodicBookieCheckInterval": 0,  # once, at election
 }
+#: One periodic check every 2 s, the other off.
+REPLICAS_CHECK = {"auditorReplicasCheckInterval": 2, "auditorPeriodicCheckInterval": 0}
+LEDGERS_CHECK = {"auditorReplicasCheckInterval": 0, "auditorPeriodicCheckInterval": 2}
 
 
 def wait_for(what: str, check: Callable[[], bool], timeout_s: float = 45.0) -> None:
@@ -73,14 +74,23 @@ def named(store: MetadataStore, ledger_id: int) -> set[str]:
     return {b for ensemble in md.ensembles.values() for b in ensemble}
 
 
+@pytest.fixture
+def checks() -> dict[str, int]:
+    """The periodic checks' intervals (a test parametrizes ``checks`` to choose others)."""
+    return REPLICAS_CHECK
+
+
 @pytest.fixture(params=["embedded", "zookeeper"])
-def cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Sandbox]:
-    """Four bookies running AutoRecovery with a short replicas check."""
+def cluster(
+    request: pytest.FixtureRequest, tmp_path: Path, checks: dict[str, int]
+) -> Iterator[Sandbox]:
+    """Four bookies running AutoRecovery with a short periodic check."""
     uri = None
     if request.param == "zookeeper":
         server = request.getfixturevalue("zookeeper_server")
         uri = f"zk+hierarchical://{server}/periodic-{os.getpid()}-{time.time_ns()}/ledgers"
-    with Sandbox(4, directory=tmp_path / "sandbox", zk_uri=uri, conf=PERIODIC) as sandbox:
+    conf = {**PERIODIC, **checks}
+    with Sandbox(4, directory=tmp_path / "sandbox", zk_uri=uri, conf=conf) as sandbox:
         yield sandbox
 
 
@@ -92,7 +102,8 @@ def wipe_data(bookie_dir: Path) -> None:
                 path.unlink()
 
 
-def test_the_replicas_check_heals_a_bookie_that_came_back_empty(cluster: Sandbox) -> None:
+@pytest.mark.parametrize("checks", [REPLICAS_CHECK, LEDGERS_CHECK], ids=["replicas", "ledgers"])
+def test_a_periodic_check_heals_a_bookie_that_came_back_empty(cluster: Sandbox) -> None:
     with BookKeeper(cluster.metadata_uri, **FAST) as bk:
         store = bk.store
         election = store.auditor_election("test-observer")
@@ -104,7 +115,8 @@ def test_the_replicas_check_heals_a_bookie_that_came_back_empty(cluster: Sandbox
         whole = create_on(bk, (3, 3, 2), {victim}, 200)
         whole.close()
         ids = [striped.ledger_id, whole.ledger_id]
-        wait_for("a replicas check", lambda: store.check_ctime("replicascheckctime") is not None)
+        stamps = ("replicascheckctime", "checkallledgersctime")
+        wait_for("a check", lambda: any(store.check_ctime(n) is not None for n in stamps))
         assert not store.underreplicated_ledgers()  # healthy ledgers are left alone
 
         # A maintenance restart, as BookKeeper's docs advise it: the lost-bookie audit delayed.
