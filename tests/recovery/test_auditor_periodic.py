@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from recovery_helpers import FAST, assert_replicated, create_on
+from recovery_helpers import FAST, assert_replicated, create_on, payload
 
 from pybkx import errors
 from pybkx.client import BookKeeper
@@ -143,6 +143,54 @@ def test_a_periodic_check_heals_a_bookie_that_came_back_empty(cluster: Sandbox) 
         assert metric(auditor_url, "auditor_NUM_UNDER_REPLICATED_LEDGERS") >= len(ids)
         worked = "replication_worker_NUM_FULL_OR_PARTIAL_LEDGERS_REPLICATED"
         assert sum(metric(url, worked) for url in cluster.admin_urls) >= len(ids)
+
+
+@pytest.mark.parametrize("checks", [LEDGERS_CHECK], ids=["ledgers"])
+def test_an_open_ledgers_ended_segment_heals_under_its_writer(cluster: Sandbox) -> None:
+    """An open ledger with two segments (a bookie stopped and back made its writer change
+    ensemble); a bookie of the first segment comes back empty. The all-ledgers check marks the
+    ended segment, a worker copies it while the writer keeps the ledger open, and the writer's
+    close afterwards keeps the worker's ensemble; then the closed last segment heals too."""
+    with BookKeeper(cluster.metadata_uri, **FAST) as bk:
+        store = bk.store
+        election = store.auditor_election("test-observer")
+        wait_for("an auditor", lambda: election.leader() is not None)
+        auditor = election.leader()
+        others = [b for b in cluster.bookie_addresses if b != auditor]
+        lh = create_on(bk, (3, 2, 2), set(others[:2]), 0)  # holds exactly one of the two
+        held = next(b for b in others[:2] if b in lh.metadata.last_ensemble)
+        victim = next(b for b in lh.metadata.last_ensemble if b not in (held, auditor))
+        lh.append_many([payload(lh.ledger_id, e) for e in range(100)])
+        # The writer replaces a stopped bookie: the first segment ends at entry 99.
+        away = cluster.bookie_addresses.index(held)
+        cluster.stop_bookie(away)
+        cluster.wait_unregistered([away])
+        lh.append_many([payload(lh.ledger_id, e) for e in range(100, 150)])
+        assert len(lh.metadata.ensembles) == 2
+        cluster.restart_bookie(away)
+
+        index = cluster.bookie_addresses.index(victim)
+        cluster.stop_bookie(index)
+        cluster.wait_unregistered([index])
+        wipe_data(cluster.directory / f"bookie-{index}")
+        cluster.restart_bookie(index)
+
+        def first_segment_healed() -> bool:
+            md = store.read_ledger_metadata(lh.ledger_id).value
+            return victim not in md.ensembles[0] and not store.underreplicated_ledgers()
+
+        wait_for("the ended segment healed under the writer", first_segment_healed)
+        assert not store.read_ledger_metadata(lh.ledger_id).value.is_closed
+        lh.close()
+        md = store.read_ledger_metadata(lh.ledger_id).value
+        assert victim not in md.ensembles[0]  # the close kept the worker's change
+        wait_for(
+            "the closed ledger healed",
+            lambda: (
+                victim not in named(store, lh.ledger_id) and not store.underreplicated_ledgers()
+            ),
+        )
+        assert_replicated(bk, lh.ledger_id, {victim})
 
 
 def test_triggeraudit_and_decommission_over_http(cluster: Sandbox) -> None:

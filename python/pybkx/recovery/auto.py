@@ -3,12 +3,12 @@ the cluster (elected through the metadata store) the auditor.
 
 The auditor (``pybkx.recovery.auditor``) marks the ledgers of lost bookies and runs
 BookKeeper's periodic checks. A worker takes a marker under its lock, copies the fragments that
-name lost bookies (the copy engine of manual recovery) and, in a closed ledger, the fragments a
+name lost bookies (the copy engine of manual recovery) and the fragments of ended segments a
 registered bookie misses (checked as the auditor does: the first and last entry each bookie
 stores, and the entries the marker's registered bookies list), then deletes the marker. An
-open ledger whose last segment lost a bookie is left to its writer for
-``openLedgerRereplicationGracePeriod``, then fenced and closed so that no writer can add to the
-fragment being copied. A ledger deleted meanwhile is just
+open ledger's ended segments are copied under its writer; one whose last segment lost a bookie
+is left to its writer for ``openLedgerRereplicationGracePeriod``, then fenced and closed so
+that no writer can add to the fragment being copied. A ledger deleted meanwhile is just
 unmarked; a failing one is released and tried again after ``rwRereplicateBackoffMs``."""
 
 from __future__ import annotations
@@ -241,13 +241,12 @@ class AutoRecovery:
             md = handle.refresh_metadata()
             if lost & {b for bookies in md.ensembles.values() for b in bookies}:
                 return False
-        if not md.is_closed:
-            return True
+        # Ended segments only (an open ledger's last one is its writer's): copied under it.
         missing = self._missing_fragments(ledger_id, md, alive, set(suspects) & alive)
         if not missing:
             return True
         if handle is None:
-            handle = self.bk.open_ledger(ledger_id, md.password)
+            handle = self.bk.open_ledger(ledger_id, md.password, recovery=False)
         heal_fragments(self.bk, handle, missing, options, report, _ignore, self._rate)
         md = handle.refresh_metadata()
         return not self._missing_fragments(ledger_id, md, alive, set())
