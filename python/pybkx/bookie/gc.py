@@ -4,6 +4,9 @@ then the storage removes the entry logs none of whose ledgers is left (it also d
 every ``gcWaitTime``). It decides which ledgers go (once per ledger); it never touches the
 metadata. Entry logs that mix live and deleted ledgers are compacted when a pass is forced
 (``forceMajor``/``forceMinor``), and by the storage itself every minor/major compaction interval.
+
+A bookie runs a pass every ``gcWaitTime`` (``start_periodic``), as BookKeeper's garbage
+collector thread does, and whenever an operator asks (``PUT /api/v1/bookie/gc``).
 """
 
 from __future__ import annotations
@@ -82,6 +85,52 @@ class GarbageCollector:
         self._run_lock = threading.Lock()
         self._state_lock = threading.Lock()
         self._state = _State()
+        self._halt = threading.Event()
+        self._periodic: threading.Thread | None = None
+
+    def start_periodic(self, interval_s: float) -> None:
+        """Run a pass every ``interval_s`` seconds on a daemon thread until ``stop_periodic``
+        (nothing when ``interval_s`` is 0: ``gcWaitTime=0`` turns it off). A pass that fails
+        (the metadata store unreachable, say: nothing is deleted without a full listing) is
+        logged and tried again at the next interval."""
+        if interval_s <= 0 or self._periodic is not None:
+            return
+        self._halt.clear()
+        self._periodic = threading.Thread(
+            target=self._every, args=(interval_s,), name="pybkx-gc", daemon=True
+        )
+        self._periodic.start()
+
+    def stop_periodic(self, timeout_s: float) -> bool:
+        """Stop the periodic passes: a pass under way stops between two ledgers. Waits at most
+        ``timeout_s`` for it; False if it is still running then."""
+        self._halt.set()
+        thread, self._periodic = self._periodic, None
+        if thread is None:
+            return True
+        thread.join(timeout_s)
+        return not thread.is_alive()
+
+    def _every(self, interval_s: float) -> None:
+        while not self._halt.wait(interval_s):
+            try:
+                done = self.run()
+            except Exception as exc:  # the next pass tries again; the bookie goes on
+                if not self._halt.is_set():
+                    logger.warning(
+                        "gc: pass failed (next in %.0f s): %s: %s",
+                        interval_s,
+                        type(exc).__name__,
+                        exc,
+                    )
+                continue
+            if done.deleted or done.entry_logs_removed:
+                logger.info(
+                    "gc: pass deleted %d ledgers, removed %d entry logs (%d bytes)",
+                    len(done.deleted),
+                    done.entry_logs_removed,
+                    done.reclaimed_bytes,
+                )
 
     @property
     def running(self) -> bool:
@@ -121,6 +170,8 @@ class GarbageCollector:
         for ledger_id in local:
             if ledger_id in listed:
                 continue
+            if self._halt.is_set():
+                break  # the bookie is stopping: the next start goes on from here
             try:
                 self._store.read_ledger_metadata(ledger_id)
                 continue  # created after the listing began

@@ -334,6 +334,7 @@ class Bookie:
                     minor_threshold=config.minor_compaction_threshold,
                     major_threshold=config.major_compaction_threshold,
                 )
+                self._gc.start_periodic(config.gc_wait_time_ms / 1000.0)
             if bookie_id is None:
                 try:
                     bookie_id = config.bookie_identity(server.port)
@@ -527,12 +528,14 @@ class Bookie:
         with self._state_lock:
             server, storage, store = self._server, self._storage, self._store
             self._server = self._storage = self._store = None
-            self._gc = None
+            gc, self._gc = self._gc, None
             disks, self._disks = self._disks, None
             self._registered_read_only = None
             registered, self._registered = self._registered, False
         if disks is not None:
             disks.stop()
+        if gc is not None and not gc.stop_periodic(budget_s / 4):
+            _event(logging.WARNING, "a garbage collection pass is still running at the stop")
         try:
             if store is not None and registered:
                 bookie_id = self.bookie_id
