@@ -62,10 +62,10 @@ _GROUPS: Final[tuple[tuple[str, tuple[str, ...]], ...]] = (
         ),
     ),
     (
-        "not implemented: garbage collection removes entry logs whose ledgers are all deleted "
-        "and compacts by the minor/major thresholds and compactionRateByBytes only",
+        "not implemented: garbage collection removes deleted and over-replicated ledgers "
+        "(one metadata request at a time), entry logs whose ledgers are all deleted, and "
+        "compacts by the minor/major thresholds and compactionRateByBytes only",
         (
-            "gcOverreplicatedLedgerWaitTime",
             "gcOverreplicatedLedgerMaxConcurrentRequests",
             "gcMetadataOpRateLimit",
             "gcEntryLogMetadataCacheEnabled",

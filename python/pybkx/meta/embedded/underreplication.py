@@ -83,6 +83,21 @@ class EmbeddedUnderReplication(EmbeddedCoordination):
             locks[ledger_id] = held
         return version
 
+    def lock_ledger_against_replication(self, ledger_id: int, holder: str) -> bool:
+        locks = self._locks_of_markers()
+        with self._lock:
+            if ledger_id in locks:
+                return False
+        try:
+            held = self._flock(self._lock_path("underreplicated", str(ledger_id)), holder, 0, None)
+        except errors.TimeoutException:
+            return False
+        if held is None:
+            return False
+        with self._lock:
+            locks[ledger_id] = held
+        return True
+
     def release_underreplicated_ledger(self, ledger_id: int) -> None:
         locks = self._locks_of_markers()
         with self._lock:

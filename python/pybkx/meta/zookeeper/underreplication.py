@@ -133,6 +133,21 @@ class ZkUnderReplication(ZkSession):
             return None
         return int(stat.version)
 
+    def lock_ledger_against_replication(self, ledger_id: int, holder: str) -> bool:
+        lock = self._ur("locks", f"urL{ledger_id:010d}")
+        try:
+            self._call(
+                f"create {lock}",
+                self._zk.create,
+                lock,
+                f'bookieId: "{_escape(holder)}"\n'.encode(),
+                ephemeral=True,
+                makepath=True,
+            )
+        except NodeExistsError:
+            return False
+        return True
+
     def release_underreplicated_ledger(self, ledger_id: int) -> None:
         self._delete_quietly(self._ur("locks", f"urL{ledger_id:010d}"))
 
