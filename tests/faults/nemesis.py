@@ -687,14 +687,7 @@ class Workload:
                     continue
                 lid = rng.choice(choices)
                 rh = bk.open_ledger(lid, PASSWORD, recovery=False)
-                md = rh.metadata
-                entries: list[list[Any]] = []
-                for start in range(0, md.last_entry_id + 1, 500):
-                    stop = min(md.last_entry_id, start + 499)
-                    entries += [
-                        [x.entry_id, digest(x.payload), len(x.payload)]
-                        for x in rh.read(start, stop)
-                    ]
+                entries = read_whole(rh, rh.metadata.last_entry_id)
                 self.rec.record(type="read", ledger=lid, reader=name, final=True, entries=entries)
                 with self.lock:
                     # Whatever the delete's outcome, the ledger is no longer verified at the
@@ -704,6 +697,15 @@ class Workload:
                     self.deleted.add(lid)
                 bk.delete_ledger(lid)
                 self.rec.record(type="delete", ledger=lid, by=name)
+
+
+def read_whole(rh: Any, last_entry_id: int) -> list[list[Any]]:
+    """Entries 0..``last_entry_id`` as a read event lists them: [id, hash, size]."""
+    entries: list[list[Any]] = []
+    for start in range(0, last_entry_id + 1, 500):
+        stop = min(last_entry_id, start + 499)
+        entries += [[x.entry_id, digest(x.payload), len(x.payload)] for x in rh.read(start, stop)]
+    return entries
 
 
 def verify(uri: str, ledgers: list[int], rec: Recorder, timeout_s: float = 300.0) -> list[str]:
@@ -719,13 +721,7 @@ def verify(uri: str, ledgers: list[int], rec: Recorder, timeout_s: float = 300.0
                     rec.record(
                         type="close", ledger=lid, last_entry=md.last_entry_id, length=md.length
                     )
-                    entries: list[list[Any]] = []
-                    for start in range(0, md.last_entry_id + 1, 500):
-                        stop = min(md.last_entry_id, start + 499)
-                        entries += [
-                            [x.entry_id, digest(x.payload), len(x.payload)]
-                            for x in rh.read(start, stop)
-                        ]
+                    entries = read_whole(rh, md.last_entry_id)
                     rec.record(
                         type="read", ledger=lid, reader="verify", final=True, entries=entries
                     )

@@ -65,22 +65,11 @@ class EmbeddedUnderReplication(EmbeddedCoordination):
         return None if row is None else int(row[0])
 
     def lock_underreplicated_ledger(self, ledger_id: int, holder: str) -> int | None:
-        locks = self._locks_of_markers()
-        with self._lock:
-            if ledger_id in locks:
-                return None
-        try:
-            held = self._flock(self._lock_path("underreplicated", str(ledger_id)), holder, 0, None)
-        except errors.TimeoutException:
-            return None
-        if held is None:
+        if not self.lock_ledger_against_replication(ledger_id, holder):
             return None
         version = self._marker_version(ledger_id)
         if version is None:
-            held.release()
-            return None
-        with self._lock:
-            locks[ledger_id] = held
+            self.release_underreplicated_ledger(ledger_id)
         return version
 
     def lock_ledger_against_replication(self, ledger_id: int, holder: str) -> bool:

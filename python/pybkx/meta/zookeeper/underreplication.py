@@ -114,22 +114,12 @@ class ZkUnderReplication(ZkSession):
 
     def lock_underreplicated_ledger(self, ledger_id: int, holder: str) -> int | None:
         path = marker_path(self._ur(), ledger_id)
-        lock = self._ur("locks", f"urL{ledger_id:010d}")
-        try:
-            self._call(
-                f"create {lock}",
-                self._zk.create,
-                lock,
-                f'bookieId: "{_escape(holder)}"\n'.encode(),
-                ephemeral=True,
-                makepath=True,
-            )
-        except NodeExistsError:
+        if not self.lock_ledger_against_replication(ledger_id, holder):
             return None
         try:
             _, stat = self._call(f"get {path}", self._zk.get, path)
         except NoNodeError:
-            self._delete_quietly(lock)
+            self.release_underreplicated_ledger(ledger_id)
             return None
         return int(stat.version)
 
