@@ -158,18 +158,16 @@ def test_bookkeeper_keys_pybkx_does_not_implement_are_kept_and_noted_one_per_lin
 ) -> None:
     conf = write(
         tmp_path / "x.conf",
-        "gcOverreplicatedLedgerWaitTime=600000\nnumAddWorkerThreads=8\nbookiePort=3181\nzkLedgersRootPath=/x\n",
+        "gcMetadataOpRateLimit=600000\nnumAddWorkerThreads=8\nbookiePort=3181\nzkLedgersRootPath=/x\n",
     )
     config = ServerConfig.from_file(conf)
     assert dict(config.extra) == {
-        "gcOverreplicatedLedgerWaitTime": "600000",
+        "gcMetadataOpRateLimit": "600000",
         "numAddWorkerThreads": "8",
     }
     notes = config.notes()
     assert len(notes) == 2
-    assert notes[0].startswith(
-        f"gcOverreplicatedLedgerWaitTime=600000 ({conf}:1) is not implemented: "
-    )
+    assert notes[0].startswith(f"gcMetadataOpRateLimit=600000 ({conf}:1) is not implemented: ")
     assert "garbage collection" in notes[0]
     assert notes[1].startswith(f"numAddWorkerThreads=8 ({conf}:2) is not implemented: ")
     assert "tokio" in notes[1]
@@ -188,8 +186,8 @@ def test_a_misspelt_key_is_refused_naming_the_closest_key_and_the_line(tmp_path:
 
 
 def test_a_misspelt_bookkeeper_key_pybkx_does_not_implement_is_named_too(tmp_path: Path) -> None:
-    conf = write(tmp_path / "x.conf", "gcOverreplicatedLedgerWaitTim=1000\n")
-    with pytest.raises(ConfigError, match="did you mean gcOverreplicatedLedgerWaitTime"):
+    conf = write(tmp_path / "x.conf", "gcMetadataOpRateLimi=1000\n")
+    with pytest.raises(ConfigError, match="did you mean gcMetadataOpRateLimit"):
         ServerConfig.from_file(conf)
 
 
@@ -223,9 +221,7 @@ def test_origins_name_the_line_the_command_line_or_the_default(tmp_path: Path) -
 
 
 def test_print_config_shows_each_value_with_its_source(tmp_path: Path) -> None:
-    conf = write(
-        tmp_path / "x.conf", "bookiePort=3999\ngcOverreplicatedLedgerWaitTime=5\ntypoKey=1\n"
-    )
+    conf = write(tmp_path / "x.conf", "bookiePort=3999\ngcMetadataOpRateLimit=5\ntypoKey=1\n")
     run = subprocess.run(
         [
             sys.executable,
@@ -249,8 +245,8 @@ def test_print_config_shows_each_value_with_its_source(tmp_path: Path) -> None:
     assert rows["bookiePort"]["value"] == 4000
     assert rows["bookiePort"]["source"] == "command line"
     assert rows["journalQueueSize"]["source"] == "default"
-    assert rows["gcOverreplicatedLedgerWaitTime"]["source"] == f"{conf}:2"
-    assert rows["gcOverreplicatedLedgerWaitTime"]["note"].startswith("not implemented: ")
+    assert rows["gcMetadataOpRateLimit"]["source"] == f"{conf}:2"
+    assert rows["gcMetadataOpRateLimit"]["note"].startswith("not implemented: ")
     assert "unknown key" in rows["typoKey"]["note"]
     table = subprocess.run(
         [sys.executable, "-m", "pybkx", "bookie", "--conf", str(conf), "--print-config"],
@@ -276,9 +272,9 @@ def test_keyword_arguments_refuse_unknown_keys_with_a_suggestion() -> None:
 
 
 def test_unknown_keys_survive_overrides(tmp_path: Path) -> None:
-    conf = write(tmp_path / "x.conf", "gcOverreplicatedLedgerWaitTime=600000\n")
+    conf = write(tmp_path / "x.conf", "gcMetadataOpRateLimit=600000\n")
     config = ServerConfig.from_file(conf).with_overrides({"bookiePort": 4000})
-    assert config.extra["gcOverreplicatedLedgerWaitTime"] == "600000"
+    assert config.extra["gcMetadataOpRateLimit"] == "600000"
     assert config.bookie_port == 4000
 
 

@@ -13,6 +13,8 @@ A history is a list of events (dicts, one JSON object per line in a file), each 
 - ``fence``: a recovery that fenced and closed the ledger completed at ``t``.
 - ``lac``: ``observer`` saw the ledger's last add confirmed ``lac``.
 - ``close``: the ledger's metadata seen closed with ``last_entry`` and ``length`` (bytes).
+- ``delete``: the ledger was deleted (no final read is expected after it; the one before
+  counts).
 
 Rules (each broken one is a Violation naming the smallest slice of events that shows it):
 1. ``lost``: an acknowledged entry is missing from a final read, read back with another payload,

@@ -12,6 +12,10 @@ only, or a share of its packets; ``make faults-deps`` installs nftables). At mos
 ``max_faulty`` bookies are faulty at once, so that the ensembles the workload asks for can still
 be formed.
 
+The bookies' own background work runs meanwhile (``RunConfig.lifecycle``, ``autorecovery``):
+garbage collection and compaction every few seconds of ledgers a deleter removes, and
+AutoRecovery re-replicating the ledgers of a bookie whose registration lapses.
+
 Run it from a test (tests/faults/test_nemesis.py) or by hand:
 ``python tests/faults/nemesis.py --duration 600 --seed 7``.
 """
@@ -78,6 +82,12 @@ class RunConfig:
     kinds: tuple[str, ...] = PROCESS_FAULTS + ZK_FAULTS
     net: bool = False
     """Bookies in network namespaces, and the network faults (root only)."""
+    lifecycle: bool = True
+    """A deleter removes closed ledgers (after reading them whole) while the bookies collect
+    garbage and compact every few seconds."""
+    autorecovery: bool = True
+    """AutoRecovery in every bookie: a bookie whose registration lapses gets its ledgers
+    re-replicated while it is away (open ledgers fenced after a short grace)."""
 
 
 @dataclass
@@ -211,9 +221,9 @@ class BookieNode:
             f"bookiePort={self.port}\nlisteningInterface={self.host}\n"
             f"advertisedAddress={self.host}\nallowLoopback=true\n"
             f"journalDirectories={root / 'journal'}\nledgerDirectories={root / 'ledgers'}\n"
-            "journalPreAllocSizeMB=1\nlogSizeLimit=16777216\nflushInterval=1000\n"
+            "journalPreAllocSizeMB=1\nflushInterval=1000\n"
             f"metadataServiceUri=zk+hierarchical://{zk}/ledgers\nzkTimeout=4000\n"
-            "bookieShutdownTimeoutMs=5000\n" + extra
+            "bookieShutdownTimeoutMs=5000\n" + (extra or "logSizeLimit=16777216\n")
         )
         self.proc: subprocess.Popen[bytes] | None = None
         self.paused = False
@@ -269,8 +279,21 @@ class Cluster:
         self.net = Network.create(config.bookies) if config.net else None
         self.zk = ZooKeeper(workdir / "zk", self.net.zk_host if self.net else "127.0.0.1")
         self.uri = f"zk+hierarchical://{self.zk.address}/ledgers"
+        extra = ""
+        if config.lifecycle:
+            # Small logs that seal often, so compaction has sealed sparse logs to rewrite.
+            extra += (
+                "logSizeLimit=262144\ngcWaitTime=2000\nminorCompactionInterval=4\n"
+                "majorCompactionInterval=11\nmajorCompactionThreshold=0.8\n"
+                "gcOverreplicatedLedgerWaitTime=5000\n"
+            )
+        if config.autorecovery:
+            extra += (
+                "autoRecoveryDaemonEnabled=true\nlostBookieRecoveryDelay=0\n"
+                "openLedgerRereplicationGracePeriod=3000\nrwRereplicateBackoffMs=500\n"
+            )
         self.bookies = [
-            BookieNode(i, workdir / f"bookie{i}", self.zk.address, self.net)
+            BookieNode(i, workdir / f"bookie{i}", self.zk.address, self.net, extra)
             for i in range(config.bookies)
         ]
 
@@ -313,6 +336,7 @@ class Nemesis:
         self.heals: list[tuple[float, str, Callable[[], None]]] = []
         self.faulty: set[int] = set()
         self.zk_faulty = False
+        self.restarts = 0
         self.stop = threading.Event()
 
     def run(self) -> None:
@@ -322,6 +346,7 @@ class Nemesis:
             for item in [h for h in self.heals if h[0] <= now]:
                 self.heals.remove(item)
                 self._heal(item)
+            self._restart_exited()
             if now >= next_fault:
                 self._inject()
                 next_fault = now + self.rng.uniform(*self.config.gap_s)
@@ -329,6 +354,19 @@ class Nemesis:
         for item in list(self.heals):
             self._heal(item)
         self.heals.clear()
+
+    def _restart_exited(self) -> None:
+        """A bookie no fault holds that has exited by itself (a restart refused, say, while
+        its previous session's registration had not expired yet) is started again."""
+        for b in self.cluster.bookies:
+            if b.index in self.faulty or b.proc is None or b.proc.poll() is None:
+                continue
+            self.restarts += 1
+            self.rec.record(type="nemesis", ledger=-1, op="restart", what=f"bookie{b.index} exited")
+            try:
+                b.start()
+            except OSError as exc:
+                logger.warning("restarting bookie%d failed: %s", b.index, exc)
 
     def _heal(self, item: tuple[float, str, Callable[[], None]]) -> None:
         _, what, heal = item
@@ -446,8 +484,9 @@ def digest(data: bytes) -> str:
 
 
 class Workload:
-    """Writers (new ledgers with mixed quorums, pipelined appends), tailing readers and a
-    recovery opener that fences ledgers still being written."""
+    """Writers (new ledgers with mixed quorums, pipelined appends), tailing readers, a
+    recovery opener that fences ledgers still being written and (with ``lifecycle``) a deleter
+    that reads closed ledgers whole, then deletes them."""
 
     def __init__(self, uri: str, config: RunConfig, rng: random.Random, rec: Recorder) -> None:
         self.uri, self.config, self.rec = uri, config, rec
@@ -455,6 +494,8 @@ class Workload:
         self.stop = threading.Event()
         self.ledgers: set[int] = set()
         self.writing: set[int] = set()
+        self.closed: set[int] = set()
+        self.deleted: set[int] = set()
         self.lock = threading.Lock()
         self.errors: Counter[str] = Counter()
 
@@ -477,6 +518,8 @@ class Workload:
             for i in range(self.config.readers)
         ]
         out.append(threading.Thread(target=self._guard, args=(self._fencer, "f"), daemon=True))
+        if self.config.lifecycle:
+            out.append(threading.Thread(target=self._guard, args=(self._deleter, "d"), daemon=True))
         return out
 
     def _guard(self, body: Callable[[str, random.Random], None], name: str) -> None:
@@ -515,6 +558,8 @@ class Workload:
                         self.rec.record(
                             type="close", ledger=lid, last_entry=md.last_entry_id, length=md.length
                         )
+                        with self.lock:
+                            self.closed.add(lid)
                 except errors.BKException as exc:
                     self.errors[type(exc).__name__] += 1
                 finally:
@@ -625,6 +670,42 @@ class Workload:
                 self.rec.record(
                     type="close", ledger=lid, last_entry=md.last_entry_id, length=md.length
                 )
+                with self.lock:
+                    self.closed.add(lid)
+
+    def _deleter(self, name: str, rng: random.Random) -> None:
+        """Every second or two: a closed ledger older than the ones readers tail is read whole
+        (a final read: it must hold every acknowledged entry) and then deleted, so the bookies'
+        garbage collection and compaction have work while faults go on."""
+        with self.client() as bk:
+            while not self.stop.is_set():
+                self.stop.wait(rng.uniform(0.5, 2.0))
+                with self.lock:
+                    newest = sorted(self.ledgers)[-20:]
+                    choices = sorted(self.closed - self.writing - set(newest))
+                if not choices:
+                    continue
+                lid = rng.choice(choices)
+                rh = bk.open_ledger(lid, PASSWORD, recovery=False)
+                entries = read_whole(rh, rh.metadata.last_entry_id)
+                self.rec.record(type="read", ledger=lid, reader=name, final=True, entries=entries)
+                with self.lock:
+                    # Whatever the delete's outcome, the ledger is no longer verified at the
+                    # end: its final read is the one above.
+                    self.closed.discard(lid)
+                    self.ledgers.discard(lid)
+                    self.deleted.add(lid)
+                bk.delete_ledger(lid)
+                self.rec.record(type="delete", ledger=lid, by=name)
+
+
+def read_whole(rh: Any, last_entry_id: int) -> list[list[Any]]:
+    """Entries 0..``last_entry_id`` as a read event lists them: [id, hash, size]."""
+    entries: list[list[Any]] = []
+    for start in range(0, last_entry_id + 1, 500):
+        stop = min(last_entry_id, start + 499)
+        entries += [[x.entry_id, digest(x.payload), len(x.payload)] for x in rh.read(start, stop)]
+    return entries
 
 
 def verify(uri: str, ledgers: list[int], rec: Recorder, timeout_s: float = 300.0) -> list[str]:
@@ -640,25 +721,43 @@ def verify(uri: str, ledgers: list[int], rec: Recorder, timeout_s: float = 300.0
                     rec.record(
                         type="close", ledger=lid, last_entry=md.last_entry_id, length=md.length
                     )
-                    entries: list[list[Any]] = []
-                    for start in range(0, md.last_entry_id + 1, 500):
-                        stop = min(md.last_entry_id, start + 499)
-                        entries += [
-                            [x.entry_id, digest(x.payload), len(x.payload)]
-                            for x in rh.read(start, stop)
-                        ]
+                    entries = read_whole(rh, md.last_entry_id)
                     rec.record(
                         type="read", ledger=lid, reader="verify", final=True, entries=entries
                     )
                     break
                 except errors.NoSuchLedgerExistsOnMetadataServerException:
-                    break  # created in the metadata store? never: it was recorded after create
+                    # Recorded once its creation returned and never deleted: it must be there.
+                    problems.append(f"ledger {lid} not verified: its metadata is gone")
+                    break
                 except errors.BKException as exc:
                     if time.monotonic() > deadline:
                         problems.append(f"ledger {lid} not verified: {type(exc).__name__}: {exc}")
                         break
                     time.sleep(1.0)
     return problems
+
+
+#: What the bookies' background work logs, counted over a run's bookie logs.
+BACKGROUND_LINES = {
+    "ledgers collected": "gc: deleted ledger ",
+    "over-replicated copies removed": "(over-replicated: no ensemble names us)",
+    "entry logs compacted": "compaction: ",
+    "ledgers re-replicated": "pybkx.recovery.auto: ledger ",
+}
+
+
+def background_work(workdir: Path) -> dict[str, int]:
+    """How often each kind of background work happened in the bookies during a run."""
+    counts = dict.fromkeys(BACKGROUND_LINES, 0)
+    for log in workdir.glob("bookie*/bookie.log"):
+        for line in log.read_text(errors="replace").splitlines():
+            for what, marker in BACKGROUND_LINES.items():
+                if marker in line and (
+                    what != "ledgers re-replicated" or line.endswith(" replicated")
+                ):
+                    counts[what] += 1
+    return counts
 
 
 def run(config: RunConfig, workdir: Path) -> RunResult:
@@ -700,6 +799,15 @@ def run(config: RunConfig, workdir: Path) -> RunResult:
             b.send(signal.SIGCONT)
         cluster.wait_registered(len(cluster.bookies), 120)
         notes += verify(cluster.uri, sorted(workload.ledgers), rec)
+        if nemesis.restarts:
+            notes.append(
+                f"bookies that exited by themselves and were started again: {nemesis.restarts} "
+                "(see bookie*/bookie.log)"
+            )
+        if workload.deleted:
+            notes.append(f"ledgers deleted (read whole first): {len(workload.deleted)}")
+        if config.lifecycle or config.autorecovery:
+            notes.append(f"bookies' background work: {background_work(workdir)}")
         if workload.errors:
             notes.append(f"client errors seen (expected under faults): {dict(workload.errors)}")
         ledgers = len(workload.ledgers)

@@ -6,6 +6,7 @@ running or a store open after a test.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import queue
 import signal
@@ -423,3 +424,26 @@ def test_close_releases_locks_and_registrations(uri: str, store: EmbeddedMetadat
     with store.lock("l", "mine", timeout=1):
         pass
     held.__exit__(None, None, None)  # after close: a no-op
+
+
+def test_an_old_looking_temporary_session_file_is_removed_only_when_no_creator_holds_it(
+    tmp_path: Path,
+) -> None:
+    """A wall-clock jump forward makes a creator's temporary file look hours old: the sweep at
+    the next open keeps it while its creator holds its lock, and removes one nobody holds."""
+    directory = tmp_path / "metadata"
+    EmbeddedMetadataStore(f"embedded://{directory}").close()
+    sessions = directory / "sessions"
+    held, orphan = sessions / ".held-by-a-creator.tmp", sessions / ".left-by-a-dead-one.tmp"
+    hours_ago = time.time() - 5 * 3600
+    fd = os.open(held, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        orphan.write_bytes(b"")
+        for path in (held, orphan):
+            os.utime(path, (hours_ago, hours_ago))
+        EmbeddedMetadataStore(f"embedded://{directory}").close()
+        assert held.exists(), "a temporary file its creator holds was removed"
+        assert not orphan.exists(), "a temporary file nobody holds was kept"
+    finally:
+        os.close(fd)

@@ -147,6 +147,23 @@ def test_markers_merge_lock_and_survive_a_re_mark(
     assert a.lost_bookie_recovery_delay() == 45
 
 
+def test_a_garbage_collectors_lock_keeps_workers_off_with_or_without_a_marker(
+    stores: tuple[MetadataStore, MetadataStore],
+) -> None:
+    gc, worker = stores
+    assert gc.lock_ledger_against_replication(9, "bookie-a")  # no marker: locked all the same
+    assert not worker.lock_ledger_against_replication(9, "bookie-b")
+    worker.mark_ledger_underreplicated(9, ["b1:3181"])
+    assert worker.lock_underreplicated_ledger(9, "node-b") is None  # the collector holds it
+    gc.release_underreplicated_ledger(9)
+    version = worker.lock_underreplicated_ledger(9, "node-b")
+    assert version is not None
+    assert not gc.lock_ledger_against_replication(9, "bookie-a")  # a worker copies it
+    assert worker.mark_ledger_replicated(9, version)
+    assert gc.lock_ledger_against_replication(9, "bookie-a")
+    gc.release_underreplicated_ledger(9)
+
+
 def test_zookeeper_markers_are_in_bookkeepers_layout(zookeeper_server: str) -> None:
     uri = zk_uri(zookeeper_server, "layout")
     root = uri.split(zookeeper_server, 1)[1]

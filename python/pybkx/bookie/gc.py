@@ -4,6 +4,9 @@ then the storage removes the entry logs none of whose ledgers is left (it also d
 every ``gcWaitTime``). It decides which ledgers go (once per ledger); it never touches the
 metadata. Entry logs that mix live and deleted ledgers are compacted when a pass is forced
 (``forceMajor``/``forceMinor``), and by the storage itself every minor/major compaction interval.
+
+A bookie runs a pass every ``gcWaitTime`` (``start_periodic``), as BookKeeper's garbage
+collector thread does, and whenever an operator asks (``PUT /api/v1/bookie/gc``).
 """
 
 from __future__ import annotations
@@ -36,6 +39,8 @@ class GcRun:
     """Ledgers this bookie stored when the pass began."""
     deleted: tuple[int, ...]
     """Ledgers deleted because their metadata no longer exists."""
+    over_replicated: tuple[int, ...] = ()
+    """Closed ledgers removed because no ensemble names this bookie any more."""
     entry_logs_removed: int = 0
     """Entry logs removed because every ledger in them is deleted."""
     reclaimed_bytes: int = 0
@@ -51,6 +56,7 @@ class _State:
     running: bool = False
     runs: int = 0
     deleted_total: int = 0
+    over_replicated_total: int = 0
     last: GcRun | None = None
     created_ms: int = field(default_factory=_now_ms)
     major_compactions: int = 0
@@ -65,6 +71,13 @@ class GarbageCollector:
     A ledger counts as gone only if it was stored before the metadata was listed, is missing
     from the listing, and reading its metadata again says it does not exist (BookKeeper's
     ``verifyMetadataOnGC``): a ledger created or recovered meanwhile is never deleted.
+
+    Given ``bookie_id``, a pass every ``over_replicated_interval_s`` also removes the closed
+    ledgers no ensemble names this bookie in (their copies moved to other bookies while it was
+    away), as BookKeeper's ``gcOverreplicatedLedgerWaitTime``: only while it holds the
+    ledger's replication lock and after reading the metadata again under it, so a replication
+    worker copying the ledger onto this bookie is never undercut.
+
     Thread-safe; one pass at a time (a second caller waits for the running one).
     """
 
@@ -75,13 +88,68 @@ class GarbageCollector:
         *,
         minor_threshold: float = 0.2,
         major_threshold: float = 0.8,
+        bookie_id: str | None = None,
+        over_replicated_interval_s: float = 0.0,
     ) -> None:
         self._storage = storage
         self._store = store
+        self._bookie_id = bookie_id
+        self._over_interval_s = over_replicated_interval_s if bookie_id else 0.0
+        # As BookKeeper: the first look for over-replicated ledgers comes one interval after
+        # the start (a bookie back from a long absence is not emptied before it catches up).
+        self._last_over_check = time.monotonic()
         self._thresholds = {"minor": minor_threshold, "major": major_threshold}
         self._run_lock = threading.Lock()
         self._state_lock = threading.Lock()
         self._state = _State()
+        self._halt = threading.Event()
+        self._periodic: threading.Thread | None = None
+
+    def start_periodic(self, interval_s: float) -> None:
+        """Run a pass every ``interval_s`` seconds on a daemon thread until ``stop_periodic``
+        (nothing when ``interval_s`` is 0: ``gcWaitTime=0`` turns it off). A pass that fails
+        (the metadata store unreachable, say: nothing is deleted without a full listing) is
+        logged and tried again at the next interval."""
+        if interval_s <= 0 or self._periodic is not None:
+            return
+        self._halt.clear()
+        self._periodic = threading.Thread(
+            target=self._every, args=(interval_s,), name="pybkx-gc", daemon=True
+        )
+        self._periodic.start()
+
+    def stop_periodic(self, timeout_s: float) -> bool:
+        """Stop the periodic passes: a pass under way stops between two ledgers. Waits at most
+        ``timeout_s`` for it; False if it is still running then."""
+        self._halt.set()
+        thread, self._periodic = self._periodic, None
+        if thread is None:
+            return True
+        thread.join(timeout_s)
+        return not thread.is_alive()
+
+    def _every(self, interval_s: float) -> None:
+        while not self._halt.wait(interval_s):
+            try:
+                done = self.run()
+            except Exception as exc:  # the next pass tries again; the bookie goes on
+                if not self._halt.is_set():
+                    logger.warning(
+                        "gc: pass failed (next in %.0f s): %s: %s",
+                        interval_s,
+                        type(exc).__name__,
+                        exc,
+                    )
+                continue
+            if done.deleted or done.over_replicated or done.entry_logs_removed:
+                logger.info(
+                    "gc: pass deleted %d ledgers (%d over-replicated), removed %d entry logs "
+                    "(%d bytes)",
+                    len(done.deleted) + len(done.over_replicated),
+                    len(done.over_replicated),
+                    done.entry_logs_removed,
+                    done.reclaimed_bytes,
+                )
 
     @property
     def running(self) -> bool:
@@ -104,6 +172,7 @@ class GarbageCollector:
             with self._state_lock:
                 self._state.runs += 1
                 self._state.deleted_total += len(done.deleted)
+                self._state.over_replicated_total += len(done.over_replicated)
                 self._state.last = done
                 if done.compaction == "major":
                     self._state.major_compactions += 1
@@ -121,6 +190,8 @@ class GarbageCollector:
         for ledger_id in local:
             if ledger_id in listed:
                 continue
+            if self._halt.is_set():
+                break  # the bookie is stopping: the next start goes on from here
             try:
                 self._store.read_ledger_metadata(ledger_id)
                 continue  # created after the listing began
@@ -132,6 +203,11 @@ class GarbageCollector:
                 continue  # deleted meanwhile by another pass or a client
             deleted.append(ledger_id)
             logger.info("gc: deleted ledger %d (its metadata is gone)", ledger_id)
+        over: list[int] = []
+        now = time.monotonic()
+        if self._over_interval_s > 0 and now - self._last_over_check >= self._over_interval_s:
+            over = self._remove_over_replicated([i for i in local if i in listed])
+            self._last_over_check = now
         logs, freed = self._storage.gc_entry_logs()
         compacted = 0
         if compaction:
@@ -149,11 +225,49 @@ class GarbageCollector:
             _now_ms(),
             len(local),
             tuple(deleted),
+            tuple(over),
             logs,
             freed,
             compacted,
             compaction,
         )
+
+    def _remove_over_replicated(self, ledgers: list[int]) -> list[int]:
+        removed: list[int] = []
+        holder = self._bookie_id
+        if holder is None:
+            return removed
+        for ledger_id in ledgers:
+            if self._halt.is_set():
+                break
+            try:
+                if self._must_keep(ledger_id):
+                    continue
+                if not self._store.lock_ledger_against_replication(ledger_id, holder):
+                    continue  # a worker is copying it (perhaps onto this bookie): next time
+                try:
+                    # Again under the lock: a worker may have put this bookie back meanwhile.
+                    if self._must_keep(ledger_id):
+                        continue
+                    self._storage.delete_ledger(ledger_id)
+                finally:
+                    self._store.release_underreplicated_ledger(ledger_id)
+            except (
+                errors.NoSuchLedgerExistsOnMetadataServerException,  # deleted: the next pass
+                errors.NoSuchLedgerExistsException,
+            ):
+                continue
+            removed.append(ledger_id)
+            logger.info("gc: removed ledger %d (over-replicated: no ensemble names us)", ledger_id)
+        return removed
+
+    def _must_keep(self, ledger_id: int) -> bool:
+        """Whether this bookie must keep the ledger: it is open (its ensembles may still
+        change) or one of its ensembles names this bookie."""
+        md = self._store.read_ledger_metadata(ledger_id).value
+        if not md.is_closed:
+            return True
+        return any(self._bookie_id in ensemble for ensemble in md.ensembles.values())
 
     def details(self) -> dict[str, object]:
         """BookKeeper's ``gc_details`` fields (compaction counters and times count the passes
@@ -175,6 +289,8 @@ class GarbageCollector:
                 "gcRunning": state.running,
                 "gcRuns": state.runs,
                 "deletedLedgerCounter": state.deleted_total,
+                "overReplicatedLedgerCounter": state.over_replicated_total,
+                "lastGcOverReplicatedLedgers": list(last.over_replicated) if last else [],
                 "lastGcTime": last.finished_ms if last else None,
                 "lastGcDeletedLedgers": list(last.deleted) if last else [],
                 "lastGcEntryLogsRemoved": last.entry_logs_removed if last else 0,

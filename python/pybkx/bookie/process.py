@@ -327,19 +327,22 @@ class Bookie:
         with self._state_lock:
             self._disks = disks
             self._storage, self._server, self._store = storage, server, store
-            if store is not None:
-                self._gc = GarbageCollector(
-                    storage,
-                    store,
-                    minor_threshold=config.minor_compaction_threshold,
-                    major_threshold=config.major_compaction_threshold,
-                )
             if bookie_id is None:
                 try:
                     bookie_id = config.bookie_identity(server.port)
                 except ConfigError:  # resolution changed since the check above; keep serving
                     bookie_id = f"{host}:{server.port}"
             self._bookie_id = bookie_id
+            if store is not None:
+                self._gc = GarbageCollector(
+                    storage,
+                    store,
+                    minor_threshold=config.minor_compaction_threshold,
+                    major_threshold=config.major_compaction_threshold,
+                    bookie_id=bookie_id,
+                    over_replicated_interval_s=config.gc_overreplicated_ledger_wait_time_ms / 1000,
+                )
+                self._gc.start_periodic(config.gc_wait_time_ms / 1000.0)
         try:
             self._start_services()
         except BookieError as exc:
@@ -527,12 +530,14 @@ class Bookie:
         with self._state_lock:
             server, storage, store = self._server, self._storage, self._store
             self._server = self._storage = self._store = None
-            self._gc = None
+            gc, self._gc = self._gc, None
             disks, self._disks = self._disks, None
             self._registered_read_only = None
             registered, self._registered = self._registered, False
         if disks is not None:
             disks.stop()
+        if gc is not None and not gc.stop_periodic(budget_s / 4):
+            _event(logging.WARNING, "a garbage collection pass is still running at the stop")
         try:
             if store is not None and registered:
                 bookie_id = self.bookie_id

@@ -18,8 +18,8 @@ __all__ = ["NOT_IMPLEMENTED"]
 # (what pybkx does instead, the keys it answers for)
 _GROUPS: Final[tuple[tuple[str, tuple[str, ...]], ...]] = (
     (
-        "pybkx has one storage (journal, entry logs, in-memory index): the ledger-storage "
-        "choice and DbLedgerStorage/SortedLedgerStorage tuning do not apply",
+        "pybkx has one storage (journal, write cache, entry logs, on-disk index): the "
+        "ledger-storage choice and DbLedgerStorage/SortedLedgerStorage tuning do not apply",
         (
             "ledgerStorageClass",
             "sortedLedgerStorageEnabled",
@@ -62,10 +62,10 @@ _GROUPS: Final[tuple[tuple[str, tuple[str, ...]], ...]] = (
         ),
     ),
     (
-        "not implemented: garbage collection removes entry logs whose ledgers are all deleted "
-        "and compacts by the minor/major thresholds and compactionRateByBytes only",
+        "not implemented: garbage collection removes deleted and over-replicated ledgers "
+        "(one metadata request at a time), entry logs whose ledgers are all deleted, and "
+        "compacts by the minor/major thresholds and compactionRateByBytes only",
         (
-            "gcOverreplicatedLedgerWaitTime",
             "gcOverreplicatedLedgerMaxConcurrentRequests",
             "gcMetadataOpRateLimit",
             "gcEntryLogMetadataCacheEnabled",

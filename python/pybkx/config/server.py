@@ -264,6 +264,11 @@ class ServerConfig(KeyedConfig):
     write_buffer_size_bytes: int = setting("writeBufferSizeBytes", 65536, integer(1), storage=True)
     flush_interval_ms: int = setting("flushInterval", 10_000, integer(0), storage=True)
     gc_wait_time_ms: int = setting("gcWaitTime", 600_000, integer(0), storage=True)
+    gc_overreplicated_ledger_wait_time_ms: int = setting(
+        "gcOverreplicatedLedgerWaitTime", 86_400_000, integer(0)
+    )
+    """How often garbage collection also removes the closed ledgers this bookie stores but no
+    ensemble names any more (re-replicated elsewhere while it was away); 0: never."""
     is_force_gc_allow_when_no_space: bool = setting(
         "isForceGCAllowWhenNoSpace", False, boolean, storage=True
     )

@@ -33,6 +33,13 @@ class UnderReplication(abc.ABC):
         the marker's version, or None when the marker is gone or another holds its lock."""
 
     @abc.abstractmethod
+    def lock_ledger_against_replication(self, ledger_id: int, holder: str) -> bool:
+        """Take the ledger's replication lock whether or not it has a marker (BookKeeper's
+        ``acquireUnderreplicatedLedger`` as its garbage collector uses it): while held, no
+        worker starts copying the ledger. False when someone else holds it. Released by
+        ``release_underreplicated_ledger`` or with this session."""
+
+    @abc.abstractmethod
     def release_underreplicated_ledger(self, ledger_id: int) -> None:
         """Release a lock this session holds (the marker stays). Idempotent."""
 

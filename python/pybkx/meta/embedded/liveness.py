@@ -77,8 +77,14 @@ def session_held(directory: Path, session: str) -> bool | None:
     cannot be told (then the owner's pid decides alone)."""
     if not SESSION_NAME.fullmatch(session):
         return False
+    return file_locked(directory / session)
+
+
+def file_locked(path: Path | str) -> bool | None:
+    """Whether some process holds a ``flock`` on ``path``: True, False (also when it is gone),
+    or None when it cannot be told."""
     try:
-        fd = os.open(directory / session, os.O_RDONLY)
+        fd = os.open(path, os.O_RDONLY)
     except FileNotFoundError:
         return False
     except OSError:

@@ -23,6 +23,7 @@ from pybkx import errors
 from pybkx.meta.embedded.liveness import (
     SESSION_NAME,
     Owner,
+    file_locked,
     hold_session_file,
     session_held,
 )
@@ -437,8 +438,15 @@ class EmbeddedSession:
                     name = entry.name
                     if SESSION_NAME.fullmatch(name):
                         stale = session_held(self._session_dir, name) is False
-                    else:  # a creator died between creating and renaming
-                        stale = name.endswith(".tmp") and now - entry.stat().st_mtime > _STALE_TMP_S
+                    else:
+                        # A creator died between creating and renaming. Its lock says it
+                        # lives (taken right after creating), so a wall-clock jump that makes
+                        # the file look old cannot remove it under a live creator.
+                        stale = (
+                            name.endswith(".tmp")
+                            and now - entry.stat().st_mtime > _STALE_TMP_S
+                            and file_locked(entry.path) is False
+                        )
                     if stale:
                         with contextlib.suppress(FileNotFoundError):
                             os.unlink(entry.path)

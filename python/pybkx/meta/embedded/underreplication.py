@@ -67,23 +67,27 @@ class EmbeddedUnderReplication(EmbeddedCoordination):
         return None if row is None else int(row[0])
 
     def lock_underreplicated_ledger(self, ledger_id: int, holder: str) -> int | None:
-        locks = self._locks_of_markers()
-        with self._lock:
-            if ledger_id in locks:
-                return None
-        try:
-            held = self._flock(self._lock_path("underreplicated", str(ledger_id)), holder, 0, None)
-        except errors.TimeoutException:
-            return None
-        if held is None:
+        if not self.lock_ledger_against_replication(ledger_id, holder):
             return None
         version = self._marker_version(ledger_id)
         if version is None:
-            held.release()
-            return None
+            self.release_underreplicated_ledger(ledger_id)
+        return version
+
+    def lock_ledger_against_replication(self, ledger_id: int, holder: str) -> bool:
+        locks = self._locks_of_markers()
+        with self._lock:
+            if ledger_id in locks:
+                return False
+        try:
+            held = self._flock(self._lock_path("underreplicated", str(ledger_id)), holder, 0, None)
+        except errors.TimeoutException:
+            return False
+        if held is None:
+            return False
         with self._lock:
             locks[ledger_id] = held
-        return version
+        return True
 
     def release_underreplicated_ledger(self, ledger_id: int) -> None:
         locks = self._locks_of_markers()

@@ -170,6 +170,16 @@ class ZkUnderReplication(ZkSession):
 
     def lock_underreplicated_ledger(self, ledger_id: int, holder: str) -> int | None:
         path = marker_path(self._ur(), ledger_id)
+        if not self.lock_ledger_against_replication(ledger_id, holder):
+            return None
+        try:
+            _, stat = self._call(f"get {path}", self._zk.get, path)
+        except NoNodeError:
+            self.release_underreplicated_ledger(ledger_id)
+            return None
+        return int(stat.version)
+
+    def lock_ledger_against_replication(self, ledger_id: int, holder: str) -> bool:
         lock = self._ur("locks", f"urL{ledger_id:010d}")
         try:
             self._call(
@@ -181,13 +191,8 @@ class ZkUnderReplication(ZkSession):
                 makepath=True,
             )
         except NodeExistsError:
-            return None
-        try:
-            _, stat = self._call(f"get {path}", self._zk.get, path)
-        except NoNodeError:
-            self._delete_quietly(lock)
-            return None
-        return int(stat.version)
+            return False
+        return True
 
     def release_underreplicated_ledger(self, ledger_id: int) -> None:
         self._delete_quietly(self._ur("locks", f"urL{ledger_id:010d}"))
