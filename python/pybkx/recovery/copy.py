@@ -1,10 +1,13 @@
 """Copying one fragment: read its entries from the surviving replicas (batched reads, verified
 digests) and write each onto the bookie that replaces the lost one at its ensemble index, with
-recovery adds, pipelined: the next chunk is read while the last one is written."""
+recovery adds, pipelined: the next chunk is read while the last one is written, and the adds go
+out through a small sliding window of bytes in flight."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections import deque
 from collections.abc import Callable, Sequence
 
 from pybkx import errors
@@ -22,6 +25,14 @@ logger = logging.getLogger(__name__)
 CHUNK_BYTES = 8 << 20
 #: Entries per chunk, whatever their size.
 MAX_CHUNK_ENTRIES = 4096
+#: The most bytes of recovery adds one copy leaves unanswered; past it the copy waits for its
+#: oldest add. Small on purpose: a target bookie's journal then never holds more than this much
+#: of a copy's data ahead of a client's add, which is what a client's p99 pays while healing
+#: runs (a whole chunk sent at once queued megabytes in front of it). Enough to keep the
+#: journal's group commit full.
+IN_FLIGHT_BYTES = 1 << 20
+#: Bytes acknowledged between two ``on_copied`` calls (progress, not accounting).
+REPORT_BYTES = 1 << 20
 
 
 class FragmentUnreadable(errors.BKException):
@@ -38,7 +49,8 @@ def copy_fragment(
 ) -> tuple[int, int]:
     """Copy onto ``replacement[i]`` (a bookie id) every entry of ``fragment`` whose write set
     holds a lost index ``i``. Returns (entries written, bytes written); ``on_copied(bytes)`` is
-    called after each chunk is durable on its targets; ``rate`` paces the writes.
+    called as the targets acknowledge (about every REPORT_BYTES, and at the end); ``rate``
+    paces the writes.
 
     Raises FragmentUnreadable (an entry is on no surviving replica, or every copy is corrupt),
     and what the bookies' answers raise for the adds (TimeoutException,
@@ -59,40 +71,36 @@ def copy_fragment(
         return handle.read_entries(first, min(fragment.last, first + per_chunk - 1), batch=True)
 
     written = total = 0
-    adds: list[tuple[Future, int]] = []
+    window = _Window(IN_FLIGHT_BYTES, on_copied)
     reading: Future | None = read(fragment.first)
     next_first = fragment.first + per_chunk
-    while reading is not None:
-        try:
-            entries, _ = reading.result()
-        except (
-            errors.ReadException,
-            errors.DigestMatchException,
-            errors.NoSuchEntryException,
-        ) as exc:
-            _drain(adds)
-            raise FragmentUnreadable(
-                f"ledger {fragment.ledger_id}: entries {fragment.first}..{fragment.last} "
-                f"cannot be read from any surviving replica: {type(exc).__name__}: {exc}"
-            ) from exc
-        reading = read(next_first) if next_first <= fragment.last else None
-        next_first += per_chunk
-        chunk_bytes = _drain(adds)
-        if chunk_bytes and on_copied is not None:
-            on_copied(chunk_bytes)
-        adds = []
-        if rate is not None:
-            rate.take(sum(len(e) * len(holders[e.entry_id % md.ensemble_size]) for e in entries))
-        for entry in entries:
-            indexes = holders[entry.entry_id % md.ensemble_size]
-            if not indexes:
-                continue
-            packaged = digest.package(
-                entry.entry_id, entry.last_add_confirmed, entry.ledger_length, entry.payload
-            )
-            for index in indexes:
-                adds.append(
-                    (
+    try:
+        while reading is not None:
+            try:
+                entries, _ = reading.result()
+            except (
+                errors.ReadException,
+                errors.DigestMatchException,
+                errors.NoSuchEntryException,
+            ) as exc:
+                raise FragmentUnreadable(
+                    f"ledger {fragment.ledger_id}: entries {fragment.first}..{fragment.last} "
+                    f"cannot be read from any surviving replica: {type(exc).__name__}: {exc}"
+                ) from exc
+            reading = read(next_first) if next_first <= fragment.last else None
+            next_first += per_chunk
+            for entry in entries:
+                indexes = holders[entry.entry_id % md.ensemble_size]
+                if not indexes:
+                    continue
+                packaged = digest.package(
+                    entry.entry_id, entry.last_add_confirmed, entry.ledger_length, entry.payload
+                )
+                for index in indexes:
+                    window.make_room(len(packaged))
+                    if rate is not None:
+                        rate.take(len(packaged))
+                    window.push(
                         bk.bookies.add(
                             targets[index],
                             fragment.ledger_id,
@@ -103,29 +111,62 @@ def copy_fragment(
                         ),
                         len(packaged),
                     )
-                )
-                written += 1
-                total += len(packaged)
-    last_bytes = _drain(adds)
-    if last_bytes and on_copied is not None:
-        on_copied(last_bytes)
+                    written += 1
+                    total += len(packaged)
+        window.drain()
+    except BaseException:
+        # No add may be left running behind a failed copy: the caller may retry at once.
+        window.abandon()
+        raise
     return written, total
 
 
-def _drain(adds: list[tuple[Future, int]]) -> int:
-    """Wait for every add; their bytes. Raises the first add's error (after waiting for all,
-    so that no add is left running behind a failed copy)."""
-    first_error: BaseException | None = None
-    done = 0
-    for future, size in adds:
-        try:
-            future.result()
-            done += size
-        except errors.BKException as exc:
-            first_error = first_error or exc
-    if first_error is not None:
-        raise first_error
-    return done
+class _Window:
+    """The adds of one copy still unanswered, oldest first, bounded by ``limit`` bytes."""
+
+    def __init__(self, limit: int, on_copied: Callable[[int], None] | None) -> None:
+        self._limit = limit
+        self._on_copied = on_copied
+        self._adds: deque[tuple[Future, int]] = deque()
+        self._in_flight = 0
+        self._unreported = 0
+
+    def make_room(self, size: int) -> None:
+        """Wait for the oldest adds until ``size`` more bytes fit (one add always fits).
+        Raises the first failed add's error."""
+        while self._adds and self._in_flight + size > self._limit:
+            self._complete_oldest()
+
+    def push(self, future: Future, size: int) -> None:
+        self._adds.append((future, size))
+        self._in_flight += size
+
+    def drain(self) -> None:
+        """Wait for every add and report what is left. Raises the first failed add's error."""
+        while self._adds:
+            self._complete_oldest()
+        self._report()
+
+    def abandon(self) -> None:
+        """Wait for every add, ignoring their errors (the copy has failed already)."""
+        for future, _ in self._adds:
+            with contextlib.suppress(errors.BKException):
+                future.result()
+        self._adds.clear()
+        self._in_flight = 0
+
+    def _complete_oldest(self) -> None:
+        future, size = self._adds.popleft()
+        self._in_flight -= size
+        future.result()
+        self._unreported += size
+        if self._unreported >= REPORT_BYTES:
+            self._report()
+
+    def _report(self) -> None:
+        if self._unreported and self._on_copied is not None:
+            self._on_copied(self._unreported)
+        self._unreported = 0
 
 
 def _entries_per_chunk(length: int, last_entry_id: int) -> int:
