@@ -163,6 +163,22 @@ def test_read_arrow_returns_one_record_batch(bk: pybkx.BookKeeper, written: int)
         rh.read_arrow(10, 9)
 
 
+def test_arrow_batches_read_ahead_in_order(bk: pybkx.BookKeeper, written: int) -> None:
+    rh = bk.open_ledger(written)
+    for read_ahead in (0, 1, 5):
+        batches = list(rh.arrow_batches(3, COUNT - 1, 7, read_ahead))
+        assert [b.num_rows for b in batches[:-1]] == [7] * (len(batches) - 1)
+        assert 1 <= batches[-1].num_rows <= 7
+        whole = pa.Table.from_batches(batches)
+        assert whole.column("entry_id").to_pylist() == list(range(3, COUNT))
+        assert whole.column("payload").to_pylist() == [payload(i) for i in range(3, COUNT)]
+    assert [b.num_rows for b in rh.arrow_batches(5, 5, 100)] == [1]
+    # Bad arguments fail at the call, not at the first batch.
+    for bad in ((0, COUNT, 10, 2), (0, 9, 0, 2), (0, 9, 10, -1), (0, 9, (1 << 20) + 1, 0)):
+        with pytest.raises((errors.ReadException, errors.IncorrectParameterException)):
+            rh.arrow_batches(*bad)
+
+
 def test_a_client_with_no_uri_finds_the_running_sandbox(tmp_path: Path) -> None:
     home = tmp_path / "home"
     env = {**os.environ, "PYBKX_HOME": str(home)}

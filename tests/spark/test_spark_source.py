@@ -104,7 +104,15 @@ def test_every_entry_once_and_byte_identical(
 ) -> None:
     sandbox, sizes = cluster
     ids = ",".join(str(i) for i in sizes)
-    df = read(spark, sandbox.metadata_uri, ledgers=ids, entriesPerPartition="1000")
+    # Batches of 128 with 3 read ahead: a partition is many batches, several in flight.
+    df = read(
+        spark,
+        sandbox.metadata_uri,
+        ledgers=ids,
+        entriesPerPartition="1000",
+        entriesPerBatch="128",
+        readAhead="3",
+    )
     # 2,500 entries in three partitions, 700 and 300 in one each.
     assert df.rdd.getNumPartitions() == 5
     rows = df.collect()
@@ -208,7 +216,12 @@ def test_options_are_checked_before_any_spark_work() -> None:
     assert SourceOptions.parse({"ENTRIES": "3-4"}).entries == (3, 4)
     with pytest.raises(ValueError, match="E >= Qw >= Qa"):
         SourceOptions.parse({"ensembleSize": "2", "writeQuorumSize": "3"})
+    assert SourceOptions.parse({"readAhead": "0"}).read_ahead == 0
+    for bad in ({"readAhead": "-1"}, {"entriesPerBatch": str((1 << 20) + 1)}):
+        with pytest.raises(ValueError, match="must be"):
+            SourceOptions.parse(bad)
     options = SourceOptions.parse({})
+    assert (options.entries_per_partition, options.read_ahead) == (1_000_000, 2)
     with pytest.raises(ValueError, match="embedded"):
         resolved(options, "embedded:///tmp/x", "spark://host:7077")
     assert resolved(options, "embedded:///tmp/x", "local[2]").uri == "embedded:///tmp/x"

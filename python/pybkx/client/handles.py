@@ -271,6 +271,39 @@ class ReadHandle:
         self._check_confirmed(first, last)
         return self._arrow_batch(self._read_columns(first, last).result())
 
+    def arrow_batches(
+        self, first: int, last: int, batch_entries: int, read_ahead: int = 2
+    ) -> Iterator[pyarrow.RecordBatch]:
+        """Entries ``first..last`` as ``read_arrow`` batches of at most ``batch_entries`` rows,
+        in order, with up to ``read_ahead`` further batches being read while the caller
+        consumes one (0: each read starts when the previous batch is taken), so the bookies
+        and the caller work at once. At most ``read_ahead + 1`` batches are held.
+
+        Raises IncorrectParameterException (bad range, ``batch_entries`` < 1 or above
+        ``MAX_READ_ENTRIES``, ``read_ahead`` < 0) at once, and what ``read_arrow`` raises as
+        the failing batch is reached.
+        """
+        self._check_confirmed(first, last)
+        if not 1 <= batch_entries <= MAX_READ_ENTRIES or read_ahead < 0:
+            raise errors.IncorrectParameterException(
+                f"batch_entries must be 1..{MAX_READ_ENTRIES} and read_ahead >= 0, "
+                f"got {batch_entries} and {read_ahead}"
+            )
+        return self._arrow_batches(first, last, batch_entries, read_ahead)
+
+    def _arrow_batches(
+        self, first: int, last: int, batch_entries: int, read_ahead: int
+    ) -> Iterator[pyarrow.RecordBatch]:
+        reading: deque[Future] = deque()
+        next_first = first
+        while reading or next_first <= last:
+            while next_first <= last and len(reading) <= read_ahead:
+                reading.append(
+                    self._read_columns(next_first, min(last, next_first + batch_entries - 1))
+                )
+                next_first += batch_entries
+            yield self._arrow_batch(reading.popleft().result())
+
     async def read_arrow_async(self, first: int, last: int) -> pyarrow.RecordBatch:
         """``read_arrow`` for asyncio code (the read is awaited, no thread blocks)."""
         self._check_confirmed(first, last)

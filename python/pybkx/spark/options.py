@@ -9,10 +9,16 @@ from dataclasses import dataclass
 
 __all__ = ["SourceOptions", "parse_entries", "parse_ledgers"]
 
-#: Entries one partition reads at most (a large ledger is split into ranges of this many).
-DEFAULT_ENTRIES_PER_PARTITION = 100_000
+#: Entries one partition reads at most (a large ledger is split into ranges of this many). A
+#: task costs Spark's Python data source a worker round trip and a plan entry; at a million
+#: rows a task that cost is spread thin, and a ten-million-entry ledger still gets 10 tasks.
+DEFAULT_ENTRIES_PER_PARTITION = 1_000_000
 #: Entries one Arrow record batch holds at most (one read of the client).
 DEFAULT_ENTRIES_PER_BATCH = 10_000
+#: The most entries one batch may hold: one read of the client (its ``MAX_READ_ENTRIES``).
+MAX_ENTRIES_PER_BATCH = 1 << 20
+#: Record batches a task reads ahead of the one Spark is consuming.
+DEFAULT_READ_AHEAD = 2
 #: Rows a writing task appends per call.
 WRITE_CHUNK = 1000
 #: The custom-metadata key that names the job which wrote a ledger.
@@ -25,6 +31,7 @@ _KNOWN = {
     "password",
     "entriesperpartition",
     "entriesperbatch",
+    "readahead",
     "recovery",
     "name",
     "nameprefix",
@@ -82,7 +89,9 @@ def parse_entries(spec: str) -> tuple[int, int]:
     return lo, hi
 
 
-def _positive(options: Mapping[str, str], key: str, default: int, least: int = 1) -> int:
+def _positive(
+    options: Mapping[str, str], key: str, default: int, least: int = 1, most: int | None = None
+) -> int:
     raw = options.get(key.lower())
     if raw is None:
         return default
@@ -92,6 +101,8 @@ def _positive(options: Mapping[str, str], key: str, default: int, least: int = 1
         raise ValueError(f"option {key!r} must be an integer, got {raw!r}") from None
     if value < least:
         raise ValueError(f"option {key!r} must be >= {least}, got {value}")
+    if most is not None and value > most:
+        raise ValueError(f"option {key!r} must be <= {most}, got {value}")
     return value
 
 
@@ -114,6 +125,7 @@ class SourceOptions:
     name_prefix: str | None = None
     entries: tuple[int, int] = (0, LAST_ENTRY_ID)
     long_poll_timeout_ms: int = DEFAULT_LONG_POLL_TIMEOUT_MS
+    read_ahead: int = DEFAULT_READ_AHEAD
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -125,8 +137,8 @@ class SourceOptions:
             raise ValueError(
                 f"unknown option(s) {unknown} for format 'pybkx'; known: "
                 "metadataServiceUri, ledgers, entries, password, entriesPerPartition, "
-                "entriesPerBatch, recovery, name, namePrefix, ensembleSize, writeQuorumSize, "
-                "ackQuorumSize, digestType, zkTimeout, longPollTimeoutMs"
+                "entriesPerBatch, readAhead, recovery, name, namePrefix, ensembleSize, "
+                "writeQuorumSize, ackQuorumSize, digestType, zkTimeout, longPollTimeoutMs"
             )
         recovery = given.get("recovery", "false").lower()
         if recovery not in ("true", "false"):
@@ -145,7 +157,9 @@ class SourceOptions:
             entries_per_partition=_positive(
                 given, "entriesPerPartition", DEFAULT_ENTRIES_PER_PARTITION
             ),
-            entries_per_batch=_positive(given, "entriesPerBatch", DEFAULT_ENTRIES_PER_BATCH),
+            entries_per_batch=_positive(
+                given, "entriesPerBatch", DEFAULT_ENTRIES_PER_BATCH, most=MAX_ENTRIES_PER_BATCH
+            ),
             recovery=recovery == "true",
             name=given.get("name"),
             ensemble_size=e,
@@ -158,4 +172,5 @@ class SourceOptions:
             long_poll_timeout_ms=_positive(
                 given, "longPollTimeoutMs", DEFAULT_LONG_POLL_TIMEOUT_MS, least=0
             ),
+            read_ahead=_positive(given, "readAhead", DEFAULT_READ_AHEAD, least=0),
         )

@@ -108,8 +108,9 @@ class LedgerReader(DataSourceReader):
             raise ValueError(f"{where} cannot be read: {type(exc).__name__}: {exc}") from None
 
     def read(self, partition: InputPartition) -> Iterator[pyarrow.RecordBatch]:
-        """The partition's entries as record batches of at most ``entriesPerBatch`` rows; none
-        for the placeholder partition PySpark reads when ``partitions`` planned none."""
+        """The partition's entries as record batches of at most ``entriesPerBatch`` rows, up to
+        ``readAhead`` of them read ahead of the one Spark consumes; none for the placeholder
+        partition PySpark reads when ``partitions`` planned none."""
         if not isinstance(partition, LedgerRange):
             # PySpark reads one empty partition where none was planned (nothing to read).
             return
@@ -117,9 +118,12 @@ class LedgerReader(DataSourceReader):
         rh = bk.open_ledger(partition.ledger_id, self.options.password, recovery=False)
         if rh.last_add_confirmed < partition.last:
             rh.read_last_add_confirmed()
-        step = self.options.entries_per_batch
-        for start in range(partition.first, partition.last + 1, step):
-            yield rh.read_arrow(start, min(partition.last, start + step - 1))
+        yield from rh.arrow_batches(
+            partition.first,
+            partition.last,
+            self.options.entries_per_batch,
+            self.options.read_ahead,
+        )
 
 
 def resolved(options: SourceOptions, uri: str, master: str | None) -> SourceOptions:
