@@ -9,9 +9,12 @@ bookie named in the most ensembles is SIGKILLed for good and `recover_bookies` h
 ledgers, while a client makes synchronous 1 KiB adds to another ledger: their p99 latency during
 the healing beside the 3 s before it. The disk limit is measured in the same directory right
 before: half of `--megabytes` written in 1 MiB blocks and fdatasync'ed once (what a journal and
-an entry log each must write).
+an entry log each must write). With `--java` the metadata is in ZooKeeper and the same fill and
+kill are done twice: healed once by pybkx and once by Apache BookKeeper's own `bookkeeper shell
+recover` (BookKeeperAdmin, the engine of its replication workers), less the time the same shell
+takes to start and list the bookies.
 
-    python bench/recovery_speed.py [--megabytes 512] [--entry-size 65536] [--ledgers 64]
+    python bench/recovery_speed.py [--megabytes 512] [--entry-size 65536] [--ledgers 64] [--java]
 """
 
 from __future__ import annotations
@@ -21,15 +24,22 @@ import collections
 import json
 import os
 import platform
+import subprocess
 import sys
 import tempfile
 import threading
 import time
+import uuid
 from pathlib import Path
 
-from pybkx.client import BookKeeper
-from pybkx.recovery import RecoveryOptions, recover_bookies
-from pybkx.tools.sandbox import Sandbox
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests" / "interop"))
+
+import harness  # noqa: E402
+
+from pybkx.client import BookKeeper  # noqa: E402
+from pybkx.recovery import RecoveryOptions, recover_bookies  # noqa: E402
+from pybkx.tools.sandbox import Sandbox  # noqa: E402
 
 MB = 1_000_000
 
@@ -88,20 +98,29 @@ def fill(bk: BookKeeper, ledgers: int, total: int, entry_size: int) -> list[int]
     return ids
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--bookies", type=int, default=5)
-    parser.add_argument("--megabytes", type=int, default=512)
-    parser.add_argument("--entry-size", type=int, default=64 << 10)
-    parser.add_argument("--ledgers", type=int, default=64)
-    parser.add_argument("--rate-mb", type=float, default=None, help="replicationRateByBytes")
-    parser.add_argument("--dir", type=Path, default=None)
-    parser.add_argument("--json", type=Path, default=None)
-    args = parser.parse_args()
+def java_shell(classpath: str, uri: str, workdir: Path, *command: str) -> float:
+    """Run BookKeeper's own ``bookkeeper shell COMMAND`` on the cluster; its wall seconds, JVM
+    start included. Raises RuntimeError when it fails."""
+    conf = workdir / "java-shell.conf"
+    conf.write_text(f"metadataServiceUri={uri}\nuseV2WireProtocol=true\nzkTimeout=10000\n")
+    argv = harness.java_argv(classpath, "org.apache.bookkeeper.bookie.BookieShell", heap="1g")
+    argv += ["-conf", str(conf), *command]
+    started = time.monotonic()
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=3600, check=False)
+    seconds = time.monotonic() - started
+    if done.returncode != 0:
+        tail = "\n".join((done.stdout + done.stderr).splitlines()[-30:])
+        raise RuntimeError(f"BookKeeper's shell {command} failed ({done.returncode}):\n{tail}")
+    return seconds
+
+
+def run(args: argparse.Namespace, system: str, zk: str | None, classpath: str | None) -> dict:
+    """One cluster filled, a bookie killed for good, healed by ``system`` (pybkx or java)."""
     base = Path(tempfile.mkdtemp(prefix="pybkx-bench-recovery-", dir=args.dir))
     total = args.megabytes * MB
+    zk_uri = f"zk+hierarchical://{zk}/bench-{uuid.uuid4().hex[:12]}/ledgers" if zk else None
     with (
-        Sandbox(args.bookies, directory=base / "sandbox") as sandbox,
+        Sandbox(args.bookies, directory=base / "sandbox", zk_uri=zk_uri) as sandbox,
         BookKeeper(sandbox.metadata_uri) as bk,
     ):
         started = time.monotonic()
@@ -111,6 +130,7 @@ def main() -> int:
             b for i in ids for b in bk.store.read_ledger_metadata(i).value.last_ensemble
         )
         victim = counts.most_common(1)[0][0]
+        affected = counts[victim]
         disk = disk_write_rate(base, total // 2)
         lost = sandbox.bookie_addresses.index(bk.address_of(victim))
         sandbox.kill_bookie(lost)
@@ -123,37 +143,98 @@ def main() -> int:
         watcher = threading.Thread(target=lambda: during.append(probe.window(until=finished)))
         watcher.start()
         rate = int(args.rate_mb * MB) if args.rate_mb else None
-        report = recover_bookies(bk, [victim], RecoveryOptions(rate_bytes_per_s=rate))
-        finished.set()
-        watcher.join()
-        probe.stop.set()
-        probe.thread.join()
-    healed = report.bytes_copied / report.seconds if report.seconds else 0.0
-    result = {
+        try:
+            if system == "java":
+                assert classpath is not None
+                # BookKeeperAdmin's recoverBookieData: the engine its replication workers use.
+                seconds = java_shell(classpath, sandbox.metadata_uri, base, "recover", "-f", victim)
+                # What starting the JVM and connecting costs, to take off.
+                seconds -= java_shell(classpath, sandbox.metadata_uri, base, "listbookies", "-rw")
+                ok = not any(
+                    victim in ensemble
+                    for i in ids
+                    for ensemble in bk.store.read_ledger_metadata(i).value.ensembles.values()
+                )
+                healed_ledgers, copied = affected, None
+            else:
+                report = recover_bookies(bk, [victim], RecoveryOptions(rate_bytes_per_s=rate))
+                seconds, ok = report.seconds, report.ok
+                healed_ledgers, copied = len(report.healed), report.bytes_copied
+        finally:
+            finished.set()
+            watcher.join()
+            probe.stop.set()
+            probe.thread.join()
+    # The lost bookie's share: the bytes of the ledgers it held, one copy each (Qw=2 of E=3:
+    # each entry it held is copied once). pybkx reports what it copied; Java is given the same.
+    per_ledger = max(1, total // args.ledgers // args.entry_size) * args.entry_size
+    if copied is None:
+        copied = int(affected * per_ledger * 2 / 3)
+    healed = copied / seconds if seconds else 0.0
+    return {
+        "system": system,
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
+        "metadata": "zookeeper" if zk else "embedded",
         "bookies": args.bookies,
         "ledgers": len(ids),
-        "ledgers_on_lost_bookie": len(report.affected),
+        "ledgers_on_lost_bookie": affected,
         "entry_size": args.entry_size,
         "written_mb": round(total / MB),
         "write_mb_s": round(total / MB / write_s, 1),
         "disk_seq_write_mb_s": round(disk / MB, 1),
-        "healed_ledgers": len(report.healed),
-        "healed_mb": round(report.bytes_copied / MB, 1),
-        "heal_seconds": round(report.seconds, 2),
+        "healed_ledgers": healed_ledgers,
+        "healed_mb": round(copied / MB, 1),
+        "heal_seconds": round(seconds, 2),
         "heal_mb_s": round(healed / MB, 1),
         "heal_of_disk_limit": round(healed / disk, 3),
         "client_add_p99_ms_before": round(p99_before, 2),
         "client_add_p99_ms_during": round(during[0], 2),
         "p99_during_over_before": round(during[0] / p99_before, 2),
-        "rate_limit_mb_s": args.rate_mb,
-        "ok": report.ok,
+        "rate_limit_mb_s": args.rate_mb if system == "pybkx" else None,
+        "ok": ok,
     }
-    print(json.dumps(result, indent=2))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--bookies", type=int, default=5)
+    parser.add_argument("--megabytes", type=int, default=512)
+    parser.add_argument("--entry-size", type=int, default=64 << 10)
+    parser.add_argument("--ledgers", type=int, default=64)
+    parser.add_argument("--rate-mb", type=float, default=None, help="replicationRateByBytes")
+    parser.add_argument(
+        "--java",
+        action="store_true",
+        help="also heal the same data with BookKeeper's own shell recover (metadata in ZooKeeper)",
+    )
+    parser.add_argument("--dir", type=Path, default=None)
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args()
+    results = []
+    if args.java:
+        classpath = harness.java_classpath()
+        workdir = Path(tempfile.mkdtemp(prefix="pybkx-bench-recovery-zk-", dir=args.dir))
+        zk, address = harness.start_zookeeper(classpath, workdir)
+        try:
+            for system in ("pybkx", "java"):
+                results.append(run(args, system, address, classpath))
+                print(json.dumps(results[-1], indent=2), flush=True)
+        finally:
+            zk.stop()
+        pybkx_run, java_run = results
+        if java_run["heal_seconds"]:
+            print(
+                f"pybkx healed {pybkx_run['heal_mb_s']} MB/s, BookKeeper "
+                f"{java_run['heal_mb_s']} MB/s: "
+                f"{pybkx_run['heal_mb_s'] / max(java_run['heal_mb_s'], 0.1):.1f}x"
+            )
+    else:
+        results.append(run(args, "pybkx", None, None))
+        print(json.dumps(results[-1], indent=2))
     if args.json:
-        args.json.write_text(json.dumps(result, indent=2) + "\n")
-    return 0 if report.ok else 1
+        args.json.write_text(json.dumps(results if args.java else results[0], indent=2) + "\n")
+    return 0 if all(r["ok"] for r in results) else 1
 
 
 if __name__ == "__main__":
