@@ -179,11 +179,13 @@ def test_last_log_mark_and_disk_files(cluster: Sandbox, ledger: int) -> None:
     ((journal, position),) = marks.items()
     assert journal.startswith("LastLogMark: Journal Id - ") and journal.endswith(".txn)")
     assert position.startswith("Pos - ") and int(position[6:]) > 0
-    # Entry logs and index segments appear with the first write-cache flush (flushInterval).
+    # Entry logs and index segments appear with the first write-cache flush (flushInterval):
+    # the log first, its index segment a moment later, so wait for both.
     deadline = time.monotonic() + 30
     while True:
         files = api(cluster, "GET", "/api/v1/bookie/list_disk_file").json()
-        if files["entrylog files"] or time.monotonic() > deadline:
+        flushed = files["entrylog files"] and ".idx\t" in files["index files"]
+        if flushed or time.monotonic() > deadline:
             break
         time.sleep(0.2)
     assert set(files) == {"journal files", "entrylog files", "index files"}
