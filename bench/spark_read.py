@@ -8,9 +8,11 @@ entries of ``--size`` random bytes in all, every payload different (a repeated p
 Parquet's dictionary encoding shrink the file to nothing); the same (ledger_id, entry_id,
 payload) rows are written to a Parquet file. Spark (local[2]) then scans each source once to
 warm up and ``--rounds`` times, alternating, with a query that touches every payload byte (sum of
-payload lengths); the best round of each counts. Each scan's CPU time is split by role: the
-bookies, Spark's JVM, its Python workers (where a Python data source runs) and this driver, in
-CPU seconds per million rows. Results go to bench/results/spark_read_<size>B.json.
+payload lengths); the best round of each counts. A third source, a Python data source that
+reads nothing and yields batches of the same shape from memory, shows what Spark's Python data
+source path costs by itself. Each scan's CPU time is split by role: the bookies, Spark's JVM, its
+Python workers (where a Python data source runs) and this driver, in CPU seconds per million
+rows. Results go to bench/results/spark_read_<size>B.json.
 """
 
 from __future__ import annotations
@@ -20,15 +22,18 @@ import json
 import os
 import tempfile
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from pybkx.client import BookKeeper
 from pybkx.spark import spark_session
+from pybkx.spark.source import SCHEMA
 from pybkx.tools.sandbox import Sandbox
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -107,6 +112,62 @@ def cpu_by_role(bookie_pids: list[int]) -> dict[str, float]:
     }
 
 
+class _NullPartition(InputPartition):
+    def __init__(self, rows: int) -> None:
+        self.rows = rows
+
+
+class NullReader(DataSourceReader):
+    """Record batches of the pybkx schema made from one random payload buffer, nothing read:
+    what Spark's Python data source path costs by itself."""
+
+    def __init__(self, rows: int, partitions: int, size: int) -> None:
+        self.rows, self.count, self.size = rows, partitions, size
+
+    def partitions(self) -> list[InputPartition]:
+        per = self.rows // self.count
+        return [_NullPartition(per) for _ in range(self.count)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        batch_rows = 10_000
+        payloads = pa.py_buffer(os.urandom(batch_rows * self.size))
+        offsets = pa.py_buffer(
+            pa.array(range(0, (batch_rows + 1) * self.size, self.size), pa.int32()).buffers()[1]
+        )
+        schema = pa.schema(
+            [
+                pa.field("ledger_id", pa.int64(), nullable=False),
+                pa.field("entry_id", pa.int64(), nullable=False),
+                pa.field("payload", pa.binary(), nullable=False),
+            ]
+        )
+        for first in range(0, partition.rows, batch_rows):
+            n = min(batch_rows, partition.rows - first)
+            yield pa.RecordBatch.from_arrays(
+                [
+                    pa.repeat(pa.scalar(1, pa.int64()), n),
+                    pa.array(range(first, first + n), pa.int64()),
+                    pa.Array.from_buffers(pa.binary(), n, [None, offsets, payloads]),
+                ],
+                schema=schema,
+            )
+
+
+class NullSource(DataSource):
+    """``spark.read.format("pybkx_bench_null")``: see NullReader."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "pybkx_bench_null"
+
+    def schema(self) -> str:
+        return SCHEMA
+
+    def reader(self, schema: Any) -> DataSourceReader:
+        o = self.options
+        return NullReader(int(o["rows"]), int(o["partitions"]), int(o["size"]))
+
+
 def scan(df: Any) -> tuple[int, float]:
     started = time.monotonic()
     row = df.selectExpr("count(*) AS n", "sum(length(payload)) AS bytes").collect()[0]
@@ -142,13 +203,23 @@ def measure(args: argparse.Namespace, entries: int, size: int) -> dict[str, Any]
                         reader = reader.option(key, str(value))
                 sources = {"pybkx": reader.load(), "parquet": spark.read.parquet(str(parquet))}
                 partitions = sources["pybkx"].rdd.getNumPartitions()
+                spark.dataSource.register(NullSource)
+                sources["null_python_source"] = (
+                    spark.read.format("pybkx_bench_null")
+                    .option("rows", str(entries - entries % partitions))
+                    .option("partitions", str(partitions))
+                    .option("size", str(size))
+                    .load()
+                )
                 for df in sources.values():
                     scan(df)  # warm-up: JIT, Python workers, page cache
-                best = {"pybkx": float("inf"), "parquet": float("inf")}
+                best = {name: float("inf") for name in sources}
                 cpu: dict[str, dict[str, float]] = {name: {} for name in sources}
                 rows = {}
                 for rnd in range(args.rounds):
-                    order = ("pybkx", "parquet") if rnd % 2 == 0 else ("parquet", "pybkx")
+                    order = ("pybkx", "parquet", "null_python_source")
+                    if rnd % 2:
+                        order = order[::-1]
                     for name in order:
                         before = cpu_by_role(bookie_pids)
                         n, seconds = scan(sources[name])
@@ -178,6 +249,9 @@ def measure(args: argparse.Namespace, entries: int, size: int) -> dict[str, Any]
         "pybkx_mb_per_s": round(total * size / best["pybkx"] / 1e6, 1),
         "parquet_mb_per_s": round(rows["parquet"] * size / best["parquet"] / 1e6, 1),
         "pybkx_over_parquet": round(best["parquet"] / best["pybkx"], 3),
+        "null_python_source_rows_per_s": round(
+            rows["null_python_source"] / best["null_python_source"]
+        ),
         "cpu_s_per_million_rows": per_million,
     }
 
