@@ -62,6 +62,14 @@ impl OutFrames {
         }
     }
 
+    /// Makes room at once for `fields` bytes of small fields and the payloads of `payloads`
+    /// lengths that `put_payload` will copy: a batch response of thousands of small entries
+    /// is then not grown (and copied again) step by step.
+    pub fn reserve(&mut self, fields: usize, payloads: impl Iterator<Item = usize>) {
+        let copied: usize = payloads.filter(|&len| len < COPY_THRESHOLD).sum();
+        self.current.reserve(fields + copied);
+    }
+
     /// The buffer that small fields (headers, lengths) are written into.
     pub fn head(&mut self) -> &mut BytesMut {
         &mut self.current

@@ -402,6 +402,10 @@ pub fn encode_response(resp: &Response, out: &mut OutFrames) {
             entries,
         } => {
             let data: usize = entries.iter().map(|e| 4 + e.len()).sum();
+            out.reserve(
+                4 + RESPONSE_HEADER_LEN + 8 + 4 * entries.len(),
+                entries.iter().map(|e| e.len()),
+            );
             let h = out.head();
             h.put_u32((RESPONSE_HEADER_LEN + 8 + data) as u32);
             h.put_u32(
