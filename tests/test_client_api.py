@@ -315,7 +315,9 @@ def test_ctrl_c_interrupts_a_blocked_call(cluster: Sandbox, tmp_path: Path, op: 
         child.send_signal(signal.SIGINT)
         started = time.monotonic()
         assert child.wait(timeout=10) == 3
-        assert time.monotonic() - started < 1.0
+        # The call would block for its 600 s timeout; a few seconds leaves room for a loaded
+        # machine while still proving the interrupt ended it.
+        assert time.monotonic() - started < 5.0
     finally:
         if stopped:
             for pid in pids:

@@ -241,7 +241,12 @@ async fn read_range_untimed(
             match read_batch(client, plan, opts, next, segment_last).await {
                 BatchOutcome::Entries(entries) => {
                     next += entries.len() as i64;
-                    out.extend(entries);
+                    if out.is_empty() {
+                        // The common case, one batch for the whole range: no copy.
+                        out = entries;
+                    } else {
+                        out.extend(entries);
+                    }
                 }
                 BatchOutcome::Unsupported => batch_ok = false,
                 BatchOutcome::Retry => {
@@ -289,12 +294,7 @@ async fn read_batch(
         let reply = client.send_async(request).await;
         match reply {
             Ok(Reply::Entries(entries)) if !entries.is_empty() => {
-                let verified: Result<Vec<ReadEntry>, _> = entries
-                    .into_iter()
-                    .enumerate()
-                    .map(|(i, body)| verify(&plan.digest, &body, start + i as i64))
-                    .collect();
-                match verified {
+                match verify_all(&plan.digest, entries, start) {
                     Ok(v) => return BatchOutcome::Entries(v),
                     // As the 4.17 client: one bad entry rejects the response; try another.
                     Err(e) => log::warn!(
@@ -314,12 +314,26 @@ async fn read_batch(
     }
 }
 
+/// Verifies the entries of one batch response, `start` first, into a vector sized once (a
+/// collect through `Result` grew it step by step, copying the entries each time).
+fn verify_all(
+    digest: &DigestManager,
+    bodies: Vec<Bytes>,
+    start: i64,
+) -> Result<Vec<ReadEntry>, crate::digest::DigestError> {
+    let mut verified = Vec::with_capacity(bodies.len());
+    for (i, body) in bodies.into_iter().enumerate() {
+        verified.push(verify(digest, body, start + i as i64)?);
+    }
+    Ok(verified)
+}
+
 fn verify(
     digest: &DigestManager,
-    body: &Bytes,
+    body: Bytes,
     entry: i64,
 ) -> Result<ReadEntry, crate::digest::DigestError> {
-    digest.verify(body, Some(entry)).map(|v| ReadEntry {
+    digest.verify_owned(body, Some(entry)).map(|v| ReadEntry {
         entry_id: v.entry_id,
         lac: v.last_add_confirmed,
         length: v.length,
@@ -415,7 +429,7 @@ impl ReadOne {
             );
             let reply = self.client.send_async(request).await;
             match reply {
-                Ok(Reply::Entry(body)) => match verify(&self.digest, &body, entry) {
+                Ok(Reply::Entry(body)) => match verify(&self.digest, body, entry) {
                     Ok(v) => return Ok(v),
                     Err(e) => {
                         log::warn!("ledger {ledger}: entry {entry} from {bookie}: {e}");

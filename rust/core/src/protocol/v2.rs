@@ -479,16 +479,26 @@ pub fn decode_response(body: Bytes) -> Result<Response> {
             need(&body, RESPONSE_HEADER_LEN + 8, "batch read request id")?;
             let mut b = &body[RESPONSE_HEADER_LEN..RESPONSE_HEADER_LEN + 8];
             let request_id = b.get_i64();
-            let mut at = RESPONSE_HEADER_LEN + 8;
-            let mut entries = Vec::new();
+            let first_entry_at = RESPONSE_HEADER_LEN + 8;
+            let entry_len = |at: usize| {
+                u32::from_be_bytes([body[at], body[at + 1], body[at + 2], body[at + 3]]) as usize
+            };
+            // Two passes: check and count the entries, then slice them into a vector sized
+            // once (thousands of small entries grew it step by step, copying it each time).
+            let mut at = first_entry_at;
+            let mut count = 0;
             while at < body.len() {
                 need(&body, at + 4, "batch entry length")?;
-                let len = u32::from_be_bytes([body[at], body[at + 1], body[at + 2], body[at + 3]])
-                    as usize;
-                at += 4;
-                need(&body, at + len, "batch entry")?;
-                entries.push(body.slice(at..at + len));
-                at += len;
+                at += 4 + entry_len(at);
+                need(&body, at, "batch entry")?;
+                count += 1;
+            }
+            let mut entries = Vec::with_capacity(count);
+            let mut at = first_entry_at;
+            while at < body.len() {
+                let len = entry_len(at);
+                entries.push(body.slice(at + 4..at + 4 + len));
+                at += 4 + len;
             }
             Ok(Response::BatchRead {
                 version,

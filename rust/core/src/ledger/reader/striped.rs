@@ -429,7 +429,7 @@ impl Fetch {
             if entry > last {
                 break;
             }
-            match verify(&self.digest, body, entry) {
+            match verify(&self.digest, body.clone(), entry) {
                 Ok(v) => got.entries.push(v),
                 Err(e) => {
                     log::warn!("ledger {}: entry {entry} from {bookie}: {e}", self.ledger);
