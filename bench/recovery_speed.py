@@ -115,8 +115,15 @@ def java_shell(classpath: str, uri: str, workdir: Path, *command: str) -> float:
 
 
 def run(args: argparse.Namespace, system: str, zk: str | None, classpath: str | None) -> dict:
-    """One cluster filled, a bookie killed for good, healed by ``system`` (pybkx or java)."""
-    base = Path(tempfile.mkdtemp(prefix="pybkx-bench-recovery-", dir=args.dir))
+    """One cluster filled, a bookie killed for good, healed by ``system`` (pybkx or java); its
+    directories (gigabytes) are removed afterwards."""
+    with tempfile.TemporaryDirectory(prefix="pybkx-bench-recovery-", dir=args.dir) as tmp:
+        return run_in(args, system, zk, classpath, Path(tmp))
+
+
+def run_in(
+    args: argparse.Namespace, system: str, zk: str | None, classpath: str | None, base: Path
+) -> dict:
     total = args.megabytes * MB
     zk_uri = f"zk+hierarchical://{zk}/bench-{uuid.uuid4().hex[:12]}/ledgers" if zk else None
     with (
@@ -214,14 +221,14 @@ def main() -> int:
     results = []
     if args.java:
         classpath = harness.java_classpath()
-        workdir = Path(tempfile.mkdtemp(prefix="pybkx-bench-recovery-zk-", dir=args.dir))
-        zk, address = harness.start_zookeeper(classpath, workdir)
-        try:
-            for system in ("pybkx", "java"):
-                results.append(run(args, system, address, classpath))
-                print(json.dumps(results[-1], indent=2), flush=True)
-        finally:
-            zk.stop()
+        with tempfile.TemporaryDirectory(prefix="pybkx-bench-recovery-zk-", dir=args.dir) as tmp:
+            zk, address = harness.start_zookeeper(classpath, Path(tmp))
+            try:
+                for system in ("pybkx", "java"):
+                    results.append(run(args, system, address, classpath))
+                    print(json.dumps(results[-1], indent=2), flush=True)
+            finally:
+                zk.stop()
         pybkx_run, java_run = results
         if java_run["heal_seconds"]:
             print(
