@@ -33,6 +33,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from pybkx.client import BookKeeper
 from pybkx.spark import spark_session
+from pybkx.spark.options import DEFAULT_ENTRIES_PER_BATCH
 from pybkx.spark.source import SCHEMA
 from pybkx.tools.sandbox import Sandbox
 
@@ -121,15 +122,15 @@ class NullReader(DataSourceReader):
     """Record batches of the pybkx schema made from one random payload buffer, nothing read:
     what Spark's Python data source path costs by itself."""
 
-    def __init__(self, rows: int, partitions: int, size: int) -> None:
-        self.rows, self.count, self.size = rows, partitions, size
+    def __init__(self, rows: int, partitions: int, size: int, batch_rows: int) -> None:
+        self.rows, self.count, self.size, self.batch_rows = rows, partitions, size, batch_rows
 
     def partitions(self) -> list[InputPartition]:
         per = self.rows // self.count
         return [_NullPartition(per) for _ in range(self.count)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        batch_rows = 10_000
+        batch_rows = self.batch_rows
         payloads = pa.py_buffer(os.urandom(batch_rows * self.size))
         offsets = pa.py_buffer(
             pa.array(range(0, (batch_rows + 1) * self.size, self.size), pa.int32()).buffers()[1]
@@ -165,7 +166,7 @@ class NullSource(DataSource):
 
     def reader(self, schema: Any) -> DataSourceReader:
         o = self.options
-        return NullReader(int(o["rows"]), int(o["partitions"]), int(o["size"]))
+        return NullReader(int(o["rows"]), int(o["partitions"]), int(o["size"]), int(o["batchRows"]))
 
 
 def scan(df: Any) -> tuple[int, float]:
@@ -209,6 +210,7 @@ def measure(args: argparse.Namespace, entries: int, size: int) -> dict[str, Any]
                     .option("rows", str(entries - entries % partitions))
                     .option("partitions", str(partitions))
                     .option("size", str(size))
+                    .option("batchRows", str(args.batch or DEFAULT_ENTRIES_PER_BATCH))
                     .load()
                 )
                 for df in sources.values():
