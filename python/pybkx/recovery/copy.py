@@ -28,9 +28,10 @@ MAX_CHUNK_ENTRIES = 4096
 #: The most bytes of recovery adds one copy leaves unanswered; past it the copy waits for its
 #: oldest add. Small on purpose: a target bookie's journal then never holds more than this much
 #: of a copy's data ahead of a client's add, which is what a client's p99 pays while healing
-#: runs (a whole chunk sent at once queued megabytes in front of it). Enough to keep the
-#: journal's group commit full.
-IN_FLIGHT_BYTES = 1 << 20
+#: runs (a whole chunk sent at once queued megabytes in front of it). Measured on one disk
+#: (docs/performance.md): 1 MiB healed ~1.7x faster than 256 KiB but doubled the client's p99;
+#: below 256 KiB healing slowed with no p99 gain.
+IN_FLIGHT_BYTES = 256 << 10
 #: Bytes acknowledged between two ``on_copied`` calls (progress, not accounting).
 REPORT_BYTES = 1 << 20
 
