@@ -237,7 +237,8 @@ def _parse_text(text: str, message: Message, what: str) -> None:
 # --- varints (writeDelimitedTo / mergeDelimitedFrom) -----------------------------------------
 
 
-def _varint(value: int) -> bytes:
+def varint(value: int) -> bytes:
+    """A non-negative integer as a protobuf base-128 varint."""
     out = bytearray()
     while True:
         low = value & 0x7F
@@ -289,7 +290,7 @@ def serialize_ledger_metadata(metadata: LedgerMetadata) -> bytes:
     header = _HEADER + str(version).encode() + b"\n"
     if version == 3:
         body: bytes = _to_format(metadata, with_c_token=True).SerializeToString()
-        return header + _varint(len(body)) + body
+        return header + varint(len(body)) + body
     if version == 2:
         # Format 2 never carries the cToken (BookKeeper froze its fields).
         text = _print_text(_to_format(metadata, with_c_token=False))

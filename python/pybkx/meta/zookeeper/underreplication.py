@@ -16,6 +16,7 @@ from contextlib import suppress
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
 
+from pybkx.meta import serde
 from pybkx.meta.coordination import Election
 from pybkx.meta.underreplication import CHECK_STAMPS
 from pybkx.meta.zookeeper.layout import UNDER_REPLICATION
@@ -51,16 +52,7 @@ def parse_marker(data: bytes) -> list[str]:
 def render_ctime(ctime_ms: int) -> bytes:
     """``CheckAllLedgersFormat`` (or the placement / replicas one: all three have the stamp as
     field 1, an int64) as binary protobuf."""
-    value = ctime_ms & 0xFFFFFFFFFFFFFFFF
-    out = bytearray(b"\x08")
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
+    return b"\x08" + serde.varint(ctime_ms & 0xFFFFFFFFFFFFFFFF)
 
 
 def parse_ctime(data: bytes) -> int | None:
