@@ -250,20 +250,21 @@ def varint(value: int) -> bytes:
             return bytes(out)
 
 
-def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
-    """(value, position after it); raises ValueError if truncated or longer than 32 bits."""
+def read_varint(data: bytes, pos: int, bits: int = 32) -> tuple[int, int]:
+    """(value, position after it) of the protobuf varint at ``pos``; raises ValueError if
+    truncated or longer than ``bits`` bits allow (32: a length prefix; 64: an int64 field)."""
     value, shift = 0, 0
     while True:
         if pos >= len(data):
-            raise ValueError("truncated length prefix")
+            raise ValueError("truncated varint")
         byte = data[pos]
         pos += 1
         value |= (byte & 0x7F) << shift
         if not byte & 0x80:
             return value, pos
         shift += 7
-        if shift >= 35:
-            raise ValueError("malformed length prefix")
+        if shift >= bits + 3:
+            raise ValueError("malformed varint")
 
 
 def _java_long(text: str, what: str, low: int = _INT64_MIN, high: int = _INT64_MAX) -> int:
@@ -373,7 +374,7 @@ def _read_header(data: bytes) -> tuple[int, int]:
 
 
 def _parse_v3(data: bytes, pos: int) -> LedgerMetadata:
-    size, pos = _read_varint(data, pos)
+    size, pos = read_varint(data, pos)
     if pos + size > len(data):
         raise ValueError(f"message of {size} bytes truncated to {len(data) - pos}")
     fmt = _LedgerMetadataFormat()

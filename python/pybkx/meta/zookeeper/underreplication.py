@@ -58,39 +58,24 @@ def render_ctime(ctime_ms: int) -> bytes:
 def parse_ctime(data: bytes) -> int | None:
     """The stamp of a check's binary protobuf (field 1), None when absent or unreadable."""
     pos, found = 0, None
-    while pos < len(data):
-        tag, pos = _read_varint(data, pos)
-        if tag is None:
-            return found
-        field, wire = tag >> 3, tag & 7
-        if wire == 0:
-            value, pos = _read_varint(data, pos)
-            if value is None:
+    try:
+        while pos < len(data):
+            tag, pos = serde.read_varint(data, pos, bits=64)
+            field, wire = tag >> 3, tag & 7
+            if wire == 0:
+                value, pos = serde.read_varint(data, pos, bits=64)
+                if field == 1:
+                    found = value - (1 << 64) if value >= 1 << 63 else value
+            elif wire == 2:
+                size, pos = serde.read_varint(data, pos)
+                pos += size
+            elif wire in (1, 5):
+                pos += 8 if wire == 1 else 4
+            else:
                 return found
-            if field == 1:
-                found = value - (1 << 64) if value >= 1 << 63 else value
-        elif wire == 2:
-            size, pos = _read_varint(data, pos)
-            if size is None:
-                return found
-            pos += size
-        elif wire in (1, 5):
-            pos += 8 if wire == 1 else 4
-        else:
-            return found
+    except ValueError:
+        return found
     return found
-
-
-def _read_varint(data: bytes, pos: int) -> tuple[int | None, int]:
-    value = shift = 0
-    while pos < len(data) and shift < 70:
-        byte = data[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return value, pos
-        shift += 7
-    return None, len(data)
 
 
 def _escape(text: str) -> str:
