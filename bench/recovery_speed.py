@@ -58,31 +58,76 @@ def disk_write_rate(directory: Path, nbytes: int) -> float:
     return nbytes / seconds
 
 
+#: The probe client when it runs apart: synchronous 1 KiB appends, one "start latency" line each
+#: (CLOCK_MONOTONIC is system-wide, so the parent compares the starts with its own clock).
+PROBE_SCRIPT = """
+import sys, time
+from pybkx.client import BookKeeper
+with BookKeeper(sys.argv[1]) as bk:
+    lh = bk.create_ledger(2, 2, 2)
+    body = b"p" * 1024
+    print("ready", flush=True)
+    while True:
+        started = time.monotonic()
+        lh.append(body)
+        print(f"{started:.6f} {time.monotonic() - started:.6f}", flush=True)
+"""
+
+
 class AddLatencyProbe:
-    """Synchronous 1 KiB appends in a thread, each latency kept: what a client sees."""
+    """Synchronous 1 KiB appends, each latency kept with its start: what a client sees. By
+    default the client is its own process, as an application would be (in the healer's process
+    its completions would also wait for the healer's hold of the GIL); ``in_process`` runs it on
+    a thread of this one."""
 
-    def __init__(self, bk: BookKeeper) -> None:
-        self.handle = bk.create_ledger(2, 2, 2)
-        self.samples: list[float] = []
+    def __init__(self, bk: BookKeeper, uri: str, in_process: bool) -> None:
+        self.samples: list[tuple[float, float]] = []
         self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.child: subprocess.Popen[str] | None = None
+        if in_process:
+            handle = bk.create_ledger(2, 2, 2)
+            self.thread = threading.Thread(target=self._run_here, args=(handle,), daemon=True)
+        else:
+            self.child = subprocess.Popen(
+                [sys.executable, "-c", PROBE_SCRIPT, uri], stdout=subprocess.PIPE, text=True
+            )
+            assert self.child.stdout is not None
+            if self.child.stdout.readline().strip() != "ready":
+                raise RuntimeError("the probe client did not start")
+            self.thread = threading.Thread(target=self._collect, daemon=True)
+        self.thread.start()
 
-    def _run(self) -> None:
+    def _run_here(self, handle: object) -> None:
         body = b"p" * 1024
         while not self.stop.is_set():
             started = time.monotonic()
-            self.handle.append(body)
-            self.samples.append(time.monotonic() - started)
+            handle.append(body)  # type: ignore[attr-defined]
+            self.samples.append((started, time.monotonic() - started))
+
+    def _collect(self) -> None:
+        assert self.child is not None and self.child.stdout is not None
+        for line in self.child.stdout:
+            started, latency = line.split()
+            self.samples.append((float(started), float(latency)))
 
     def window(self, seconds: float | None = None, until: threading.Event | None = None) -> float:
-        """p99 (ms) of the adds made during the next ``seconds`` or until ``until`` is set."""
-        first = len(self.samples)
+        """p99 (ms) of the adds started during the next ``seconds`` or until ``until`` is set."""
+        begin = time.monotonic()
         if until is not None:
             until.wait()
         else:
             time.sleep(seconds or 0)
-        got = sorted(self.samples[first:])
+        end = time.monotonic()
+        time.sleep(0.5)  # the adds started before ``end`` finish and are reported
+        got = sorted(latency for started, latency in list(self.samples) if begin <= started < end)
         return 1000 * got[int(0.99 * (len(got) - 1))] if got else float("nan")
+
+    def close(self) -> None:
+        self.stop.set()
+        if self.child is not None:
+            self.child.kill()
+            self.child.wait()
+        self.thread.join()
 
 
 def fill(bk: BookKeeper, ledgers: int, total: int, entry_size: int) -> list[int]:
@@ -142,8 +187,7 @@ def run_in(
         lost = sandbox.bookie_addresses.index(bk.address_of(victim))
         sandbox.kill_bookie(lost)
         sandbox.wait_unregistered([lost])
-        probe = AddLatencyProbe(bk)
-        probe.thread.start()
+        probe = AddLatencyProbe(bk, sandbox.metadata_uri, args.probe_in_process)
         p99_before = probe.window(seconds=3.0)
         finished = threading.Event()
         during: list[float] = []
@@ -170,8 +214,7 @@ def run_in(
         finally:
             finished.set()
             watcher.join()
-            probe.stop.set()
-            probe.thread.join()
+            probe.close()
     # The lost bookie's share: the bytes of the ledgers it held, one copy each (Qw=2 of E=3:
     # each entry it held is copied once). pybkx reports what it copied; Java is given the same.
     per_ledger = max(1, total // args.ledgers // args.entry_size) * args.entry_size
@@ -214,6 +257,11 @@ def main() -> int:
         "--java",
         action="store_true",
         help="also heal the same data with BookKeeper's own shell recover (metadata in ZooKeeper)",
+    )
+    parser.add_argument(
+        "--probe-in-process",
+        action="store_true",
+        help="run the latency probe's client on a thread of the healer's process",
     )
     parser.add_argument("--dir", type=Path, default=None)
     parser.add_argument("--json", type=Path, default=None)
