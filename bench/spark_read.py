@@ -32,6 +32,7 @@ import pyarrow.parquet as pq
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from pybkx.client import BookKeeper
+from pybkx.client.arrow import entry_schema
 from pybkx.spark import spark_session
 from pybkx.spark.options import DEFAULT_ENTRIES_PER_BATCH
 from pybkx.spark.source import SCHEMA
@@ -135,13 +136,7 @@ class NullReader(DataSourceReader):
         offsets = pa.py_buffer(
             pa.array(range(0, (batch_rows + 1) * self.size, self.size), pa.int32()).buffers()[1]
         )
-        schema = pa.schema(
-            [
-                pa.field("ledger_id", pa.int64(), nullable=False),
-                pa.field("entry_id", pa.int64(), nullable=False),
-                pa.field("payload", pa.binary(), nullable=False),
-            ]
-        )
+        schema = entry_schema()
         for first in range(0, partition.rows, batch_rows):
             n = min(batch_rows, partition.rows - first)
             yield pa.RecordBatch.from_arrays(

@@ -2,8 +2,8 @@
 with ensemble changes, ledger recovery and one failure dispatcher per client; the asyncio face
 of its futures is ``aio``. It decides per ledger; the Rust core moves every entry."""
 
-from pybkx._core import Future, LedgerEntry
+from pybkx._core import MAX_READ_ENTRIES, Future, LedgerEntry
 from pybkx.client.bookkeeper import BookKeeper
 from pybkx.client.handles import LedgerHandle, ReadHandle
 
-__all__ = ["BookKeeper", "Future", "LedgerEntry", "LedgerHandle", "ReadHandle"]
+__all__ = ["MAX_READ_ENTRIES", "BookKeeper", "Future", "LedgerEntry", "LedgerHandle", "ReadHandle"]

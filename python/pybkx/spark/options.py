@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from pybkx.client import MAX_READ_ENTRIES
+
 __all__ = ["SourceOptions", "parse_entries", "parse_ledgers"]
 
 #: Entries one partition reads at most (a large ledger is split into ranges of this many). A
@@ -15,8 +17,6 @@ __all__ = ["SourceOptions", "parse_entries", "parse_ledgers"]
 DEFAULT_ENTRIES_PER_PARTITION = 1_000_000
 #: Entries one Arrow record batch holds at most (one read of the client).
 DEFAULT_ENTRIES_PER_BATCH = 10_000
-#: The most entries one batch may hold: one read of the client (its ``MAX_READ_ENTRIES``).
-MAX_ENTRIES_PER_BATCH = 1 << 20
 #: Record batches a task reads ahead of the one Spark is consuming.
 DEFAULT_READ_AHEAD = 2
 #: Rows a writing task appends per call.
@@ -158,7 +158,7 @@ class SourceOptions:
                 given, "entriesPerPartition", DEFAULT_ENTRIES_PER_PARTITION
             ),
             entries_per_batch=_positive(
-                given, "entriesPerBatch", DEFAULT_ENTRIES_PER_BATCH, most=MAX_ENTRIES_PER_BATCH
+                given, "entriesPerBatch", DEFAULT_ENTRIES_PER_BATCH, most=MAX_READ_ENTRIES
             ),
             recovery=recovery == "true",
             name=given.get("name"),
