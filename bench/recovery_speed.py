@@ -7,7 +7,8 @@ timings. A sandbox of `--bookies` pybkx bookie processes on loopback, its direct
 (E=3, Qw=2, Qa=2) of `--entry-size` byte entries, `--megabytes` in all, written first; then the
 bookie named in the most ensembles is SIGKILLed for good and `recover_bookies` heals its
 ledgers, while a client makes synchronous 1 KiB adds to another ledger: their p99 latency during
-the healing beside the 3 s before it. The disk limit is measured in the same directory right
+the healing beside the 3 s before it, and the CPU seconds each role used in both windows (the
+bookies, the healer, the probe client, the whole machine; from /proc). The disk limit is measured in the same directory right
 before: half of `--megabytes` written in 1 MiB blocks and fdatasync'ed once (what a journal and
 an entry log each must write). With `--java` the metadata is in ZooKeeper and the same fill and
 kill are done twice: healed once by pybkx and once by Apache BookKeeper's own `bookkeeper shell
@@ -56,6 +57,50 @@ def disk_write_rate(directory: Path, nbytes: int) -> float:
     seconds = time.monotonic() - started
     path.unlink()
     return nbytes / seconds
+
+
+TICK_S = 1 / os.sysconf("SC_CLK_TCK")
+
+
+def process_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) a process has used so far; 0 once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) * TICK_S
+
+
+def machine_busy_s() -> float:
+    """CPU seconds all cores have spent busy (not idle, not waiting for I/O) since boot."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (sum(fields) - fields[3] - fields[4]) * TICK_S
+
+
+class CpuMeter:
+    """CPU seconds by role between ``start`` and ``stop``: the bookies, the healer (this
+    process, or the Java shell's JVM: the rest of the machine then), the probe client and the
+    whole machine."""
+
+    def __init__(self, bookie_pids: list[int], probe_pid: int | None) -> None:
+        self.roles = {"bookies": bookie_pids, "healer": [os.getpid()], "probe": []}
+        if probe_pid is not None:
+            self.roles["probe"] = [probe_pid]
+        self.began: dict[str, float] = {}
+        self.used: dict[str, float] = {}
+
+    def _now(self) -> dict[str, float]:
+        now = {role: sum(process_cpu_s(p) for p in pids) for role, pids in self.roles.items()}
+        now["machine"] = machine_busy_s()
+        now["wall"] = time.monotonic()
+        return now
+
+    def start(self) -> None:
+        self.began = self._now()
+
+    def stop(self) -> None:
+        end = self._now()
+        self.used = {role: round(end[role] - self.began[role], 2) for role in end}
 
 
 #: The probe client when it runs apart: synchronous 1 KiB appends, one "start latency" line each
@@ -188,12 +233,19 @@ def run_in(
         sandbox.kill_bookie(lost)
         sandbox.wait_unregistered([lost])
         probe = AddLatencyProbe(bk, sandbox.metadata_uri, args.probe_in_process)
+        live = [p for i in range(args.bookies) if i != lost and (p := sandbox.pid(i)) is not None]
+        probe_pid = probe.child.pid if probe.child is not None else None
+        cpu_before = CpuMeter(live, probe_pid)
+        cpu_before.start()
         p99_before = probe.window(seconds=3.0)
+        cpu_before.stop()
         finished = threading.Event()
         during: list[float] = []
         watcher = threading.Thread(target=lambda: during.append(probe.window(until=finished)))
         watcher.start()
         rate = int(args.rate_mb * MB) if args.rate_mb else None
+        cpu = CpuMeter(live, probe_pid)
+        cpu.start()
         try:
             if system == "java":
                 assert classpath is not None
@@ -212,6 +264,7 @@ def run_in(
                 seconds, ok = report.seconds, report.ok
                 healed_ledgers, copied = len(report.healed), report.bytes_copied
         finally:
+            cpu.stop()
             finished.set()
             watcher.join()
             probe.close()
@@ -242,6 +295,10 @@ def run_in(
         "client_add_p99_ms_during": round(during[0], 2),
         "p99_during_over_before": round(during[0] / p99_before, 2),
         "rate_limit_mb_s": args.rate_mb if system == "pybkx" else None,
+        # CPU seconds by role over the 3 s before and while healing, and the wall seconds they
+        # were counted over: "machine" / "wall" is how many cores were busy on average.
+        "cpu_s_before": cpu_before.used,
+        "cpu_s_while_healing": cpu.used,
         "ok": ok,
     }
 

@@ -26,7 +26,8 @@ pub fn channel<T: Send + 'static>() -> (Done<T>, oneshot::Receiver<T>) {
 
 /// A completion and a waiter that blocks the calling thread until it is called.
 pub fn blocking<T: Send + 'static>() -> (Done<T>, Waiter<T>) {
-    let (tx, rx) = crossbeam_channel::bounded(1);
+    // The queue parks its waiter at once (crossbeam's would spin and yield first).
+    let (tx, rx) = crate::queue::bounded(1);
     (
         Box::new(move |v| {
             let _ = tx.send(v);
@@ -36,7 +37,7 @@ pub fn blocking<T: Send + 'static>() -> (Done<T>, Waiter<T>) {
 }
 
 /// Blocks until its completion is called.
-pub struct Waiter<T>(crossbeam_channel::Receiver<T>);
+pub struct Waiter<T>(crate::queue::Receiver<T>);
 
 impl<T> Waiter<T> {
     /// The outcome; None if the completion was dropped without being called.
@@ -48,8 +49,8 @@ impl<T> Waiter<T> {
     pub fn wait_until(self, deadline: Instant) -> Result<Option<T>, Self> {
         match self.0.recv_deadline(deadline) {
             Ok(v) => Ok(Some(v)),
-            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => Ok(None),
-            Err(crossbeam_channel::RecvTimeoutError::Timeout) => Err(self),
+            Err(crate::queue::RecvTimeoutError::Disconnected) => Ok(None),
+            Err(crate::queue::RecvTimeoutError::Timeout) => Err(self),
         }
     }
 

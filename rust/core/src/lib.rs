@@ -17,6 +17,7 @@ pub mod ledger;
 pub mod metrics;
 pub mod net;
 pub mod protocol;
+pub mod queue;
 pub mod record;
 pub mod runtime;
 pub mod server;

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use crossbeam_channel::{bounded, Receiver, Sender};
+use crate::queue::{bounded, Gauge, Sender};
 use parking_lot::Mutex;
 
 pub use file::{journal_path, list_journal_ids};
@@ -161,7 +161,7 @@ enum Msg {
 pub struct Journal {
     tx: Sender<Msg>,
     /// The sync thread's queue, only to read its length.
-    sync_queue: Receiver<Group>,
+    sync_queue: Gauge<Group>,
     thread: Mutex<Option<JoinHandle<()>>>,
     dir: PathBuf,
     pub stats: Arc<JournalStats>,
@@ -272,7 +272,7 @@ impl Journal {
         let (to_sync, sync_rx) = bounded(MAX_GROUPS_IN_FLIGHT);
         let stats = Arc::new(JournalStats::default());
         let failure = Arc::new(Failure::default());
-        let sync_queue = sync_rx.clone();
+        let sync_queue = sync_rx.gauge();
         let syncer = Syncer {
             index,
             sync_data: cfg.sync_data,
@@ -356,8 +356,8 @@ impl Journal {
             done,
         };
         self.tx.try_send(Msg::Req(req)).map_err(|e| match e {
-            crossbeam_channel::TrySendError::Full(_) => StorageError::QueueFull,
-            crossbeam_channel::TrySendError::Disconnected(_) => StorageError::Closed,
+            crate::queue::TrySendError::Full(_) => StorageError::QueueFull,
+            crate::queue::TrySendError::Disconnected(_) => StorageError::Closed,
         })
     }
 

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use crossbeam_channel::{Receiver, RecvTimeoutError};
+use crate::queue::{Receiver, RecvTimeoutError};
 
 use super::file::JournalFile;
 use super::{Applier, Failure, Group, JournalStats, Mark, MAX_GROUPS_IN_FLIGHT};

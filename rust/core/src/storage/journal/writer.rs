@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError};
+use crate::queue::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 
 use super::file::OpenJournal;
 use super::{Completion, Failure, Group, JournalOp, JournalStats, Msg, Request, RETRY_INTERVAL};
@@ -336,7 +336,7 @@ impl Writer {
                 // The sync thread is gone (it panicked): nothing can be acknowledged any more.
                 let e = StorageError::Closed;
                 self.failure.set_fatal(e.clone());
-                for done in returned.0.dones {
+                for done in returned.dones {
                     done(Err(e.clone()));
                 }
             }
