@@ -7,8 +7,8 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use crossbeam_channel::{Receiver, Sender};
 use parking_lot::{Condvar, Mutex};
+use pybkx_core::queue::{Receiver, Sender};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 
@@ -319,7 +319,9 @@ fn dispatch(callbacks: Vec<Callback>) {
     let mut slot = DISPATCHER.lock();
     let alive = slot.as_ref().is_some_and(|(owner, _)| *owner == pid);
     if !alive {
-        let (tx, rx) = crossbeam_channel::unbounded();
+        // Unbounded in effect (see below); the queue parks the idle thread at once, where a
+        // crossbeam channel would spin and yield first (as the journal's queues did).
+        let (tx, rx) = pybkx_core::queue::bounded(usize::MAX);
         let spawned = std::thread::Builder::new()
             .name("pybkx-callbacks".into())
             .spawn(move || run_callbacks(rx));
@@ -341,9 +343,9 @@ fn dispatch(callbacks: Vec<Callback>) {
 const CALLBACK_JOBS_PER_HOLD: usize = 256;
 
 fn run_callbacks(rx: Receiver<Vec<Callback>>) {
-    for first in rx.iter() {
+    while let Ok(first) = rx.recv() {
         let ran = Python::try_attach(|py| {
-            let more = rx.try_iter().take(CALLBACK_JOBS_PER_HOLD - 1);
+            let more = std::iter::from_fn(|| rx.try_recv().ok()).take(CALLBACK_JOBS_PER_HOLD - 1);
             for job in std::iter::once(first).chain(more) {
                 for (callback, fut) in job {
                     if let Err(e) = callback.call1(py, (fut,)) {
