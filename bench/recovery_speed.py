@@ -8,23 +8,28 @@ timings. A sandbox of `--bookies` pybkx bookie processes on loopback, its direct
 bookie named in the most ensembles is SIGKILLed for good and `recover_bookies` heals its
 ledgers, while a client makes synchronous 1 KiB adds to another ledger: their p99 latency during
 the healing beside the 3 s before it, and the CPU seconds each role used in both windows (the
-bookies, the healer, the probe client, the whole machine; from /proc). The disk limit is measured in the same directory right
-before: half of `--megabytes` written in 1 MiB blocks and fdatasync'ed once (what a journal and
-an entry log each must write). With `--java` the metadata is in ZooKeeper and the same fill and
-kill are done twice: healed once by pybkx and once by Apache BookKeeper's own `bookkeeper shell
-recover` (BookKeeperAdmin, the engine of its replication workers), less the time the same shell
-takes to start and list the bookies.
+bookies, the healer, the probe client, the whole machine; from /proc). The disk limit is
+measured in the same directory right before: half of `--megabytes` written in 1 MiB blocks and
+fdatasync'ed once (what a journal and an entry log each must write). With `--java` the metadata
+is in ZooKeeper and the same fill and kill are done twice: healed once by pybkx and once by
+Apache BookKeeper's own `bookkeeper shell recover` (BookKeeperAdmin, the engine of its
+replication workers), less the time the same shell takes to start and list the bookies.
+`--rounds N` repeats all of it on fresh clusters and reports the medians: one round's p99 rise
+rests on a few dozen slow adds and moves a lot from run to run on a shared machine.
 
     python bench/recovery_speed.py [--megabytes 512] [--entry-size 65536] [--ledgers 64] [--java]
+        [--rate-mb MB] [--rounds N]
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -320,33 +325,64 @@ def main() -> int:
         action="store_true",
         help="run the latency probe's client on a thread of the healer's process",
     )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="fresh clusters filled, killed and healed in turn (with --java the order of the "
+        "two systems alternates); medians of the rounds are reported",
+    )
     parser.add_argument("--dir", type=Path, default=None)
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
-    results = []
-    if args.java:
-        classpath = harness.java_classpath()
-        with tempfile.TemporaryDirectory(prefix="pybkx-bench-recovery-zk-", dir=args.dir) as tmp:
-            zk, address = harness.start_zookeeper(classpath, Path(tmp))
-            try:
-                for system in ("pybkx", "java"):
-                    results.append(run(args, system, address, classpath))
-                    print(json.dumps(results[-1], indent=2), flush=True)
-            finally:
-                zk.stop()
-        pybkx_run, java_run = results
-        if java_run["heal_seconds"]:
-            print(
-                f"pybkx healed {pybkx_run['heal_mb_s']} MB/s, BookKeeper "
-                f"{java_run['heal_mb_s']} MB/s: "
-                f"{pybkx_run['heal_mb_s'] / max(java_run['heal_mb_s'], 0.1):.1f}x"
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
+    systems = ("pybkx", "java") if args.java else ("pybkx",)
+    results: list[dict] = []
+    with contextlib.ExitStack() as stack:
+        zk_address = classpath = None
+        if args.java:
+            classpath = harness.java_classpath()
+            tmp = stack.enter_context(
+                tempfile.TemporaryDirectory(prefix="pybkx-bench-recovery-zk-", dir=args.dir)
             )
-    else:
-        results.append(run(args, "pybkx", None, None))
-        print(json.dumps(results[-1], indent=2))
+            zk, zk_address = harness.start_zookeeper(classpath, Path(tmp))
+            stack.callback(zk.stop)
+        for round_no in range(args.rounds):
+            for system in systems if round_no % 2 == 0 else systems[::-1]:
+                results.append(run(args, system, zk_address, classpath) | {"round": round_no})
+                print(json.dumps(results[-1], indent=2), flush=True)
+    summary = summarize(results, systems)
+    print(json.dumps(summary, indent=2))
     if args.json:
-        args.json.write_text(json.dumps(results if args.java else results[0], indent=2) + "\n")
+        report: object = results[0] if len(results) == 1 else {"runs": results, "summary": summary}
+        args.json.write_text(json.dumps(report, indent=2) + "\n")
     return 0 if all(r["ok"] for r in results) else 1
+
+
+def summarize(results: list[dict], systems: tuple[str, ...]) -> dict:
+    """Per system: the rounds' healing speeds and p99 rises, and their medians; with Java, the
+    median of the per-round pybkx/Java speed ratios (rounds pair up in the order they ran)."""
+    summary: dict[str, object] = {}
+    for system in systems:
+        runs = [r for r in results if r["system"] == system]
+        speeds = [r["heal_mb_s"] for r in runs]
+        rises = [r["p99_during_over_before"] for r in runs]
+        summary[system] = {
+            "heal_mb_s": speeds,
+            "p99_during_over_before": rises,
+            "median_heal_mb_s": statistics.median(speeds),
+            "median_p99_during_over_before": statistics.median(rises),
+        }
+    if len(systems) == 2:
+        pairs = zip(
+            (r for r in results if r["system"] == "pybkx"),
+            (r for r in results if r["system"] == "java"),
+            strict=True,
+        )
+        ratios = [p["heal_mb_s"] / max(j["heal_mb_s"], 0.1) for p, j in pairs]
+        summary["pybkx_over_java_heal_mb_s"] = round(statistics.median(ratios), 2)
+    return summary
 
 
 if __name__ == "__main__":
