@@ -20,6 +20,10 @@ struct State<T> {
     items: VecDeque<T>,
     senders: usize,
     receivers: usize,
+    /// Senders waiting for room: every pop wakes one while there are any (waking only on the
+    /// full -> not-full edge would strand the others when the receiver drains several items
+    /// before the first woken sender runs).
+    waiting_senders: usize,
 }
 
 struct Chan<T> {
@@ -38,6 +42,7 @@ pub fn bounded<T>(capacity: usize) -> (Sender<T>, Receiver<T>) {
             items: VecDeque::new(),
             senders: 1,
             receivers: 1,
+            waiting_senders: 0,
         }),
         capacity,
         not_empty: Condvar::new(),
@@ -101,7 +106,7 @@ impl<T> Chan<T> {
     /// Pops the front item and wakes a sender waiting for room.
     fn pop(&self, st: &mut State<T>) -> Option<T> {
         let item = st.items.pop_front()?;
-        if st.items.len() + 1 == self.capacity {
+        if st.waiting_senders > 0 {
             self.not_full.notify_one();
         }
         Some(item)
@@ -114,7 +119,9 @@ impl<T> Sender<T> {
         let chan = &*self.0;
         let mut st = chan.state.lock();
         while st.items.len() >= chan.capacity && st.receivers > 0 {
+            st.waiting_senders += 1;
             chan.not_full.wait(&mut st);
+            st.waiting_senders -= 1;
         }
         if st.receivers == 0 {
             return Err(value);
@@ -287,6 +294,34 @@ mod tests {
         // The only sender is gone: receives fail once the queue is empty.
         assert_eq!(rx.recv(), Err(RecvError));
         assert_eq!(rx.try_recv(), Err(TryRecvError::Disconnected));
+    }
+
+    #[test]
+    fn every_waiting_sender_gets_room_as_the_receiver_drains() {
+        let (tx, rx) = bounded(2);
+        tx.send(0).unwrap();
+        tx.send(1).unwrap();
+        let senders: Vec<_> = (2..6)
+            .map(|i| {
+                let tx = tx.clone();
+                std::thread::spawn(move || tx.send(i))
+            })
+            .collect();
+        drop(tx);
+        // All four block on the full queue; then it is drained without pausing between items,
+        // so several pops happen before the first woken sender runs.
+        std::thread::sleep(Duration::from_millis(50));
+        let mut got: Vec<i32> = Vec::new();
+        while let Ok(v) = rx.recv_timeout(Duration::from_secs(10)) {
+            got.push(v);
+        }
+        // A sender stranded with room available would have made the loop time out: its send
+        // now fails, and the assertions below say so.
+        drop(rx);
+        let sent: Vec<_> = senders.into_iter().map(|s| s.join().unwrap()).collect();
+        assert_eq!(sent, vec![Ok(()); 4]);
+        got.sort_unstable();
+        assert_eq!(got, (0..6).collect::<Vec<_>>());
     }
 
     #[test]
