@@ -103,6 +103,34 @@ impl<T> Chan<T> {
         self.state.lock().items.len()
     }
 
+    /// Queues `value` under the held lock, then wakes a receiver.
+    fn push(&self, mut st: parking_lot::MutexGuard<'_, State<T>>, value: T) {
+        st.items.push_back(value);
+        drop(st);
+        self.not_empty.notify_one();
+    }
+
+    /// The front item, waiting for one until `deadline` (None: as long as senders are left).
+    fn wait_pop(&self, deadline: Option<Instant>) -> Result<T, RecvTimeoutError> {
+        let mut st = self.state.lock();
+        loop {
+            if let Some(item) = self.pop(&mut st) {
+                return Ok(item);
+            }
+            if st.senders == 0 {
+                return Err(RecvTimeoutError::Disconnected);
+            }
+            match deadline {
+                None => self.not_empty.wait(&mut st),
+                Some(at) => {
+                    if self.not_empty.wait_until(&mut st, at).timed_out() {
+                        return self.pop(&mut st).ok_or(RecvTimeoutError::Timeout);
+                    }
+                }
+            }
+        }
+    }
+
     /// Pops the front item and wakes a sender waiting for room.
     fn pop(&self, st: &mut State<T>) -> Option<T> {
         let item = st.items.pop_front()?;
@@ -126,36 +154,27 @@ impl<T> Sender<T> {
         if st.receivers == 0 {
             return Err(value);
         }
-        st.items.push_back(value);
-        drop(st);
-        chan.not_empty.notify_one();
+        chan.push(st, value);
         Ok(())
     }
 
     /// Queues `value` if there is room now.
     pub fn try_send(&self, value: T) -> Result<(), TrySendError<T>> {
         let chan = &*self.0;
-        let mut st = chan.state.lock();
+        let st = chan.state.lock();
         if st.receivers == 0 {
             return Err(TrySendError::Disconnected(value));
         }
         if st.items.len() >= chan.capacity {
             return Err(TrySendError::Full(value));
         }
-        st.items.push_back(value);
-        drop(st);
-        chan.not_empty.notify_one();
+        chan.push(st, value);
         Ok(())
     }
 
-    /// Items queued now.
-    pub fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    /// Whether nothing is queued now.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
+    /// A handle that reads this queue's length.
+    pub fn gauge(&self) -> Gauge<T> {
+        Gauge(self.0.clone())
     }
 }
 
@@ -173,49 +192,17 @@ impl<T> Receiver<T> {
 
     /// The front item, waiting for one; `Err` once every sender is gone and nothing is left.
     pub fn recv(&self) -> Result<T, RecvError> {
-        let chan = &*self.0;
-        let mut st = chan.state.lock();
-        loop {
-            if let Some(item) = chan.pop(&mut st) {
-                return Ok(item);
-            }
-            if st.senders == 0 {
-                return Err(RecvError);
-            }
-            chan.not_empty.wait(&mut st);
-        }
+        self.0.wait_pop(None).map_err(|_| RecvError)
     }
 
     /// The front item, waiting for one until `deadline`.
     pub fn recv_deadline(&self, deadline: Instant) -> Result<T, RecvTimeoutError> {
-        let chan = &*self.0;
-        let mut st = chan.state.lock();
-        loop {
-            if let Some(item) = chan.pop(&mut st) {
-                return Ok(item);
-            }
-            if st.senders == 0 {
-                return Err(RecvTimeoutError::Disconnected);
-            }
-            if chan.not_empty.wait_until(&mut st, deadline).timed_out() {
-                return chan.pop(&mut st).ok_or(RecvTimeoutError::Timeout);
-            }
-        }
+        self.0.wait_pop(Some(deadline))
     }
 
     /// The front item, waiting for one at most `timeout`.
     pub fn recv_timeout(&self, timeout: std::time::Duration) -> Result<T, RecvTimeoutError> {
         self.recv_deadline(Instant::now() + timeout)
-    }
-
-    /// Items queued now.
-    pub fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    /// Whether nothing is queued now.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 
     /// A handle that reads this queue's length.
@@ -271,7 +258,7 @@ mod tests {
         assert_eq!(tx.try_send(1), Ok(()));
         assert_eq!(tx.try_send(2), Ok(()));
         assert_eq!(tx.try_send(3), Err(TrySendError::Full(3)));
-        assert_eq!(tx.len(), 2);
+        assert_eq!(tx.gauge().len(), 2);
         assert_eq!(rx.try_recv(), Ok(1));
         assert_eq!(tx.try_send(3), Ok(()));
         assert_eq!(rx.recv(), Ok(2));

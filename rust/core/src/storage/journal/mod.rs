@@ -366,7 +366,7 @@ impl Journal {
         crate::metrics::Export::export(&*self.stats, out);
         out.push(Metric::counter(
             "bookie_journal_JOURNAL_QUEUE_SIZE",
-            self.tx.len() as u64,
+            self.tx.gauge().len() as u64,
         ));
         out.push(Metric::counter(
             "bookie_journal_JOURNAL_FORCE_WRITE_QUEUE_SIZE",
