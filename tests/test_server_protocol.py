@@ -51,7 +51,7 @@ from v2_wire import (
     unhex,
 )
 
-from pybkx._core import BookieServer, DigestManager, LedgerStorage, master_key
+from pybkx._core import BookieServer, DigestManager, LedgerEntry, LedgerStorage, master_key
 from pybkx.config import ServerConfig
 
 MakeServer = Callable[..., BookieServer]
@@ -159,6 +159,17 @@ def test_hand_built_frames_equal_the_reference_bytes() -> None:
     assert read_request(1, 0) == REF_READ_FRAME
     assert read_request(1, -1, flags=FLAG_DO_FENCING, key=REF_KEY) == REF_FENCING_LAC_READ
     assert batch_request(1, 0, 42, 100, 5 << 20) == REF_BATCH_FRAME
+
+
+@pytest.mark.parametrize("digest_type", ["CRC32", "CRC32C", "HMAC", "DUMMY"])
+def test_an_entry_read_packages_again_into_the_bytes_its_writer_sent(digest_type: str) -> None:
+    manager = DigestManager(7, b"pw", digest_type)
+    sent = manager.package(3, 2, 4096 + 11, b"x" * 11)
+    _, lac, length, payload = manager.verify(sent, 3)
+    read = LedgerEntry(7, 3, payload, lac, length)
+    assert manager.package_entry(read) == sent
+    with pytest.raises(ValueError, match="ledger 8"):
+        DigestManager(8, b"pw", digest_type).package_entry(read)
 
 
 def test_reference_add_read_and_batch_bytes(conn: Conn, storage: LedgerStorage) -> None:

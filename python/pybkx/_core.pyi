@@ -353,6 +353,11 @@ class DigestManager:
     def package(self, entry_id: int, last_add_confirmed: int, length: int, payload: bytes) -> bytes:
         """The entry as stored and sent: ledger id, entry id, LAC, length, digest, payload."""
 
+    def package_entry(self, entry: LedgerEntry) -> bytes:
+        """``entry`` (read from this manager's ledger) packaged again as its writer sent it:
+        its entry id, LAC and length, the digest, the payload copied once from the read's
+        buffer. Raises ValueError if the entry is of another ledger."""
+
     def verify(self, entry: bytes, entry_id: int | None = None) -> tuple[int, int, int, bytes]:
         """Check the digest (and, if given, the entry id); return (entry_id, lac, length, payload).
 

@@ -97,9 +97,8 @@ def copy_fragment(
                 indexes = holders[entry.entry_id % md.ensemble_size]
                 if not indexes:
                     continue
-                packaged = digest.package(
-                    entry.entry_id, entry.last_add_confirmed, entry.ledger_length, entry.payload
-                )
+                # Its own LAC and length: the bytes are the ones its writer sent.
+                packaged = digest.package_entry(entry)
                 for index in indexes:
                     window.make_room(len(packaged))
                     if rate is not None:

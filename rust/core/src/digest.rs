@@ -95,6 +95,11 @@ impl DigestManager {
         self.kind
     }
 
+    /// The ledger whose entries this manager packages and verifies.
+    pub fn ledger_id(&self) -> i64 {
+        self.ledger
+    }
+
     fn digest(&self, header: &[u8], payload: &[u8], out: &mut [u8]) {
         match self.kind {
             DigestType::Crc32 => {
@@ -121,6 +126,26 @@ impl DigestManager {
         }
     }
 
+    /// The entry header: ledger id, entry id, LAC, length (big-endian).
+    fn header(
+        &self,
+        entry_id: i64,
+        last_add_confirmed: i64,
+        length: i64,
+    ) -> [u8; ENTRY_HEADER_LEN] {
+        let mut header = [0u8; ENTRY_HEADER_LEN];
+        header[0..8].copy_from_slice(&self.ledger.to_be_bytes());
+        header[8..16].copy_from_slice(&entry_id.to_be_bytes());
+        header[16..24].copy_from_slice(&last_add_confirmed.to_be_bytes());
+        header[24..32].copy_from_slice(&length.to_be_bytes());
+        header
+    }
+
+    /// Bytes of a packaged entry whose payload has `payload_len` bytes.
+    pub fn packaged_len(&self, payload_len: usize) -> usize {
+        ENTRY_HEADER_LEN + self.kind.digest_len() + payload_len
+    }
+
     /// Appends the packaged entry to `out`.
     pub fn package_into(
         &self,
@@ -130,18 +155,32 @@ impl DigestManager {
         payload: &[u8],
         out: &mut BytesMut,
     ) {
-        let mut header = [0u8; ENTRY_HEADER_LEN];
-        header[0..8].copy_from_slice(&self.ledger.to_be_bytes());
-        header[8..16].copy_from_slice(&entry_id.to_be_bytes());
-        header[16..24].copy_from_slice(&last_add_confirmed.to_be_bytes());
-        header[24..32].copy_from_slice(&length.to_be_bytes());
+        let header = self.header(entry_id, last_add_confirmed, length);
         let mut digest = [0u8; 20];
         let d = &mut digest[..self.kind.digest_len()];
         self.digest(&header, payload, d);
-        out.reserve(ENTRY_HEADER_LEN + d.len() + payload.len());
+        out.reserve(self.packaged_len(payload.len()));
         out.put_slice(&header);
         out.put_slice(d);
         out.put_slice(payload);
+    }
+
+    /// Writes the packaged entry into `out`, which must be exactly
+    /// [`packaged_len`](Self::packaged_len)`(payload.len())` bytes (a caller's own buffer, such
+    /// as a Python `bytes` being made: no intermediate copy).
+    pub fn package_to_slice(
+        &self,
+        entry_id: i64,
+        last_add_confirmed: i64,
+        length: i64,
+        payload: &[u8],
+        out: &mut [u8],
+    ) {
+        let (header, rest) = out.split_at_mut(ENTRY_HEADER_LEN);
+        header.copy_from_slice(&self.header(entry_id, last_add_confirmed, length));
+        let (digest, body) = rest.split_at_mut(self.kind.digest_len());
+        self.digest(header, payload, digest);
+        body.copy_from_slice(payload);
     }
 
     pub fn package(&self, entry_id: i64, lac: i64, length: i64, payload: &[u8]) -> Bytes {

@@ -60,6 +60,23 @@ pub(crate) struct PyLedgerEntry {
 }
 
 impl PyLedgerEntry {
+    pub(crate) fn ledger_id(&self) -> i64 {
+        self.ledger_id
+    }
+    pub(crate) fn entry_id(&self) -> i64 {
+        self.entry_id
+    }
+    pub(crate) fn last_add_confirmed(&self) -> i64 {
+        self.last_add_confirmed
+    }
+    pub(crate) fn ledger_length(&self) -> i64 {
+        self.ledger_length
+    }
+    /// The payload, still in the read's buffer.
+    pub(crate) fn data(&self) -> &Bytes {
+        &self.data
+    }
+
     fn from_read(ledger_id: i64, e: &ReadEntry) -> Self {
         PyLedgerEntry {
             ledger_id,
