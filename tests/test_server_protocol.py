@@ -167,9 +167,9 @@ def test_an_entry_read_packages_again_into_the_bytes_its_writer_sent(digest_type
     sent = manager.package(3, 2, 4096 + 11, b"x" * 11)
     _, lac, length, payload = manager.verify(sent, 3)
     read = LedgerEntry(7, 3, payload, lac, length)
-    assert manager.package_entry(read) == sent
+    assert read.packaged(manager) == sent
     with pytest.raises(ValueError, match="ledger 8"):
-        DigestManager(8, b"pw", digest_type).package_entry(read)
+        read.packaged(DigestManager(8, b"pw", digest_type))
 
 
 def test_reference_add_read_and_batch_bytes(conn: Conn, storage: LedgerStorage) -> None:

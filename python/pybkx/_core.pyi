@@ -353,11 +353,6 @@ class DigestManager:
     def package(self, entry_id: int, last_add_confirmed: int, length: int, payload: bytes) -> bytes:
         """The entry as stored and sent: ledger id, entry id, LAC, length, digest, payload."""
 
-    def package_entry(self, entry: LedgerEntry) -> bytes:
-        """``entry`` (read from this manager's ledger) packaged again as its writer sent it:
-        its entry id, LAC and length, the digest, the payload copied once from the read's
-        buffer. Raises ValueError if the entry is of another ledger."""
-
     def verify(self, entry: bytes, entry_id: int | None = None) -> tuple[int, int, int, bytes]:
         """Check the digest (and, if given, the entry id); return (entry_id, lac, length, payload).
 
@@ -377,6 +372,11 @@ class LedgerEntry:
     """The LAC the writer piggy-backed in this entry."""
     ledger_length: int
     """The ledger's length in bytes up to and including this entry."""
+
+    def packaged(self, digest: DigestManager) -> bytes:
+        """This entry packaged again by ``digest`` as its writer sent it (its entry id, LAC and
+        length, the digest, the payload copied once from the read's buffer): what a recovery
+        copy adds. Raises ValueError if ``digest`` is for another ledger."""
 
     def __init__(
         self,

@@ -98,7 +98,7 @@ def copy_fragment(
                 if not indexes:
                     continue
                 # Its own LAC and length: the bytes are the ones its writer sent.
-                packaged = digest.package_entry(entry)
+                packaged = entry.packaged(digest)
                 for index in indexes:
                     window.make_room(len(packaged))
                     if rate is not None:

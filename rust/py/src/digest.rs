@@ -8,7 +8,6 @@ use pyo3::types::PyBytes;
 use pybkx_core::digest::{self, DigestManager, DigestType};
 
 use crate::errors::BkResult;
-use crate::ledger::PyLedgerEntry;
 
 pub(crate) fn digest_manager(
     ledger_id: i64,
@@ -27,6 +26,12 @@ pub(crate) fn digest_manager(
 #[pyclass(name = "DigestManager", module = "pybkx._core", frozen)]
 pub(crate) struct PyDigestManager {
     inner: DigestManager,
+}
+
+impl PyDigestManager {
+    pub(crate) fn inner(&self) -> &DigestManager {
+        &self.inner
+    }
 }
 
 #[pymethods]
@@ -49,34 +54,6 @@ impl PyDigestManager {
         PyBytes::new_with(py, self.inner.packaged_len(payload.len()), |out| {
             self.inner
                 .package_to_slice(entry_id, last_add_confirmed, length, payload, out);
-            Ok(())
-        })
-    }
-
-    /// An entry read from this ledger packaged again, as its writer sent it: the payload is
-    /// copied once, straight from the read's buffer into the new `bytes` (a recovery copy).
-    fn package_entry<'py>(
-        &self,
-        py: Python<'py>,
-        entry: PyRef<'py, PyLedgerEntry>,
-    ) -> PyResult<Bound<'py, PyBytes>> {
-        if entry.ledger_id() != self.inner.ledger_id() {
-            return Err(PyValueError::new_err(format!(
-                "entry {} is of ledger {}, this DigestManager packages ledger {}",
-                entry.entry_id(),
-                entry.ledger_id(),
-                self.inner.ledger_id()
-            )));
-        }
-        let payload = entry.data();
-        PyBytes::new_with(py, self.inner.packaged_len(payload.len()), |out| {
-            self.inner.package_to_slice(
-                entry.entry_id(),
-                entry.last_add_confirmed(),
-                entry.ledger_length(),
-                payload,
-                out,
-            );
             Ok(())
         })
     }

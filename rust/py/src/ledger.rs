@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use crossbeam_channel::{Receiver, Sender};
-use pyo3::exceptions::PyOSError;
+use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyList};
@@ -24,7 +24,7 @@ use pybkx_core::runtime::runtime;
 
 use crate::buffer::{fill_view, PyBuffer};
 use crate::client::{flags_of, PyBookieClient};
-use crate::digest::{digest_manager, verify, VerifiedTuple};
+use crate::digest::{digest_manager, verify, PyDigestManager, VerifiedTuple};
 use crate::errors::{BkError, BkResult, RaisedByPython};
 use crate::future::{Future, ToPy};
 use crate::util::{deadline, payload, SignalCheck, SIGNAL_CHECK};
@@ -60,23 +60,6 @@ pub(crate) struct PyLedgerEntry {
 }
 
 impl PyLedgerEntry {
-    pub(crate) fn ledger_id(&self) -> i64 {
-        self.ledger_id
-    }
-    pub(crate) fn entry_id(&self) -> i64 {
-        self.entry_id
-    }
-    pub(crate) fn last_add_confirmed(&self) -> i64 {
-        self.last_add_confirmed
-    }
-    pub(crate) fn ledger_length(&self) -> i64 {
-        self.ledger_length
-    }
-    /// The payload, still in the read's buffer.
-    pub(crate) fn data(&self) -> &Bytes {
-        &self.data
-    }
-
     fn from_read(ledger_id: i64, e: &ReadEntry) -> Self {
         PyLedgerEntry {
             ledger_id,
@@ -115,6 +98,34 @@ impl PyLedgerEntry {
             payload: PyOnceLock::new(),
             last_add_confirmed,
             ledger_length,
+        })
+    }
+
+    /// This entry packaged again by `digest` as its writer sent it: the payload is copied once,
+    /// straight from the read's buffer into the new `bytes` (a recovery copy's add).
+    fn packaged<'py>(
+        &self,
+        py: Python<'py>,
+        digest: PyRef<'py, PyDigestManager>,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        let manager = digest.inner();
+        if manager.ledger_id() != self.ledger_id {
+            return Err(PyValueError::new_err(format!(
+                "entry {} is of ledger {}, the DigestManager packages ledger {}",
+                self.entry_id,
+                self.ledger_id,
+                manager.ledger_id()
+            )));
+        }
+        PyBytes::new_with(py, manager.packaged_len(self.data.len()), |out| {
+            manager.package_to_slice(
+                self.entry_id,
+                self.last_add_confirmed,
+                self.ledger_length,
+                &self.data,
+                out,
+            );
+            Ok(())
         })
     }
 
