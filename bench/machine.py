@@ -34,6 +34,12 @@ def cpu_seconds(pid: int) -> float:
     return (utime + stime) / CLOCK_TICKS
 
 
+def machine_busy_seconds() -> float:
+    """CPU seconds all cores have spent busy (not idle, not waiting for I/O) since boot."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (sum(fields) - fields[3] - fields[4]) / CLOCK_TICKS
+
+
 def memory_kib(pid: int) -> dict[str, int]:
     """``VmHWM`` (peak RSS) and ``VmRSS`` of process ``pid``, in KiB."""
     out: dict[str, int] = {}

@@ -39,10 +39,12 @@ import uuid
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests" / "interop"))
 
 import harness  # noqa: E402
 
+from bench import machine  # noqa: E402
 from pybkx.client import BookKeeper  # noqa: E402
 from pybkx.recovery import RecoveryOptions, recover_bookies  # noqa: E402
 from pybkx.tools.sandbox import Sandbox  # noqa: E402
@@ -64,24 +66,6 @@ def disk_write_rate(directory: Path, nbytes: int) -> float:
     return nbytes / seconds
 
 
-TICK_S = 1 / os.sysconf("SC_CLK_TCK")
-
-
-def process_cpu_s(pid: int) -> float:
-    """CPU seconds (user + system) a process has used so far; 0 once it is gone."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) * TICK_S
-
-
-def machine_busy_s() -> float:
-    """CPU seconds all cores have spent busy (not idle, not waiting for I/O) since boot."""
-    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    return (sum(fields) - fields[3] - fields[4]) * TICK_S
-
-
 class CpuMeter:
     """CPU seconds by role between ``start`` and ``stop``: the bookies, the healer (this
     process, or the Java shell's JVM: the rest of the machine then), the probe client and the
@@ -95,8 +79,8 @@ class CpuMeter:
         self.used: dict[str, float] = {}
 
     def _now(self) -> dict[str, float]:
-        now = {role: sum(process_cpu_s(p) for p in pids) for role, pids in self.roles.items()}
-        now["machine"] = machine_busy_s()
+        now = {role: sum(_cpu_s(p) for p in pids) for role, pids in self.roles.items()}
+        now["machine"] = machine.machine_busy_seconds()
         now["wall"] = time.monotonic()
         return now
 
@@ -106,6 +90,14 @@ class CpuMeter:
     def stop(self) -> None:
         end = self._now()
         self.used = {role: round(end[role] - self.began[role], 2) for role in end}
+
+
+def _cpu_s(pid: int) -> float:
+    """A process's CPU seconds so far; 0 once it is gone (a bookie that died mid-window)."""
+    try:
+        return machine.cpu_seconds(pid)
+    except OSError:
+        return 0.0
 
 
 #: The probe client when it runs apart: synchronous 1 KiB appends, one "start latency" line each
