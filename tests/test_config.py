@@ -477,6 +477,7 @@ def test_storage_settings_carry_every_storage_key_and_no_server_key() -> None:
         "isForceGCAllowWhenNoSpace",
         "logSizeLimit",
         "writeBufferSizeBytes",
+        "dbStorage_directIOEntryLogger",
         "flushInterval",
         "dbStorage_writeCacheMaxSizeMb",
         "dbStorage_rocksDB_blockCacheSize",

@@ -262,6 +262,12 @@ class ServerConfig(KeyedConfig):
         "logSizeLimit", 1 << 30, integer(4096, MAX_LOG_SIZE_LIMIT), storage=True
     )
     write_buffer_size_bytes: int = setting("writeBufferSizeBytes", 65536, integer(1), storage=True)
+    direct_io_entry_logger: bool = setting(
+        "dbStorage_directIOEntryLogger", True, boolean, storage=True
+    )
+    """Write entry logs with direct I/O (``O_DIRECT``) where the file system allows it: entry data
+    goes from the write cache's flush buffer to the disk without a copy into the page cache.
+    BookKeeper's key; pybkx's default is on, and its entry-log format is the same either way."""
     flush_interval_ms: int = setting("flushInterval", 10_000, integer(0), storage=True)
     gc_wait_time_ms: int = setting("gcWaitTime", 600_000, integer(0), storage=True)
     gc_overreplicated_ledger_wait_time_ms: int = setting(

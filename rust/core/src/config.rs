@@ -47,6 +47,9 @@ pub struct StorageConfig {
     pub log_size_limit: u64,
     /// Entry log write buffer (`writeBufferSizeBytes`).
     pub entry_log_write_buffer: usize,
+    /// `dbStorage_directIOEntryLogger`: entry logs are written with `O_DIRECT` (no copy into
+    /// the page cache) where the file system allows it.
+    pub entry_log_direct_io: bool,
     /// Checkpoint period (`flushInterval`); zero disables the timer.
     pub flush_interval: Duration,
     /// Write cache (`dbStorage_writeCacheMaxSizeMb`): journalled entries wait here, sorted at

@@ -210,6 +210,50 @@ pub fn write_all_at(file: &File, path: &Path, buf: &[u8], offset: u64) -> Result
         .ctx(|| format!("writing {} bytes at {}:{offset}", buf.len(), path.display()))
 }
 
+/// Opens an existing file for direct writes (`O_DIRECT`: data goes from the caller's memory to
+/// the device without a copy into the page cache). `Ok(None)` when the file system does not do
+/// direct I/O (it refuses the flag with EINVAL): the caller writes through the page cache.
+pub fn open_direct_write(path: &Path) -> Result<Option<File>> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let opened = checked(Op::Open, path, || {
+        OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(path)
+    });
+    match opened {
+        Ok(file) => Ok(Some(file)),
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Ok(None),
+        Err(e) => Err(e).ctx(|| format!("opening {} for direct writes", path.display())),
+    }
+}
+
+/// How a direct write ended.
+#[derive(Debug)]
+pub enum DirectWrite {
+    Done,
+    /// The file system refused this write's alignment (EINVAL): nothing is lost, the caller
+    /// writes the same bytes through the page cache instead.
+    Refused,
+}
+
+/// Writes `buf` at `offset` through a descriptor from [`open_direct_write`]. The memory, the
+/// length and the offset must be multiples of the device's logical block size
+/// ([`crate::aligned::DIRECT_ALIGN`] covers every size Linux supports).
+pub fn write_direct_at(file: &File, path: &Path, buf: &[u8], offset: u64) -> Result<DirectWrite> {
+    match checked(Op::Write, path, || file.write_all_at(buf, offset)) {
+        Ok(()) => Ok(DirectWrite::Done),
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Ok(DirectWrite::Refused),
+        Err(e) => Err(e).ctx(|| {
+            format!(
+                "writing {} bytes directly at {}:{offset}",
+                buf.len(),
+                path.display()
+            )
+        }),
+    }
+}
+
 /// Fills `buf` from `offset`.
 pub fn read_exact_at(file: &File, path: &Path, buf: &mut [u8], offset: u64) -> Result<()> {
     checked(Op::Read, path, || file.read_exact_at(buf, offset))

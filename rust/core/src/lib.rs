@@ -5,6 +5,7 @@
 //! Everything done once per entry lives here; decisions made once per ledger, bookie or failure
 //! (metadata, placement, recovery planning, configuration) are the Python control plane's.
 
+pub mod aligned;
 #[cfg(feature = "bench")]
 pub mod bench;
 pub mod client;

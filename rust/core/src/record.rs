@@ -14,7 +14,7 @@ pub const FILE_HEADER_LEN: usize = 32;
 pub const MAX_RECORD_BODY: usize = 256 << 20;
 
 /// Appends one framed record to `out`: header, then the body parts in order.
-pub fn append_record(out: &mut Vec<u8>, parts: &[&[u8]]) {
+pub fn append_record(out: &mut impl RecordSink, parts: &[&[u8]]) {
     append_record_with_crc(out, crc_of(parts), parts);
 }
 
@@ -27,7 +27,7 @@ pub fn crc_of(parts: &[&[u8]]) -> u32 {
 
 /// Appends one framed record whose body checksum `crc` (of `parts` in order) the caller already
 /// knows: the checksum of a large entry is computed once for journal and entry log.
-pub fn append_record_with_crc(out: &mut Vec<u8>, crc: u32, parts: &[&[u8]]) {
+pub fn append_record_with_crc(out: &mut impl RecordSink, crc: u32, parts: &[&[u8]]) {
     debug_assert_eq!(crc, crc_of(parts), "a record's checksum must be its body's");
     let len: usize = parts.iter().map(|p| p.len()).sum();
     out.reserve(RECORD_HEADER_LEN + len);
@@ -35,6 +35,30 @@ pub fn append_record_with_crc(out: &mut Vec<u8>, crc: u32, parts: &[&[u8]]) {
     out.extend_from_slice(&crc.to_be_bytes());
     for p in parts {
         out.extend_from_slice(p);
+    }
+}
+
+/// Where records are appended: a `Vec` or a buffer aligned for direct I/O.
+pub trait RecordSink {
+    fn reserve(&mut self, additional: usize);
+    fn extend_from_slice(&mut self, bytes: &[u8]);
+}
+
+impl RecordSink for Vec<u8> {
+    fn reserve(&mut self, additional: usize) {
+        Vec::reserve(self, additional);
+    }
+    fn extend_from_slice(&mut self, bytes: &[u8]) {
+        Vec::extend_from_slice(self, bytes);
+    }
+}
+
+impl RecordSink for crate::aligned::AlignedBuf {
+    fn reserve(&mut self, additional: usize) {
+        crate::aligned::AlignedBuf::reserve(self, additional);
+    }
+    fn extend_from_slice(&mut self, bytes: &[u8]) {
+        crate::aligned::AlignedBuf::extend_from_slice(self, bytes);
     }
 }
 

@@ -49,6 +49,8 @@ struct StorageAttrs {
     log_size_limit: u64,
     #[pyo3(attribute("write_buffer_size_bytes"))]
     entry_log_write_buffer: usize,
+    #[pyo3(attribute("direct_io_entry_logger"))]
+    entry_log_direct_io: bool,
     #[pyo3(attribute("ledger_dir_tiers"))]
     ledger_dir_tiers: Vec<usize>,
     #[pyo3(attribute("ledger_dir_quotas"))]
@@ -125,6 +127,7 @@ pub(crate) fn storage_config(obj: &Bound<'_, PyAny>) -> PyResult<StorageConfig> 
         },
         log_size_limit: a.log_size_limit,
         entry_log_write_buffer: a.entry_log_write_buffer,
+        entry_log_direct_io: a.entry_log_direct_io,
         flush_interval: Duration::from_millis(a.flush_interval_ms),
         write_cache_bytes: a.write_cache_mb.saturating_mul(1 << 20),
         index_cache_bytes: a.index_cache_bytes,

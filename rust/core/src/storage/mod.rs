@@ -263,7 +263,12 @@ impl LedgerStorage {
             &cfg.dirs,
             cfg.log_size_limit,
         )?);
-        let entrylog = EntryLogger::open(dirs, cfg.log_size_limit, cfg.entry_log_write_buffer)?;
+        let entrylog = EntryLogger::open(
+            dirs,
+            cfg.log_size_limit,
+            cfg.entry_log_write_buffer,
+            cfg.entry_log_direct_io,
+        )?;
         let shared = Arc::new(Shared {
             entrylog,
             index: RwLock::new(index),

@@ -484,7 +484,13 @@ fn compaction_rewrites_live_entries_and_frees_the_rest() {
     fill_three_ledgers(&s);
     wait(|d| s.delete_ledger(1, d)).unwrap();
     wait(|d| s.delete_ledger(2, d)).unwrap();
-    assert_eq!(s.compact(0.2).unwrap().logs_compacted, 0, "a third is live");
+    // Every sealed log (256 KiB) holds at least one 10 KB entry of the live ledger: none is
+    // as empty as 3%. (How much of a log is live depends on where its ends fall.)
+    assert_eq!(
+        s.compact(0.03).unwrap().logs_compacted,
+        0,
+        "ledger 3 is live"
+    );
     let report = s.compact(0.5).unwrap();
     assert!(report.logs_compacted >= 2, "{report:?}");
     assert!(report.bytes_freed > 2 * report.bytes_moved, "{report:?}");

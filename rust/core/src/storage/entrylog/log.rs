@@ -10,11 +10,12 @@ use std::sync::Arc;
 
 use super::ledgers_map::{decode_ledgers_map, encode_ledgers_map, LedgersMap};
 use super::location::log_name;
+use crate::aligned::{AlignedBuf, DIRECT_ALIGN};
 use crate::error::{IoContext, Result};
-use crate::fs;
+use crate::fs::{self, DirectWrite};
 use crate::record::{
     append_record, be_u32, be_u64, check_file_header, file_header, verify_record, RecordReader,
-    ScanEnd, FILE_HEADER_LEN, RECORD_HEADER_LEN,
+    RecordSink, ScanEnd, FILE_HEADER_LEN, RECORD_HEADER_LEN,
 };
 
 const LOG_MAGIC: &[u8; 8] = b"PBKXELOG";
@@ -23,6 +24,8 @@ const LOG_VERSION: u32 = 1;
 const MAP_OFFSET_AT: u64 = 24;
 /// Ledger id of the ledgers-map record; real ledger ids are non-negative i64.
 const MAP_MARKER: u64 = u64::MAX;
+/// Ledger id of padding records (direct I/O fills partial blocks with them).
+const PAD_MARKER: u64 = u64::MAX - 1;
 /// The largest ledgers map read from a seal (a million ledgers); beyond it the log is scanned.
 const MAX_MAP_READ: u64 = 16 << 20;
 
@@ -31,12 +34,19 @@ pub(super) struct ActiveLog {
     pub(super) id: u32,
     pub(super) path: PathBuf,
     file: File,
+    /// The same file opened with `O_DIRECT` (`dbStorage_directIOEntryLogger`), when the file
+    /// system does direct I/O: whole blocks of `buf` go from memory to the device without a
+    /// copy into the page cache. See [`ActiveLog::publish`] for why blocks are never rewritten.
+    direct: Option<File>,
     /// A second descriptor of the same file, so a checkpoint can fdatasync it without holding
     /// the lock that appends need (a sync under the lock would stall acknowledgements).
     pub(super) sync_handle: Arc<File>,
     /// Logical end: bytes written plus bytes still in `buf`.
     pub(super) end: u64,
-    pub(super) buf: Vec<u8>,
+    /// Bytes not yet written; they belong at `end - buf.len()`, a block boundary in direct mode.
+    pub(super) buf: AlignedBuf,
+    /// `buf` is written once it holds this many bytes.
+    write_at: usize,
     pub(super) ledgers: LedgersMap,
     /// Where the written bytes not yet handed to writeback start (see [`WRITEBACK_BYTES`]).
     writeback_from: u64,
@@ -49,16 +59,32 @@ pub(super) struct ActiveLog {
 /// it was without writeback; 8 MiB doubled it).
 const WRITEBACK_BYTES: u64 = 1 << 20;
 
+/// Direct writes are made at least this large: each waits for the device, so small ones would
+/// cap the checkpoint's speed at the device's latency.
+const DIRECT_WRITE_BYTES: usize = 1 << 20;
+
 impl ActiveLog {
-    /// Creates log `id` in `dir` (synced, header included); returns it and a read handle.
-    pub(super) fn create(dir: &Path, id: u32, write_buffer: usize) -> Result<(Self, File)> {
+    /// Creates log `id` in `dir` (synced, header included); returns it and a read handle. With
+    /// `direct_io`, the header is padded to a whole block and later writes bypass the page
+    /// cache (when the file system allows it).
+    pub(super) fn create(
+        dir: &Path,
+        id: u32,
+        write_buffer: usize,
+        direct_io: bool,
+    ) -> Result<(Self, File)> {
         let path = dir.join(log_name(id));
         let file = fs::create_new(&path)?;
-        fs::write_all(
-            &file,
-            &path,
-            &file_header(LOG_MAGIC, LOG_VERSION, id as u64),
-        )?;
+        let direct = if direct_io {
+            fs::open_direct_write(&path)?
+        } else {
+            None
+        };
+        let mut head = file_header(LOG_MAGIC, LOG_VERSION, id as u64).to_vec();
+        if direct.is_some() {
+            append_padding(&mut head, DIRECT_ALIGN - FILE_HEADER_LEN);
+        }
+        fs::write_all(&file, &path, &head)?;
         fs::fsync(&file, &path)?;
         fs::sync_dir(dir)?;
         let reader = fs::open_read(&path)?;
@@ -66,30 +92,96 @@ impl ActiveLog {
             file.try_clone()
                 .ctx(|| format!("duplicating {}", path.display()))?,
         );
+        let write_at = if direct.is_some() {
+            write_buffer.max(DIRECT_WRITE_BYTES)
+        } else {
+            write_buffer
+        };
+        let end = head.len() as u64;
         Ok((
             ActiveLog {
                 id,
                 path,
                 file,
+                direct,
                 sync_handle,
-                end: FILE_HEADER_LEN as u64,
-                buf: Vec::with_capacity(write_buffer + (64 << 10)),
+                end,
+                buf: AlignedBuf::with_capacity(write_at + (64 << 10)),
+                write_at,
                 ledgers: LedgersMap::new(),
-                writeback_from: FILE_HEADER_LEN as u64,
+                writeback_from: end,
             },
             reader,
         ))
     }
 
-    /// Hands buffered bytes to the OS. Positional (the buffer ends at `end`), so that after a
-    /// failed or short write (a full disk) the next call writes the same bytes at the same place
-    /// and every location handed out stays true.
-    pub(super) fn write_buf(&mut self) -> Result<()> {
+    #[cfg(test)]
+    /// Whether this log writes with direct I/O (it falls back to the page cache for good when
+    /// the file system refuses a direct write).
+    pub(super) fn is_direct(&self) -> bool {
+        self.direct.is_some()
+    }
+
+    /// Writes what is buffered once there is enough of it.
+    pub(super) fn write_if_full(&mut self) -> Result<()> {
+        if self.buf.len() >= self.write_at {
+            self.write_blocks()?;
+        }
+        Ok(())
+    }
+
+    /// Hands every buffered byte to the OS so positional reads see it. Positional (the buffer
+    /// ends at `end`), so that after a failed or short write (a full disk) the next call writes
+    /// the same bytes at the same place and every location handed out stays true.
+    ///
+    /// In direct mode the last partial block is first filled with a padding record: a block a
+    /// reader may have read through the page cache is never written again by a direct write
+    /// (a page read back while a direct write of its block is in flight can stay in the cache
+    /// with the old bytes; BookKeeper's direct-I/O entry logger pads for the same reason).
+    pub(super) fn publish(&mut self) -> Result<()> {
+        if self.direct.is_some() {
+            let partial = self.buf.len() % DIRECT_ALIGN;
+            if partial != 0 {
+                let mut pad = DIRECT_ALIGN - partial;
+                if pad < PADDING_MIN {
+                    pad += DIRECT_ALIGN;
+                }
+                append_padding(&mut self.buf, pad);
+                self.end += pad as u64;
+            }
+        }
+        self.write_blocks()
+    }
+
+    /// Writes the buffered whole blocks (direct mode) or every buffered byte.
+    fn write_blocks(&mut self) -> Result<()> {
         if self.buf.is_empty() {
             return Ok(());
         }
         let at = self.end - self.buf.len() as u64;
-        fs::write_all_at(&self.file, &self.path, &self.buf, at)?;
+        if let Some(direct) = &self.direct {
+            let blocks = self.buf.len() / DIRECT_ALIGN * DIRECT_ALIGN;
+            if blocks == 0 {
+                return Ok(());
+            }
+            let whole = &self.buf.as_slice()[..blocks];
+            match fs::write_direct_at(direct, &self.path, whole, at)? {
+                DirectWrite::Done => {
+                    self.buf.discard_front(blocks);
+                    return Ok(());
+                }
+                DirectWrite::Refused => {
+                    ::log::warn!(
+                        "entry log {}: the file system refused a direct write; this log is \
+                         written through the page cache",
+                        self.path.display()
+                    );
+                    self.direct = None;
+                    self.write_at = self.write_at.min(DIRECT_WRITE_BYTES);
+                }
+            }
+        }
+        fs::write_all_at(&self.file, &self.path, self.buf.as_slice(), at)?;
         self.buf.clear();
         if self.end - self.writeback_from >= WRITEBACK_BYTES {
             fs::start_writeback(
@@ -105,7 +197,7 @@ impl ActiveLog {
     /// Writes the rest, appends the ledgers map, records its offset in the header and syncs.
     /// Positional throughout, so a seal that failed (a full disk) can simply be tried again.
     pub(super) fn seal(&mut self) -> Result<()> {
-        self.write_buf()?;
+        self.publish()?;
         let map_offset = self.end;
         let mut rec = Vec::new();
         let body = encode_ledgers_map(&self.ledgers);
@@ -124,6 +216,22 @@ impl ActiveLog {
     }
 }
 
+/// The smallest padding record: frame header plus the two ids.
+const PADDING_MIN: usize = RECORD_HEADER_LEN + 16;
+
+/// Appends a padding record of exactly `len` bytes (at least [`PADDING_MIN`]): ledger id
+/// [`PAD_MARKER`], entry 0, zeros. Scans skip it; to a build that predates it, it is an entry
+/// of a ledger that does not exist, which garbage collection drops.
+fn append_padding(out: &mut impl RecordSink, len: usize) {
+    static ZEROS: [u8; 2 * DIRECT_ALIGN] = [0; 2 * DIRECT_ALIGN];
+    debug_assert!((PADDING_MIN..=ZEROS.len()).contains(&len));
+    let zeros = &ZEROS[..len - PADDING_MIN];
+    append_record(
+        out,
+        &[&PAD_MARKER.to_be_bytes(), &0u64.to_be_bytes(), zeros],
+    );
+}
+
 /// Calls `f(ledger, entry, offset, data)` for every entry record of the log, in file order,
 /// up to a torn tail or the ledgers map.
 pub fn scan_entries(path: &Path, mut f: impl FnMut(u64, u64, u64, &[u8])) -> Result<()> {
@@ -140,6 +248,9 @@ pub fn scan_entries(path: &Path, mut f: impl FnMut(u64, u64, u64, &[u8])) -> Res
                 let ledger = be_u64(&rec.body[0..8]);
                 if ledger == MAP_MARKER {
                     return Ok(());
+                }
+                if ledger == PAD_MARKER {
+                    continue;
                 }
                 f(
                     ledger,
@@ -197,6 +308,9 @@ pub fn read_ledgers_map(path: &Path) -> Result<LedgersMap> {
                 let ledger = be_u64(&rec.body[0..8]);
                 if ledger == MAP_MARKER {
                     break;
+                }
+                if ledger == PAD_MARKER {
+                    continue;
                 }
                 *map.entry(ledger).or_insert(0) += rec.size;
             }

@@ -84,6 +84,7 @@ pub struct EntryLogger {
     dirs: Arc<LedgerDirs>,
     size_limit: u64,
     write_buffer: usize,
+    direct_io: bool,
     active: Mutex<Option<ActiveLog>>,
     /// Logs rolled over whose seal failed (a full disk): their data may not be durable yet, so
     /// every [`sync`](Self::sync) seals them again first and fails while it cannot.
@@ -109,7 +110,14 @@ impl EntryLogger {
     /// Opens the entry logs of `dirs`, finishing or undoing moves between directories a crash
     /// interrupted. New logs get ids above every existing one; the first log is created on the
     /// first append.
-    pub fn open(dirs: Arc<LedgerDirs>, size_limit: u64, write_buffer: usize) -> Result<Self> {
+    /// With `direct_io` (`dbStorage_directIOEntryLogger`), logs are written with `O_DIRECT`
+    /// where the file system allows it.
+    pub fn open(
+        dirs: Arc<LedgerDirs>,
+        size_limit: u64,
+        write_buffer: usize,
+        direct_io: bool,
+    ) -> Result<Self> {
         let placed = moves::recover(&dirs.paths())?;
         let max_id = placed.keys().max().map_or(0, |id| *id as u64);
         let next_id = u32::try_from(max_id + 1)
@@ -130,6 +138,7 @@ impl EntryLogger {
             dirs,
             size_limit,
             write_buffer: write_buffer.max(4096),
+            direct_io,
             active: Mutex::new(None),
             unsealed: Mutex::new(Vec::new()),
             next_id: Mutex::new(next_id),
@@ -151,7 +160,7 @@ impl EntryLogger {
             id
         };
         let dir = self.dirs.choose_for_new_log()?;
-        let (log, reader) = ActiveLog::create(&dir, id, self.write_buffer)?;
+        let (log, reader) = ActiveLog::create(&dir, id, self.write_buffer, self.direct_io)?;
         let index = self.dirs.index_of(&dir).unwrap_or(0);
         let meta = Arc::new(LogMeta::default());
         self.dirs.annotator().touch(&meta.heat);
@@ -227,9 +236,7 @@ impl EntryLogger {
             *log.ledgers.entry(ledger).or_insert(0) += size;
             out.push(Location::new(log.id, offset, (16 + data.len()) as u32));
             written += data.len() as u64;
-            if log.buf.len() >= self.write_buffer {
-                log.write_buf()?;
-            }
+            log.write_if_full()?;
         }
         self.written_bytes.add(written);
         if let Some(log) = guard.as_ref() {
@@ -244,7 +251,7 @@ impl EntryLogger {
     /// Hands buffered data to the OS so positional reads see it.
     pub fn flush(&self) -> Result<()> {
         if let Some(log) = self.active.lock().as_mut() {
-            log.write_buf()?;
+            log.publish()?;
         }
         Ok(())
     }
@@ -562,10 +569,20 @@ mod tests {
         fs::list_hex_ids(dir, ".log")
     }
 
+    /// Runs a test with page-cache writes and with direct I/O.
+    fn both_modes(test: impl Fn(bool)) {
+        test(false);
+        test(true);
+    }
+
     #[test]
     fn a_seal_that_fails_at_rollover_is_retried_by_every_sync_until_it_succeeds() {
+        both_modes(seal_failure_at_rollover);
+    }
+
+    fn seal_failure_at_rollover(direct: bool) {
         let d = tempfile::tempdir().unwrap();
-        let el = EntryLogger::open(dirs_of(&[d.path().to_path_buf()]), 4096, 4096).unwrap();
+        let el = EntryLogger::open(dirs_of(&[d.path().to_path_buf()]), 4096, 4096, direct).unwrap();
         let mut locs = Vec::new();
         el.append([(1u64, 0u64, &[1u8; 1000][..])], &mut locs)
             .unwrap();
@@ -607,10 +624,14 @@ mod tests {
 
     #[test]
     fn append_read_and_rollover_with_sealed_maps() {
+        both_modes(append_read_and_rollover);
+    }
+
+    fn append_read_and_rollover(direct: bool) {
         let d1 = tempfile::tempdir().unwrap();
         let d2 = tempfile::tempdir().unwrap();
         let dirs = vec![d1.path().to_path_buf(), d2.path().to_path_buf()];
-        let el = EntryLogger::open(dirs_of(&dirs), 8192, 4096).unwrap();
+        let el = EntryLogger::open(dirs_of(&dirs), 8192, 4096, direct).unwrap();
         let mut locs = Vec::new();
         let payloads: Vec<Vec<u8>> = (0..40u8).map(|i| vec![i; 500]).collect();
         el.append(
@@ -638,7 +659,7 @@ mod tests {
         assert!(!list_log_ids(d2.path()).unwrap().is_empty());
 
         // Reopened, new logs take new ids and old data stays readable.
-        let el = EntryLogger::open(dirs_of(&dirs), 8192, 4096).unwrap();
+        let el = EntryLogger::open(dirs_of(&dirs), 8192, 4096, direct).unwrap();
         assert_eq!(&el.read(1, 0, locs[0]).unwrap()[..], &payloads[0][..]);
         let mut more = Vec::new();
         el.append([(3u64, 0u64, &b"x"[..])], &mut more).unwrap();
@@ -647,8 +668,13 @@ mod tests {
 
     #[test]
     fn unsealed_log_map_is_rebuilt_by_scanning() {
+        both_modes(unsealed_map_rebuilt);
+    }
+
+    fn unsealed_map_rebuilt(direct: bool) {
         let d = tempfile::tempdir().unwrap();
-        let el = EntryLogger::open(dirs_of(&[d.path().to_path_buf()]), 1 << 20, 4096).unwrap();
+        let el =
+            EntryLogger::open(dirs_of(&[d.path().to_path_buf()]), 1 << 20, 4096, direct).unwrap();
         let mut locs = Vec::new();
         el.append(
             [(5u64, 0u64, &[1u8; 100][..]), (6, 0, &[2u8; 50][..])],
@@ -669,8 +695,13 @@ mod tests {
 
     #[test]
     fn corrupt_record_is_reported_on_read() {
+        both_modes(corrupt_record_reported);
+    }
+
+    fn corrupt_record_reported(direct: bool) {
         let d = tempfile::tempdir().unwrap();
-        let el = EntryLogger::open(dirs_of(&[d.path().to_path_buf()]), 1 << 20, 4096).unwrap();
+        let el =
+            EntryLogger::open(dirs_of(&[d.path().to_path_buf()]), 1 << 20, 4096, direct).unwrap();
         let mut locs = Vec::new();
         el.append([(1u64, 0u64, &[9u8; 64][..])], &mut locs)
             .unwrap();
@@ -682,5 +713,109 @@ mod tests {
             el.read(1, 0, locs[0]),
             Err(StorageError::Corruption(_))
         ));
+    }
+
+    /// Direct mode: whatever mix of sizes and flushes, every published end is a block boundary,
+    /// every entry reads back, and scans and ledgers maps see the entries and not the padding.
+    #[test]
+    fn direct_writes_pad_each_flush_to_a_block_and_scans_skip_the_padding() {
+        let d = tempfile::tempdir().unwrap();
+        let el =
+            EntryLogger::open(dirs_of(&[d.path().to_path_buf()]), 1 << 30, 4096, true).unwrap();
+        let mut want = Vec::new();
+        let mut locs = Vec::new();
+        let mut seed = 7u64;
+        for round in 0..40u64 {
+            let batch: Vec<(u64, u64, Vec<u8>)> = (0..(round % 9 + 1))
+                .map(|i| {
+                    seed = seed
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
+                    let len = (seed >> 33) as usize % 70_000;
+                    (round % 3, round * 100 + i, vec![(seed >> 20) as u8; len])
+                })
+                .collect();
+            el.append(
+                batch.iter().map(|(l, e, p)| (*l, *e, p.as_slice())),
+                &mut locs,
+            )
+            .unwrap();
+            el.flush().unwrap();
+            want.extend(batch);
+            let active = el.active.lock();
+            let log = active.as_ref().unwrap();
+            assert!(log.is_direct(), "this file system does direct I/O");
+            assert!(log.buf.is_empty());
+            assert_eq!(log.end % crate::aligned::DIRECT_ALIGN as u64, 0);
+        }
+        for ((l, e, p), at) in want.iter().zip(&locs) {
+            assert_eq!(&el.read(*l, *e, *at).unwrap()[..], &p[..]);
+        }
+        let path = d.path().join(log_name(locs[0].log_id()));
+        let mut scanned = Vec::new();
+        scan_entries(&path, |l, e, _, data| scanned.push((l, e, data.to_vec()))).unwrap();
+        assert_eq!(scanned, want);
+        let expected_map = |m: &LedgersMap| {
+            (0..3).all(|l| {
+                let bytes: u64 = want
+                    .iter()
+                    .filter(|(wl, _, _)| *wl == l)
+                    .map(|(_, _, p)| (p.len() + ENTRY_RECORD_OVERHEAD) as u64)
+                    .sum();
+                m.get(&l).copied().unwrap_or(0) == bytes
+            }) && m.len() == 3
+        };
+        assert!(
+            expected_map(&read_ledgers_map(&path).unwrap()),
+            "scanned map"
+        );
+        el.close().unwrap();
+        assert!(
+            expected_map(&read_ledgers_map(&path).unwrap()),
+            "sealed map"
+        );
+    }
+
+    /// A file system that refuses a direct write loses nothing: the log goes on through the
+    /// page cache. A direct write that fails (a full disk) is retried with the same bytes.
+    #[test]
+    fn a_refused_or_failed_direct_write_loses_nothing() {
+        let d = tempfile::tempdir().unwrap();
+        let el =
+            EntryLogger::open(dirs_of(&[d.path().to_path_buf()]), 1 << 30, 4096, true).unwrap();
+        let mut locs = Vec::new();
+        el.append([(1u64, 0u64, &[1u8; 3000][..])], &mut locs)
+            .unwrap();
+        el.flush().unwrap();
+        let path = d.path().join(log_name(locs[0].log_id()));
+        let fail_once = |errno| {
+            fs::inject_fault(fs::Fault {
+                path_prefix: path.clone(),
+                ops: vec![fs::Op::Write],
+                action: fs::FaultAction::Fail(errno),
+                times: Some(1),
+            })
+        };
+        fail_once(libc::ENOSPC);
+        el.append([(1u64, 1u64, &[2u8; 5000][..])], &mut locs)
+            .unwrap();
+        assert!(el.flush().is_err(), "the disk was full");
+        el.flush().unwrap();
+        fail_once(libc::EINVAL);
+        el.append([(1u64, 2u64, &[3u8; 7000][..])], &mut locs)
+            .unwrap();
+        el.flush().unwrap();
+        assert!(!el.active.lock().as_ref().unwrap().is_direct());
+        el.append([(1u64, 3u64, &[4u8; 10][..])], &mut locs)
+            .unwrap();
+        el.flush().unwrap();
+        for (i, (at, fill)) in locs.iter().zip([1u8, 2, 3, 4]).enumerate() {
+            let got = el.read(1, i as u64, *at).unwrap();
+            assert!(!got.is_empty() && got.iter().all(|b| *b == fill));
+        }
+        el.close().unwrap();
+        let mut entries = Vec::new();
+        scan_entries(&path, |_, e, _, _| entries.push(e)).unwrap();
+        assert_eq!(entries, vec![0, 1, 2, 3]);
     }
 }

@@ -315,7 +315,7 @@ mod tests {
             paths.to_vec(),
             Box::<GreedyAllocator>::default(),
         ));
-        EntryLogger::open(dirs, 64 << 10, 4096).unwrap()
+        EntryLogger::open(dirs, 64 << 10, 4096, true).unwrap()
     }
 
     fn payload(i: u64) -> Vec<u8> {

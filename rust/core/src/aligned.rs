@@ -1,0 +1,162 @@
+//! A growable byte buffer whose start is aligned for direct I/O (`O_DIRECT` reads and writes
+//! need their memory, length and file offset aligned to the device's block). It owns only
+//! memory; the files it is written to are the caller's.
+
+use std::alloc::{self, Layout};
+use std::ptr::NonNull;
+
+/// Alignment of the buffer's start, and the unit direct writes are made in: a page, which is a
+/// multiple of every logical block size Linux supports.
+pub const DIRECT_ALIGN: usize = 4096;
+
+/// Bytes in a buffer whose first byte sits on a [`DIRECT_ALIGN`] boundary.
+pub struct AlignedBuf {
+    ptr: NonNull<u8>,
+    len: usize,
+    cap: usize,
+}
+
+// SAFETY: the buffer exclusively owns its allocation, like a `Vec<u8>`.
+unsafe impl Send for AlignedBuf {}
+// SAFETY: shared references only read the bytes.
+unsafe impl Sync for AlignedBuf {}
+
+impl AlignedBuf {
+    /// An empty buffer holding at least `capacity` bytes before it grows.
+    pub fn with_capacity(capacity: usize) -> Self {
+        let mut buf = AlignedBuf {
+            ptr: NonNull::dangling(),
+            len: 0,
+            cap: 0,
+        };
+        buf.grow_to(capacity.max(DIRECT_ALIGN));
+        buf
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn as_slice(&self) -> &[u8] {
+        // SAFETY: `ptr` is valid for `cap >= len` bytes, of which the first `len` are written.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+
+    /// Makes room for `additional` more bytes (at least doubling, as a `Vec` does).
+    pub fn reserve(&mut self, additional: usize) {
+        let needed = self
+            .len
+            .checked_add(additional)
+            .expect("buffer size overflow");
+        if needed > self.cap {
+            self.grow_to(needed.max(self.cap.saturating_mul(2)));
+        }
+    }
+
+    pub fn extend_from_slice(&mut self, bytes: &[u8]) {
+        self.reserve(bytes.len());
+        // SAFETY: `reserve` made `cap - len >= bytes.len()`; the regions cannot overlap because
+        // `bytes` is borrowed while `self` is borrowed mutably.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                bytes.as_ptr(),
+                self.ptr.as_ptr().add(self.len),
+                bytes.len(),
+            );
+        }
+        self.len += bytes.len();
+    }
+
+    /// Drops the first `n` bytes, moving the rest to the start (direct writes take whole blocks
+    /// from the front and leave the partial last block for the next write).
+    pub fn discard_front(&mut self, n: usize) {
+        let n = n.min(self.len);
+        let rest = self.len - n;
+        // SAFETY: both ranges lie within the `len` written bytes; `copy` allows overlap.
+        unsafe { std::ptr::copy(self.ptr.as_ptr().add(n), self.ptr.as_ptr(), rest) };
+        self.len = rest;
+    }
+
+    pub fn clear(&mut self) {
+        self.len = 0;
+    }
+
+    fn layout(cap: usize) -> Layout {
+        Layout::from_size_align(cap, DIRECT_ALIGN).expect("buffer layout")
+    }
+
+    fn grow_to(&mut self, cap: usize) {
+        let cap = cap.div_ceil(DIRECT_ALIGN) * DIRECT_ALIGN;
+        let layout = Self::layout(cap);
+        // SAFETY: `cap` is non-zero (at least one block).
+        let raw = unsafe { alloc::alloc(layout) };
+        let Some(ptr) = NonNull::new(raw) else {
+            alloc::handle_alloc_error(layout)
+        };
+        if self.cap > 0 {
+            // SAFETY: the old allocation holds `len` written bytes and the new one `cap > len`
+            // bytes; they are distinct allocations. The old one was made with `layout(self.cap)`.
+            unsafe {
+                std::ptr::copy_nonoverlapping(self.ptr.as_ptr(), ptr.as_ptr(), self.len);
+                alloc::dealloc(self.ptr.as_ptr(), Self::layout(self.cap));
+            }
+        }
+        self.ptr = ptr;
+        self.cap = cap;
+    }
+}
+
+impl Drop for AlignedBuf {
+    fn drop(&mut self) {
+        if self.cap > 0 {
+            // SAFETY: allocated by `grow_to` with exactly this layout.
+            unsafe { alloc::dealloc(self.ptr.as_ptr(), Self::layout(self.cap)) };
+        }
+    }
+}
+
+impl std::fmt::Debug for AlignedBuf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AlignedBuf")
+            .field("len", &self.len)
+            .field("cap", &self.cap)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stays_aligned_and_keeps_its_bytes_as_it_grows() {
+        let mut buf = AlignedBuf::with_capacity(10);
+        let mut model = Vec::new();
+        for i in 0..5000u32 {
+            let piece: Vec<u8> = (0..(i % 97) as u8).map(|b| b ^ i as u8).collect();
+            buf.extend_from_slice(&piece);
+            model.extend_from_slice(&piece);
+            assert_eq!(buf.as_slice().as_ptr() as usize % DIRECT_ALIGN, 0);
+        }
+        assert_eq!(buf.as_slice(), &model[..]);
+    }
+
+    #[test]
+    fn discarding_the_front_keeps_the_tail_at_the_start() {
+        let mut buf = AlignedBuf::with_capacity(0);
+        let data: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
+        buf.extend_from_slice(&data);
+        buf.discard_front(8192);
+        assert_eq!(buf.as_slice(), &data[8192..]);
+        buf.discard_front(100_000);
+        assert!(buf.is_empty());
+        buf.extend_from_slice(b"again");
+        assert_eq!(buf.as_slice(), b"again");
+        buf.clear();
+        assert_eq!(buf.len(), 0);
+    }
+}
