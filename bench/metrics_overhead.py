@@ -14,16 +14,17 @@ counting shows most).
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "interop"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import harness
 
+from bench.machine import cpu_seconds
 from pybkx._core import run_load
 
 IN_FLIGHT = 1000
@@ -38,12 +39,6 @@ def start(workdir: Path, metrics: bool, sync: bool) -> tuple[harness.Process, st
         conf += f"statsProviderClass={PROMETHEUS}\nprometheusStatsHttpEnable=false\n"
     workdir.mkdir(parents=True, exist_ok=True)
     return harness.start_pybkx_bookie(workdir, conf)
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process, all its threads (Linux)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def main() -> int:
