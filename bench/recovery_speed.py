@@ -45,6 +45,7 @@ sys.path.insert(0, str(REPO / "tests" / "interop"))
 import harness  # noqa: E402
 
 from bench import machine  # noqa: E402
+from bench.cold_read import drop_cache  # noqa: E402
 from pybkx.client import BookKeeper  # noqa: E402
 from pybkx.recovery import RecoveryOptions, recover_bookies  # noqa: E402
 from pybkx.tools.sandbox import Sandbox  # noqa: E402
@@ -229,6 +230,10 @@ def run_in(
         lost = sandbox.bookie_addresses.index(bk.address_of(victim))
         sandbox.kill_bookie(lost)
         sandbox.wait_unregistered([lost])
+        if args.cold:
+            # As when a bookie dies long after its data was written: the survivors' copies are
+            # read from the disk, not from the page cache the fill left behind.
+            drop_cache(base / "sandbox")
         probe = AddLatencyProbe(bk, sandbox.metadata_uri, args.probe_in_process)
         live = [p for i in range(args.bookies) if i != lost and (p := sandbox.pid(i)) is not None]
         probe_pid = probe.child.pid if probe.child is not None else None
@@ -292,6 +297,7 @@ def run_in(
         "client_add_p99_ms_during": round(during[0], 2),
         "p99_during_over_before": round(during[0] / p99_before, 2),
         "rate_limit_mb_s": args.rate_mb if system == "pybkx" else None,
+        "cold": args.cold,
         # CPU seconds by role over the 3 s before and while healing, and the wall seconds they
         # were counted over: "machine" / "wall" is how many cores were busy on average.
         "cpu_s_before": cpu_before.used,
@@ -323,6 +329,11 @@ def main() -> int:
         default=1,
         help="fresh clusters filled, killed and healed in turn (with --java the order of the "
         "two systems alternates); medians of the rounds are reported",
+    )
+    parser.add_argument(
+        "--cold",
+        action="store_true",
+        help="drop the bookies' files from the page cache before healing (the data is old)",
     )
     parser.add_argument("--dir", type=Path, default=None)
     parser.add_argument("--json", type=Path, default=None)
