@@ -43,6 +43,8 @@ pub(super) struct ActiveLog {
     pub(super) sync_handle: Arc<File>,
     /// Logical end: bytes written plus bytes still in `buf`.
     pub(super) end: u64,
+    /// Where the first record goes: after the header (padded to a block in direct mode).
+    records_from: u64,
     /// Bytes not yet written; they belong at `end - buf.len()`, a block boundary in direct mode.
     pub(super) buf: AlignedBuf,
     /// `buf` is written once it holds this many bytes.
@@ -106,6 +108,7 @@ impl ActiveLog {
                 direct,
                 sync_handle,
                 end,
+                records_from: end,
                 buf: AlignedBuf::with_capacity(write_at + (64 << 10)),
                 write_at,
                 ledgers: LedgersMap::new(),
@@ -115,11 +118,16 @@ impl ActiveLog {
         ))
     }
 
-    #[cfg(test)]
     /// Whether this log writes with direct I/O (it falls back to the page cache for good when
     /// the file system refuses a direct write).
+    #[cfg(test)]
     pub(super) fn is_direct(&self) -> bool {
         self.direct.is_some()
+    }
+
+    /// Whether no record was appended yet.
+    pub(super) fn is_empty(&self) -> bool {
+        self.end == self.records_from
     }
 
     /// Writes what is buffered once there is enough of it.

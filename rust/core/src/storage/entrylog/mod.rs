@@ -28,9 +28,7 @@ pub use moves::pace_to;
 use crate::error::{Result, StorageError};
 use crate::fs;
 use crate::metrics::Counter;
-use crate::record::{
-    append_record_with_crc, be_u64, verify_record, FILE_HEADER_LEN, RECORD_HEADER_LEN,
-};
+use crate::record::{append_record_with_crc, be_u64, verify_record, RECORD_HEADER_LEN};
 use crate::storage::dirs::{Heat, LedgerDirs};
 use log::ActiveLog;
 
@@ -206,7 +204,7 @@ impl EntryLogger {
             let size = (ENTRY_RECORD_OVERHEAD + data.len()) as u64;
             let must_roll = match guard.as_ref() {
                 None => true,
-                Some(log) => log.end + size > self.size_limit && log.end > FILE_HEADER_LEN as u64,
+                Some(log) => log.end + size > self.size_limit && !log.is_empty(),
             };
             if must_roll {
                 if let Some(mut old) = guard.take() {
@@ -554,6 +552,7 @@ fn check_record(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::record::FILE_HEADER_LEN;
     use crate::storage::dirs::RoundRobinAllocator;
     use std::fs::OpenOptions;
     use std::os::unix::fs::FileExt;
@@ -774,6 +773,33 @@ mod tests {
             expected_map(&read_ledgers_map(&path).unwrap()),
             "sealed map"
         );
+    }
+
+    /// An entry too large for the room a log has after its header goes into that log, in
+    /// either mode: no empty log is sealed for it (a direct log's header takes a whole block).
+    #[test]
+    fn an_entry_larger_than_a_fresh_log_goes_into_it() {
+        both_modes(|direct| {
+            let d = tempfile::tempdir().unwrap();
+            let el =
+                EntryLogger::open(dirs_of(&[d.path().to_path_buf()]), 8192, 4096, direct).unwrap();
+            let mut locs = Vec::new();
+            for e in 0..3u64 {
+                el.append([(1u64, e, &[e as u8; 7000][..])], &mut locs)
+                    .unwrap();
+            }
+            el.close().unwrap();
+            assert_eq!(el.rollovers.get(), 2, "one log per entry, none empty");
+            let maps = el.ledgers_maps().unwrap();
+            assert_eq!(maps.len(), 3);
+            assert!(maps.values().all(|m| m.len() == 1));
+            for (e, at) in locs.iter().enumerate() {
+                assert_eq!(
+                    &el.read(1, e as u64, *at).unwrap()[..],
+                    &[e as u8; 7000][..]
+                );
+            }
+        });
     }
 
     /// A file system that refuses a direct write loses nothing: the log goes on through the
