@@ -18,7 +18,7 @@ replication workers), less the time the same shell takes to start and list the b
 rests on a few dozen slow adds and moves a lot from run to run on a shared machine.
 
     python bench/recovery_speed.py [--megabytes 512] [--entry-size 65536] [--ledgers 64] [--java]
-        [--rate-mb MB] [--rounds N]
+        [--rate-mb MB] [--rounds N] [--cold]
 """
 
 from __future__ import annotations

@@ -47,8 +47,9 @@ pub(super) struct ActiveLog {
     records_from: u64,
     /// Bytes not yet written; they belong at `end - buf.len()`, a block boundary in direct mode.
     pub(super) buf: AlignedBuf,
-    /// `buf` is written once it holds this many bytes.
-    write_at: usize,
+    /// `writeBufferSizeBytes`: `buf` is written once it holds this many bytes (at least
+    /// [`DIRECT_WRITE_BYTES`] in direct mode, see [`ActiveLog::write_at`]).
+    write_buffer: usize,
     pub(super) ledgers: LedgersMap,
     /// Where the written bytes not yet handed to writeback start (see [`WRITEBACK_BYTES`]).
     writeback_from: u64,
@@ -78,7 +79,15 @@ impl ActiveLog {
         let path = dir.join(log_name(id));
         let file = fs::create_new(&path)?;
         let direct = if direct_io {
-            fs::open_direct_write(&path)?
+            let direct = fs::open_direct_write(&path)?;
+            if direct.is_none() {
+                ::log::warn!(
+                    "entry log {}: the file system refuses direct I/O; this log is written \
+                     through the page cache",
+                    path.display()
+                );
+            }
+            direct
         } else {
             None
         };
@@ -94,28 +103,23 @@ impl ActiveLog {
             file.try_clone()
                 .ctx(|| format!("duplicating {}", path.display()))?,
         );
-        let write_at = if direct.is_some() {
-            write_buffer.max(DIRECT_WRITE_BYTES)
-        } else {
-            write_buffer
-        };
         let end = head.len() as u64;
-        Ok((
-            ActiveLog {
-                id,
-                path,
-                file,
-                direct,
-                sync_handle,
-                end,
-                records_from: end,
-                buf: AlignedBuf::with_capacity(write_at + (64 << 10)),
-                write_at,
-                ledgers: LedgersMap::new(),
-                writeback_from: end,
-            },
-            reader,
-        ))
+        let mut log = ActiveLog {
+            id,
+            path,
+            file,
+            direct,
+            sync_handle,
+            end,
+            records_from: end,
+            buf: AlignedBuf::with_capacity(0),
+            write_buffer,
+            ledgers: LedgersMap::new(),
+            writeback_from: end,
+        };
+        // Room for a full write and the record that crosses the mark, so appends rarely grow it.
+        log.buf.reserve(log.write_at() + (64 << 10));
+        Ok((log, reader))
     }
 
     /// Whether this log writes with direct I/O (it falls back to the page cache for good when
@@ -130,9 +134,19 @@ impl ActiveLog {
         self.end == self.records_from
     }
 
+    /// Buffered bytes that make a write: direct writes each wait for the device, so they are
+    /// made at least [`DIRECT_WRITE_BYTES`] large.
+    fn write_at(&self) -> usize {
+        if self.direct.is_some() {
+            self.write_buffer.max(DIRECT_WRITE_BYTES)
+        } else {
+            self.write_buffer
+        }
+    }
+
     /// Writes what is buffered once there is enough of it.
     pub(super) fn write_if_full(&mut self) -> Result<()> {
-        if self.buf.len() >= self.write_at {
+        if self.buf.len() >= self.write_at() {
             self.write_blocks()?;
         }
         Ok(())
@@ -185,7 +199,6 @@ impl ActiveLog {
                         self.path.display()
                     );
                     self.direct = None;
-                    self.write_at = self.write_at.min(DIRECT_WRITE_BYTES);
                 }
             }
         }

@@ -832,8 +832,11 @@ mod tests {
             .unwrap();
         el.flush().unwrap();
         assert!(!el.active.lock().as_ref().unwrap().is_direct());
-        el.append([(1u64, 3u64, &[4u8; 10][..])], &mut locs)
+        // Back to the page cache's write size (`writeBufferSizeBytes`, 4096 here): a record
+        // past it is written at once, without waiting for the 1 MiB of a direct write.
+        el.append([(1u64, 3u64, &[4u8; 5000][..])], &mut locs)
             .unwrap();
+        assert!(el.active.lock().as_ref().unwrap().buf.is_empty());
         el.flush().unwrap();
         for (i, (at, fill)) in locs.iter().zip([1u8, 2, 3, 4]).enumerate() {
             let got = el.read(1, i as u64, *at).unwrap();
