@@ -886,19 +886,25 @@ impl LedgerStorage {
             if !fits(&items, len) {
                 break;
             }
-            let seg = match &found {
-                Found::Indexed(_, seg) => Some(seg.clone()),
+            let walk = match &found {
+                Found::Indexed(at, seg) => Some((at.log_id(), seg.clone())),
                 _ => None,
             };
             items.push((entry, found));
             next = entry.checked_add(stride);
-            let Some(seg) = seg else { continue };
+            let Some((log, seg)) = walk else { continue };
             // The entries that follow were most likely flushed with this one: walk its segment
             // instead of searching every segment for each. (An entry's bytes never change, so a
-            // copy indexed elsewhere too is the same entry.) Stop where the segment has a gap.
+            // copy indexed elsewhere too is the same entry.) Stop where the segment has a gap,
+            // and where it moves on to another entry log: a flush can span two logs, and
+            // compaction may since have moved the second one's entries and deleted it, leaving
+            // this segment's copies there stale (the next search finds where they are now).
             let mut full = false;
             seg.scan_ledger(ledger, entry.saturating_add(1), cache, &mut |e| {
                 let Some(want) = next else { return false };
+                if e.at.log_id() != log {
+                    return false;
+                }
                 if e.entry < want {
                     return true; // a strided read steps over the other write-set positions
                 }
