@@ -575,13 +575,20 @@ impl LedgerStorage {
     /// entry log brings the ledger's following entries along in the same I/O (read-ahead).
     pub fn read_entry(&self, ledger: u64, entry: u64) -> Result<Bytes> {
         self.inner.check_open()?;
-        let read = self.timed_read(
-            || self.locate(ledger, entry),
-            |(entry, found)| match found {
-                Found::Cached(data) => Ok(data),
-                Found::At(at) => self.inner.shared.entrylog.read(ledger, entry, at),
-                Found::Indexed(at, seg) => self.read_with_read_ahead(ledger, entry, at, &seg),
+        let read = self.again_if_a_log_was_removed(
+            || {
+                self.timed_read(
+                    || self.locate(ledger, entry),
+                    |(entry, found)| match found {
+                        Found::Cached(data) => Ok(data),
+                        Found::At(at) => self.inner.shared.entrylog.read(ledger, entry, at),
+                        Found::Indexed(at, seg) => {
+                            self.read_with_read_ahead(ledger, entry, at, &seg)
+                        }
+                    },
+                )
             },
+            |read| matches!(read, Err(StorageError::Corruption(_))),
         );
         match &read {
             Ok(data) => self.count_read(std::slice::from_ref(data)),
@@ -589,6 +596,27 @@ impl LedgerStorage {
             Err(_) => {}
         }
         read
+    }
+
+    /// Runs `read` again (up to twice more) while it fails as `failed` says and an entry log was
+    /// removed meanwhile: compaction moves a log's entries, points the index at the copies and
+    /// removes the log, so a read that found an entry in the index just before can find its log
+    /// gone. Looking again finds the copy; a failure with no log removed is the read's answer.
+    fn again_if_a_log_was_removed<T>(
+        &self,
+        read: impl Fn() -> T,
+        failed: impl Fn(&T) -> bool,
+    ) -> T {
+        let entrylog = &self.inner.shared.entrylog;
+        let mut attempts = 0;
+        loop {
+            let removals = entrylog.removals();
+            let result = read();
+            attempts += 1;
+            if attempts == 3 || !failed(&result) || entrylog.removals() == removals {
+                return result;
+            }
+        }
     }
 
     /// Runs a read in its two steps, finding locations in the index and reading the entry
@@ -724,26 +752,45 @@ impl LedgerStorage {
     /// entry ends the batch early instead of failing it.
     pub fn read_range(&self, ledger: u64, first: u64, limits: RangeLimits) -> Result<Vec<Bytes>> {
         self.inner.check_open()?;
-        let result = self.timed_read(
-            || self.locate_range(ledger, first, limits),
-            |items| {
-                if let Some((last, Found::At(_) | Found::Indexed(..))) = items.last() {
-                    self.prefetch(ledger, *last, since_of(&self.inner.shared, ledger));
-                }
-                let (entries, err) = self.read_found(ledger, items);
-                if let Some(StorageError::Corruption(what)) = &err {
-                    self.inner.stats.note_corruption(what);
-                }
-                match err {
-                    Some(e) if entries.is_empty() => Err(e),
-                    Some(e) => {
-                        log::warn!("batch read of ledger {ledger} cut short: {e}");
-                        Ok(entries)
-                    }
-                    None => Ok(entries),
-                }
+        // Ok((entries, the failure that ended them early)); Err when not even the first was read.
+        let read = self.again_if_a_log_was_removed(
+            || {
+                self.timed_read(
+                    || self.locate_range(ledger, first, limits),
+                    |items| {
+                        if let Some((last, Found::At(_) | Found::Indexed(..))) = items.last() {
+                            self.prefetch(ledger, *last, since_of(&self.inner.shared, ledger));
+                        }
+                        match self.read_found(ledger, items) {
+                            (entries, Some(e)) if entries.is_empty() => Err(e),
+                            read => Ok(read),
+                        }
+                    },
+                )
+            },
+            |read| {
+                matches!(
+                    read,
+                    Err(StorageError::Corruption(_)) | Ok((_, Some(StorageError::Corruption(_))))
+                )
             },
         );
+        let result = match read {
+            Ok((entries, None)) => Ok(entries),
+            Ok((entries, Some(e))) => {
+                if let StorageError::Corruption(what) = &e {
+                    self.inner.stats.note_corruption(what);
+                }
+                log::warn!("batch read of ledger {ledger} cut short: {e}");
+                Ok(entries)
+            }
+            Err(e) => {
+                if let StorageError::Corruption(what) = &e {
+                    self.inner.stats.note_corruption(what);
+                }
+                Err(e)
+            }
+        };
         if let Ok(entries) = &result {
             self.count_read(entries);
         }

@@ -14,7 +14,7 @@ mod moves;
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -94,6 +94,9 @@ pub struct EntryLogger {
     logs: RwLock<HashMap<u32, Place>>,
     /// Logs held by a move, a garbage collection or a compaction.
     pinned: Mutex<HashSet<u32>>,
+    /// Logs removed so far (compaction, garbage collection): a read whose log vanished between
+    /// finding an entry's location and reading it sees this change and looks again.
+    removals: AtomicU64,
     pub rollovers: Counter,
     /// Entry data appended to logs.
     pub written_bytes: Counter,
@@ -143,6 +146,7 @@ impl EntryLogger {
             files: RwLock::new(HashMap::new()),
             logs: RwLock::new(logs),
             pinned: Mutex::new(HashSet::new()),
+            removals: AtomicU64::new(0),
             rollovers: Counter::default(),
             written_bytes: Counter::default(),
         })
@@ -425,6 +429,7 @@ impl EntryLogger {
             files.remove(&id);
             self.logs.write().remove(&id)
         };
+        self.removals.fetch_add(1, Ordering::AcqRel);
         // A log whose seal failed holds no live entry if it is being removed: stop retrying it.
         self.unsealed.lock().retain(|l| l.id != id);
         let name = log_name(id);
@@ -435,6 +440,11 @@ impl EntryLogger {
         let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
         fs::remove_file(&path)?;
         Ok(size)
+    }
+
+    /// How many logs have been removed since the logger opened (see `removals`).
+    pub fn removals(&self) -> u64 {
+        self.removals.load(Ordering::Acquire)
     }
 
     /// Where sealed log `id` is, if it exists.
