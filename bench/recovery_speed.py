@@ -18,7 +18,7 @@ replication workers), less the time the same shell takes to start and list the b
 rests on a few dozen slow adds and moves a lot from run to run on a shared machine.
 
     python bench/recovery_speed.py [--megabytes 512] [--entry-size 65536] [--ledgers 64] [--java]
-        [--rate-mb MB] [--rounds N] [--cold]
+        [--rate-mb MB] [--parallel N] [--rounds N] [--cold]
 """
 
 from __future__ import annotations
@@ -262,7 +262,8 @@ def run_in(
                 )
                 healed_ledgers, copied = affected, None
             else:
-                report = recover_bookies(bk, [victim], RecoveryOptions(rate_bytes_per_s=rate))
+                options = RecoveryOptions(rate_bytes_per_s=rate, parallel_ledgers=args.parallel)
+                report = recover_bookies(bk, [victim], options)
                 seconds, ok = report.seconds, report.ok
                 healed_ledgers, copied = len(report.healed), report.bytes_copied
         finally:
@@ -313,6 +314,9 @@ def main() -> int:
     parser.add_argument("--entry-size", type=int, default=64 << 10)
     parser.add_argument("--ledgers", type=int, default=64)
     parser.add_argument("--rate-mb", type=float, default=None, help="replicationRateByBytes")
+    parser.add_argument(
+        "--parallel", type=int, default=4, help="ledgers copied at once (shell recover's -p)"
+    )
     parser.add_argument(
         "--java",
         action="store_true",

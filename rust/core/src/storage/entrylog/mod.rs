@@ -424,12 +424,14 @@ impl EntryLogger {
                 log_name(id)
             )));
         }
+        // Counted before the log leaves the maps: a read that fails to find it has then seen
+        // the count change (and looks again), whenever it read the count before.
+        self.removals.fetch_add(1, Ordering::AcqRel);
         let place = {
             let mut files = self.files.write();
             files.remove(&id);
             self.logs.write().remove(&id)
         };
-        self.removals.fetch_add(1, Ordering::AcqRel);
         // A log whose seal failed holds no live entry if it is being removed: stop retrying it.
         self.unsealed.lock().retain(|l| l.id != id);
         let name = log_name(id);
