@@ -775,21 +775,17 @@ impl LedgerStorage {
                 )
             },
         );
-        let result = match read {
-            Ok((entries, None)) => Ok(entries),
-            Ok((entries, Some(e))) => {
-                if let StorageError::Corruption(what) = &e {
-                    self.inner.stats.note_corruption(what);
-                }
+        let (entries, err) = read.unwrap_or_else(|e| (Vec::new(), Some(e)));
+        if let Some(StorageError::Corruption(what)) = &err {
+            self.inner.stats.note_corruption(what);
+        }
+        let result = match err {
+            Some(e) if entries.is_empty() => Err(e),
+            Some(e) => {
                 log::warn!("batch read of ledger {ledger} cut short: {e}");
                 Ok(entries)
             }
-            Err(e) => {
-                if let StorageError::Corruption(what) = &e {
-                    self.inner.stats.note_corruption(what);
-                }
-                Err(e)
-            }
+            None => Ok(entries),
         };
         if let Ok(entries) = &result {
             self.count_read(entries);
