@@ -14,6 +14,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from kazoo.client import KazooClient
+from kazoo.handlers.threading import KazooTimeoutError
 
 ZOOKEEPER_JARS = [
     Path("/etc/zookeeper/conf"),
@@ -27,6 +29,24 @@ def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def _session_opens(port: int, timeout_s: float) -> bool:
+    """Whether a client session can be created within ``timeout_s``.
+
+    ``ruok`` is answered as soon as the server listens, before it serves sessions; on a busy
+    machine the first session of a JVM just started took over 10 s (a test then failed in its
+    set-up with the product's default ``zkTimeout``), so the server is ready only once one opens.
+    """
+    client = KazooClient(hosts=f"127.0.0.1:{port}", timeout=timeout_s)
+    try:
+        client.start(timeout=timeout_s)
+        return True
+    except KazooTimeoutError:
+        return False
+    finally:
+        client.stop()
+        client.close()
 
 
 def _ruok(port: int) -> bool:
@@ -82,7 +102,7 @@ def run_zookeeper(workdir: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]
         process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        while not _ruok(port):
+        while not (_ruok(port) and _session_opens(port, max(1.0, deadline - time.monotonic()))):
             if process.poll() is not None or time.monotonic() > deadline:
                 tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:])
                 pytest.fail(f"ZooKeeper did not start (log {log}):\n{tail}", pytrace=False)
