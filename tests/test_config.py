@@ -474,6 +474,7 @@ def test_storage_settings_carry_every_storage_key_and_no_server_key() -> None:
         "journalPageCacheFlushIntervalMSec",
         "skipReplayJournalInvalidRecord",
         "journalRemoveFromPageCache",
+        "journalDirectIO",
         "isForceGCAllowWhenNoSpace",
         "logSizeLimit",
         "writeBufferSizeBytes",

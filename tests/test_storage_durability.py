@@ -118,8 +118,13 @@ def crash_writer_spec(config: dict[str, Any], seed: int) -> dict[str, Any]:
     }
 
 
-def test_acknowledged_entries_survive_repeated_kill_9(tmp_path: Path) -> None:
-    config = crash_config(tmp_path / "bookie")
+@pytest.mark.parametrize("journal_direct_io", [True, False], ids=["direct", "page-cache"])
+def test_acknowledged_entries_survive_repeated_kill_9(
+    tmp_path: Path, journal_direct_io: bool
+) -> None:
+    """Kills land anywhere in a journal write: a direct write rewrites the partial last block
+    (journalDirectIO, the default) and a page-cache write leaves it to writeback."""
+    config = crash_config(tmp_path / "bookie") | {"journalDirectIO": journal_direct_io}
     rng = random.Random(SEED)
     acked: dict[int, set[int]] = {ledger: set() for ledger in LEDGERS}
     for round_no in range(ROUNDS):

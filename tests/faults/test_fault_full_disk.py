@@ -46,10 +46,13 @@ def wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> None
 def test_a_journal_write_failing_with_enospc_is_held_and_retried_once_space_returns(
     tmp_path: Path,
 ) -> None:
+    """Through the page cache (journalDirectIO=false) the journal thread writes each group and
+    holds one whose write failed until it can write it again."""
     keys = {
         "journalDirectories": str(tmp_path / "journal"),
         "ledgerDirectories": str(tmp_path / "ledgers"),
         "journalPreAllocSizeMB": 0,
+        "journalDirectIO": False,
         "flushInterval": 0,
     }
     storage = open_ledger_storage(**keys)
@@ -88,20 +91,32 @@ def test_a_journal_write_failing_with_enospc_is_held_and_retried_once_space_retu
         reopened.close()
 
 
+@pytest.mark.parametrize(
+    ("journal_direct_io", "op", "err", "message"),
+    [
+        (True, "sync", errno.EIO, "Input/output error"),
+        (False, "sync", errno.EIO, "Input/output error"),
+        # With journalDirectIO (the default) the sync thread writes the group before it syncs
+        # it, and a failed write is a failed sync.
+        (True, "write", errno.ENOSPC, "No space left on device"),
+    ],
+    ids=["sync-direct", "sync-page-cache", "write-direct"],
+)
 def test_a_failed_journal_sync_is_never_acknowledged_and_the_journal_moves_on(
-    tmp_path: Path,
+    tmp_path: Path, journal_direct_io: bool, op: str, err: int, message: str
 ) -> None:
     keys = {
         "journalDirectories": str(tmp_path / "journal"),
         "ledgerDirectories": str(tmp_path / "ledgers"),
         "journalPreAllocSizeMB": 0,
+        "journalDirectIO": journal_direct_io,
         "flushInterval": 0,
     }
     storage = open_ledger_storage(**keys)
     storage.add_entry(1, 0, b"before", KEY)
-    fault = inject_disk_fault(str(tmp_path / "journal"), ["sync"], errno=errno.EIO, times=1)
+    fault = inject_disk_fault(str(tmp_path / "journal"), [op], errno=err, times=1)
     try:
-        with pytest.raises(errors.BookieException, match="Input/output error"):
+        with pytest.raises(errors.BookieException, match=message):
             storage.add_entry(1, 1, b"unsynced", KEY)
     finally:
         remove_disk_fault(fault)

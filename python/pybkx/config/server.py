@@ -256,6 +256,11 @@ class ServerConfig(KeyedConfig):
         "journalRemoveFromPageCache", True, boolean, storage=True
     )
     """Drop synced journal pages from the page cache (8 MiB behind the synced end)."""
+    journal_direct_io: bool = setting("journalDirectIO", True, boolean, storage=True)
+    """Write journal files with direct I/O (``O_DIRECT``) where the file system allows it:
+    records go from the journal's buffer to the disk without a copy into the page cache, and
+    ``journalRemoveFromPageCache`` has nothing to drop. pybkx's key (BookKeeper's journal always
+    writes through the page cache); the journal's format is the same either way."""
 
     # --- entry logs and checkpoints
     log_size_limit_bytes: int = setting(

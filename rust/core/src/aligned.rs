@@ -37,6 +37,11 @@ impl AlignedBuf {
         self.len
     }
 
+    /// Bytes it holds before it must grow.
+    pub fn capacity(&self) -> usize {
+        self.cap
+    }
+
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
@@ -83,6 +88,35 @@ impl AlignedBuf {
 
     pub fn clear(&mut self) {
         self.len = 0;
+    }
+
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: `ptr` is valid for `cap >= len` bytes, of which the first `len` are written;
+        // `&mut self` makes the borrow exclusive.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+
+    /// Keeps the first `len` bytes (no-op if there are fewer).
+    pub fn truncate(&mut self, len: usize) {
+        self.len = self.len.min(len);
+    }
+
+    /// Makes the buffer `len` bytes long: cut, or extended with zeros.
+    pub fn resize_zeroed(&mut self, len: usize) {
+        if len <= self.len {
+            self.len = len;
+            return;
+        }
+        let extra = len - self.len;
+        self.reserve(extra);
+        // SAFETY: `reserve` made `cap - len >= extra`.
+        unsafe { std::ptr::write_bytes(self.ptr.as_ptr().add(self.len), 0, extra) };
+        self.len = len;
+    }
+
+    /// Extends the buffer with zeros to the next multiple of `unit` bytes.
+    pub fn pad_to(&mut self, unit: usize) {
+        self.resize_zeroed(self.len.div_ceil(unit) * unit);
     }
 
     fn layout(cap: usize) -> Layout {
@@ -158,5 +192,25 @@ mod tests {
         assert_eq!(buf.as_slice(), b"again");
         buf.clear();
         assert_eq!(buf.len(), 0);
+    }
+
+    #[test]
+    fn padding_and_resizing_fill_with_zeros() {
+        let mut buf = AlignedBuf::with_capacity(0);
+        buf.extend_from_slice(&[7u8; 10]);
+        buf.pad_to(DIRECT_ALIGN);
+        assert_eq!(buf.len(), DIRECT_ALIGN);
+        assert_eq!(&buf.as_slice()[..10], &[7u8; 10]);
+        assert!(buf.as_slice()[10..].iter().all(|b| *b == 0));
+        buf.pad_to(DIRECT_ALIGN);
+        assert_eq!(buf.len(), DIRECT_ALIGN);
+        buf.truncate(10);
+        buf.as_mut_slice()[9] = 1;
+        buf.resize_zeroed(3 * DIRECT_ALIGN + 1);
+        assert_eq!(buf.len(), 3 * DIRECT_ALIGN + 1);
+        assert_eq!(buf.as_slice()[9], 1);
+        assert!(buf.as_slice()[10..].iter().all(|b| *b == 0));
+        buf.resize_zeroed(4);
+        assert_eq!(buf.as_slice(), &[7u8; 4]);
     }
 }

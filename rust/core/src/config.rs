@@ -33,6 +33,9 @@ pub struct JournalConfig {
     pub skip_replay_invalid_record: bool,
     /// `journalRemoveFromPageCache`: drop synced journal pages from the page cache.
     pub remove_from_page_cache: bool,
+    /// `journalDirectIO` (pybkx's): journal files are written with `O_DIRECT` (no copy into the
+    /// page cache) where the file system allows it.
+    pub direct_io: bool,
 }
 
 /// Everything `LedgerStorage::open` needs.

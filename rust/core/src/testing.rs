@@ -24,6 +24,7 @@ pub fn journal_config() -> JournalConfig {
         page_cache_flush_interval: Duration::from_millis(1000),
         skip_replay_invalid_record: false,
         remove_from_page_cache: true,
+        direct_io: true,
     }
 }
 

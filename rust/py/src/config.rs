@@ -45,6 +45,8 @@ struct StorageAttrs {
     skip_replay_invalid_record: bool,
     #[pyo3(attribute("journal_remove_from_page_cache"))]
     remove_from_page_cache: bool,
+    #[pyo3(attribute("journal_direct_io"))]
+    journal_direct_io: bool,
     #[pyo3(attribute("log_size_limit_bytes"))]
     log_size_limit: u64,
     #[pyo3(attribute("write_buffer_size_bytes"))]
@@ -124,6 +126,7 @@ pub(crate) fn storage_config(obj: &Bound<'_, PyAny>) -> PyResult<StorageConfig> 
             page_cache_flush_interval: Duration::from_millis(a.page_cache_flush_interval_ms),
             skip_replay_invalid_record: a.skip_replay_invalid_record,
             remove_from_page_cache: a.remove_from_page_cache,
+            direct_io: a.journal_direct_io,
         },
         log_size_limit: a.log_size_limit,
         entry_log_write_buffer: a.entry_log_write_buffer,

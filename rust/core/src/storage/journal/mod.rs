@@ -240,6 +240,8 @@ const RETRY_INTERVAL: std::time::Duration = std::time::Duration::from_millis(250
 struct Group {
     file: Arc<JournalFile>,
     end: u64,
+    /// Direct mode: the group's records, for the sync thread to write before it syncs.
+    chunks: Vec<file::Chunk>,
     ops: Vec<JournalOp>,
     dones: Vec<Completion>,
     /// Per completion: when its request was enqueued, and whether it is an entry.
@@ -267,7 +269,13 @@ impl Journal {
             // As in BookKeeper: with no group wait, the only flush trigger left is an empty queue.
             cfg.flush_when_queue_empty = true;
         }
-        let file = OpenJournal::create(&dir, first_file_id, cfg.prealloc_size)?;
+        let file = OpenJournal::create(
+            &dir,
+            first_file_id,
+            cfg.prealloc_size,
+            cfg.direct_io,
+            cfg.write_buffer_size,
+        )?;
         let (tx, rx) = bounded(cfg.queue_size);
         let (to_sync, sync_rx) = bounded(MAX_GROUPS_IN_FLIGHT);
         let stats = Arc::new(JournalStats::default());
@@ -290,7 +298,6 @@ impl Journal {
             .ctx(|| "spawning journal sync thread".to_string())?;
         let writer = Writer {
             dir: dir.clone(),
-            buf: Vec::with_capacity(cfg.write_buffer_size + (64 << 10)),
             cfg,
             rx,
             to_sync: Some(to_sync),
@@ -298,6 +305,7 @@ impl Journal {
             failure,
             stats: stats.clone(),
             file,
+            chunks: Vec::new(),
             ops: Vec::new(),
             dones: Vec::new(),
             enqueued: Vec::new(),
@@ -502,6 +510,86 @@ mod tests {
             j.remove_old_files(mark_after_9.file_id, 0).unwrap(),
             (mark_after_9.file_id - 1) as usize
         );
+    }
+
+    /// Entries of sizes that end groups anywhere in a block, with writes that fail (a full
+    /// disk) now and then: every acknowledged entry replays with its bytes, in order. Through
+    /// the page cache a failed write is held and written again, so every entry is acknowledged;
+    /// in direct mode (the sync thread writes, each write rewriting the partial last block) it
+    /// fails its groups, as a failed sync does, and the journal goes on in a new file.
+    fn acknowledged_entries_replay_after_failed_writes(direct_io: bool) {
+        let dir = tempfile::tempdir().unwrap();
+        let applier = Arc::new(Collect::default());
+        let c = JournalConfig {
+            direct_io,
+            max_file_size: 256 << 10,
+            ..crate::testing::journal_config()
+        };
+        let j = Journal::start(0, dir.path().into(), c, 1, applier.clone()).unwrap();
+        let data = |e: u64| vec![(e % 251) as u8; 1 + (e as usize * 7919) % 20_000];
+        let mut acked = Vec::new();
+        let mut refused = 0;
+        for e in 0..120u64 {
+            let fault = (e % 40 == 17).then(|| {
+                fs::inject_fault(fs::Fault {
+                    path_prefix: dir.path().to_path_buf(),
+                    ops: vec![fs::Op::Write],
+                    action: fs::FaultAction::Fail(libc::ENOSPC),
+                    times: Some(1),
+                })
+            });
+            // A few at once, so groups hold several entries.
+            let ids: Vec<u64> = (0..3).map(|k| e * 3 + k).collect();
+            let waits: Vec<_> = ids.iter().map(|id| add(&j, 5, *id, &data(*id))).collect();
+            let refused_before = refused;
+            for (id, w) in ids.into_iter().zip(waits) {
+                match w.recv_timeout(Duration::from_secs(10)).unwrap() {
+                    Ok(()) => acked.push(id),
+                    Err(_) => refused += 1,
+                }
+            }
+            if let Some(id) = fault {
+                fs::remove_fault(id);
+            }
+            if refused > refused_before {
+                // Refused while the journal moves to a new file (a retry interval at most).
+                std::thread::sleep(RETRY_INTERVAL * 2);
+            }
+        }
+        j.shutdown();
+        assert!(
+            j.stats.failures.get() >= 3,
+            "the injected write failures happened"
+        );
+        assert!(j.stats.rollovers.get() > 2, "groups crossed journal files");
+        if direct_io {
+            assert!(refused > 0, "failed direct writes fail their groups");
+        } else {
+            assert_eq!(refused, 0, "failed page-cache writes are held and retried");
+        }
+        assert!(acked.len() > 300, "{} acknowledged", acked.len());
+        let mut seen = Vec::new();
+        replay(dir.path(), Mark::default(), false, |ops, _| {
+            for op in ops {
+                if let JournalOp::Entry { entry, data: d, .. } = op {
+                    assert_eq!(d[..], data(*entry)[..], "entry {entry}");
+                    seen.push(*entry);
+                }
+            }
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(seen, acked);
+    }
+
+    #[test]
+    fn acknowledged_entries_replay_after_failed_writes_direct() {
+        acknowledged_entries_replay_after_failed_writes(true);
+    }
+
+    #[test]
+    fn acknowledged_entries_replay_after_failed_writes_page_cache() {
+        acknowledged_entries_replay_after_failed_writes(false);
     }
 
     #[test]

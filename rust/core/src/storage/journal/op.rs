@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use crate::record::{append_record, append_record_with_crc, be_u64, crc_of};
+use crate::record::{append_record, append_record_with_crc, be_u64, crc_of, RecordSink};
 
 const KIND_KEY: u8 = 1;
 const KIND_ENTRY: u8 = 2;
@@ -70,8 +70,7 @@ impl JournalOp {
         }
     }
 
-    pub(super) fn encode(&self, out: &mut Vec<u8>) {
-        let before = out.len();
+    pub(super) fn encode(&self, out: &mut impl RecordSink) {
         match self {
             JournalOp::Key { ledger, key } => {
                 append_record(out, &[&ledger.to_be_bytes(), key, &[KIND_KEY]])
@@ -101,7 +100,6 @@ impl JournalOp {
                 append_record(out, &[&ledger.to_be_bytes(), &[KIND_DELETE]])
             }
         }
-        debug_assert!(out.len() > before);
     }
 
     /// Decodes a record body of journal format `version` (1: kind first, 2: kind last).

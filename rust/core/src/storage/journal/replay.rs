@@ -142,6 +142,12 @@ pub fn scan_file(path: &Path) -> Result<(Vec<RecordInfo>, u64, String)> {
         .ctx(|| format!("reading the header of {}", path.display()))?;
     check_file_header(&header, JOURNAL_MAGIC, JOURNAL_VERSION, "journal")?;
     let version = be_u32(&header[8..12]);
+    // A tool may scan the journal a bookie is writing with direct I/O, which rewrites the last
+    // partial block; a page this read caches while such a write is in flight could keep the
+    // old bytes for the next replay to read, so the scan leaves none of its pages behind.
+    let pages = file
+        .try_clone()
+        .ctx(|| format!("opening {} again", path.display()))?;
     let mut reader = RecordReader::new(file, FILE_HEADER_LEN as u64, path.display().to_string());
     let mut out = Vec::new();
     let reason = loop {
@@ -167,5 +173,6 @@ pub fn scan_file(path: &Path) -> Result<(Vec<RecordInfo>, u64, String)> {
             Err(ScanEnd::Torn(why)) => break why,
         }
     };
+    fs::advise_dont_need(&pages, 0, 0);
     Ok((out, reader.offset(), reason))
 }

@@ -1,5 +1,6 @@
-//! The force-write thread: syncs written groups (once for all that are ready), applies them to
-//! entry logs and index in order, then completes their callers. It never forms groups.
+//! The force-write thread: writes the groups handed over for direct writes, syncs (once for all
+//! that are ready), applies them to entry logs and index in order, then completes their callers.
+//! It never forms groups.
 
 use std::sync::Arc;
 
@@ -68,7 +69,7 @@ impl Syncer {
         // Groups of a file whose sync failed are never acknowledged, even if a later sync of the
         // same file succeeds: after a failed fsync the kernel may have dropped their pages.
         let poisoned = self.failure.poisoned_file();
-        let (dead, live): (Vec<Group>, Vec<Group>) = groups
+        let (dead, mut live): (Vec<Group>, Vec<Group>) = groups
             .into_iter()
             .partition(|g| poisoned.is_some_and(|p| g.file.id <= p));
         if !dead.is_empty() {
@@ -81,18 +82,21 @@ impl Syncer {
         let Some(last) = live.last() else {
             return;
         };
-        if let Err(e) = self.make_durable(&live) {
-            log::error!("journal {}: {e}", self.index);
-            self.stats.failures.inc();
-            let newest = live.iter().map(|g| g.file.id).max().unwrap_or(last.file.id);
-            self.failure.set_sync_failed(newest, e.clone());
-            self.fail(live, &e);
-            return;
-        }
         let mark = Mark {
             file_id: last.file.id,
             offset: last.end,
         };
+        let newest = live.iter().map(|g| g.file.id).max().unwrap_or(mark.file_id);
+        let made_durable = self
+            .write_chunks(&mut live)
+            .and_then(|_| self.make_durable(&live));
+        if let Err(e) = made_durable {
+            log::error!("journal {}: {e}", self.index);
+            self.stats.failures.inc();
+            self.failure.set_sync_failed(newest, e.clone());
+            self.fail(live, &e);
+            return;
+        }
         let mut ops = Vec::with_capacity(live.iter().map(|g| g.ops.len()).sum());
         let mut dones = Vec::with_capacity(live.iter().map(|g| g.dones.len()).sum());
         let mut enqueued = Vec::with_capacity(dones.capacity());
@@ -146,6 +150,32 @@ impl Syncer {
             }
         }
         Some(now)
+    }
+
+    /// Direct mode: writes the groups' records, in journal order (a chunk rewrites the partial
+    /// block the one before it ended in). A failed write fails like a failed sync: nothing of the
+    /// file is acknowledged any more and the journal moves to a new file.
+    fn write_chunks(&self, groups: &mut [Group]) -> Result<()> {
+        for g in groups {
+            if g.chunks.is_empty() {
+                continue;
+            }
+            let writing = metrics::start();
+            let mut written = Ok(());
+            for chunk in &mut g.chunks {
+                written = g.file.write_chunk(chunk);
+                if written.is_err() {
+                    break;
+                }
+            }
+            self.stats
+                .flush_latency
+                .record_since(written.is_ok(), writing);
+            written?;
+            // Freed here, once written: the writer allocates a fresh buffer per group.
+            g.chunks.clear();
+        }
+        Ok(())
     }
 
     /// One fdatasync per file for all the groups (several files only around a rollover).

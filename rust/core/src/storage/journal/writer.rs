@@ -1,5 +1,6 @@
 //! The journal thread: takes requests off the bounded queue, forms groups by BookKeeper's rules,
-//! writes each group with as few syscalls as possible and hands it to the sync thread.
+//! encodes each group and hands it to the sync thread, written (through the page cache, with as
+//! few syscalls as possible) or, with `journalDirectIO`, for the sync thread to write.
 //! It never syncs and never acknowledges.
 
 use std::collections::HashSet;
@@ -10,7 +11,7 @@ use std::time::Instant;
 
 use crate::queue::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 
-use super::file::OpenJournal;
+use super::file::{Chunk, OpenJournal};
 use super::{Completion, Failure, Group, JournalOp, JournalStats, Msg, Request, RETRY_INTERVAL};
 use crate::config::JournalConfig;
 use crate::error::StorageError;
@@ -51,7 +52,8 @@ pub(super) struct Writer {
     pub(super) failure: Arc<Failure>,
     pub(super) stats: Arc<JournalStats>,
     pub(super) file: OpenJournal,
-    pub(super) buf: Vec<u8>,
+    /// Direct mode: the current group's records taken so far for the sync thread to write.
+    pub(super) chunks: Vec<Chunk>,
     pub(super) ops: Vec<JournalOp>,
     pub(super) dones: Vec<Completion>,
     /// Per completion of the group: when its request was enqueued, and whether it is an entry.
@@ -211,18 +213,18 @@ impl Writer {
                 self.keyed_epoch = epoch;
             }
         }
-        let before = self.buf.len();
+        let before = self.file.pending();
         let ledger = req.op.ledger();
         if let JournalOp::Delete { .. } = req.op {
             self.keyed.remove(&ledger);
         } else if let Some(key) = req.key {
             if self.keyed.insert(ledger) {
                 let op = JournalOp::Key { ledger, key };
-                op.encode(&mut self.buf);
+                op.encode(self.file.records());
                 self.ops.push(op);
             }
         }
-        req.op.encode(&mut self.buf);
+        req.op.encode(self.file.records());
         let is_entry = if let JournalOp::Entry { data, .. } = &req.op {
             self.entries_since_flush += 1;
             self.stats.write_bytes.add(data.len() as u64);
@@ -230,31 +232,39 @@ impl Writer {
         } else {
             false
         };
-        self.bytes_since_flush += self.buf.len() - before;
+        self.bytes_since_flush += self.file.pending() - before;
         self.ops.push(req.op);
         self.dones.push(req.done);
         self.enqueued.push((req.enqueued, is_entry));
         self.oldest.get_or_insert(req.enqueued);
-        if self.buf.len() >= self.cfg.write_buffer_size {
+        if self.file.pending() >= self.file.write_at(self.cfg.write_buffer_size) {
             self.write_out();
         }
     }
 
     fn write_out(&mut self) {
-        if self.buf.is_empty() {
+        if self.file.pending() == 0 {
             return;
         }
-        if self.failure.get().is_none() {
-            if let Err(e) = self.file.write(&self.buf, self.cfg.prealloc_size) {
-                log::error!(
-                    "journal {}: {e}; holding the group and retrying every {RETRY_INTERVAL:?}",
-                    self.dir.display()
-                );
-                self.stats.failures.inc();
-                self.failure.set(e);
-            }
+        if self.failure.get().is_some() {
+            // The group is held and written again from its ops.
+            self.file.discard_pending();
+            return;
         }
-        self.buf.clear();
+        if self.file.is_direct() {
+            // The sync thread writes it, while the next group forms.
+            self.chunks
+                .extend(self.file.take_chunk(self.cfg.prealloc_size));
+            return;
+        }
+        if let Err(e) = self.file.write_pending(self.cfg.prealloc_size) {
+            log::error!(
+                "journal {}: {e}; holding the group and retrying every {RETRY_INTERVAL:?}",
+                self.dir.display()
+            );
+            self.stats.failures.inc();
+            self.failure.set(e);
+        }
     }
 
     /// Ends the current group: writes it and hands it to the sync thread.
@@ -266,8 +276,11 @@ impl Writer {
         let failed_before = self.failure.get().is_some();
         self.write_out();
         let s = &self.stats;
-        s.flush_latency
-            .record_since(!failed_before && self.failure.get().is_none(), writing);
+        if !self.file.is_direct() {
+            // Direct writes are made and timed by the sync thread.
+            s.flush_latency
+                .record_since(!failed_before && self.failure.get().is_none(), writing);
+        }
         match reason {
             FlushReason::MaxWait => s.flush_max_wait.inc(),
             FlushReason::OutstandingBytes => s.flush_max_outstanding_bytes.inc(),
@@ -295,6 +308,7 @@ impl Writer {
             .is_some_and(|p| p >= self.file.file.id);
         if (self.failure.get().is_some() || poisoned) && !self.failure.is_fatal() {
             // Not written (or written to a file whose sync failed): keep it for a retry.
+            self.chunks.clear();
             self.held = Some(Held {
                 file_id: self.file.file.id,
                 start: self.group_start,
@@ -315,6 +329,7 @@ impl Writer {
         let group = Group {
             file: self.file.file.clone(),
             end: self.file.written,
+            chunks: std::mem::take(&mut self.chunks),
             ops: std::mem::take(&mut self.ops),
             dones: std::mem::take(&mut self.dones),
             enqueued: std::mem::take(&mut self.enqueued),
@@ -347,7 +362,13 @@ impl Writer {
     /// stays valid; the next group tries again.
     fn roll_over(&mut self) -> bool {
         let creating = metrics::start();
-        let created = OpenJournal::create(&self.dir, self.file.file.id + 1, self.cfg.prealloc_size);
+        let created = OpenJournal::create(
+            &self.dir,
+            self.file.file.id + 1,
+            self.cfg.prealloc_size,
+            self.cfg.direct_io,
+            self.cfg.write_buffer_size,
+        );
         self.stats.creation.record_since(created.is_ok(), creating);
         match created {
             Ok(file) => {
@@ -398,7 +419,16 @@ impl Writer {
             .failure
             .poisoned_file()
             .is_some_and(|p| p >= self.file.file.id);
-        if poisoned && !self.roll_over() {
+        // In direct mode chunks of the current file may still wait for the sync thread: a
+        // rewind into it could read back (and write again) a block before its chunk is written,
+        // so the held group goes to a new file (whose only writer is then this retry: no
+        // request is taken while a group is held).
+        let rewind_here = self.file.is_direct()
+            && self
+                .held
+                .as_ref()
+                .is_some_and(|h| h.file_id == self.file.file.id);
+        if (poisoned || rewind_here) && !self.roll_over() {
             return;
         }
         let Some(held) = self.held.take() else {
@@ -410,14 +440,12 @@ impl Writer {
         } else {
             self.file.written
         };
-        let mut buf = Vec::new();
-        for op in &held.ops {
-            op.encode(&mut buf);
-        }
-        let written = self
-            .file
-            .rewind(start)
-            .and_then(|_| self.file.write(&buf, self.cfg.prealloc_size));
+        let written = self.file.rewind(start).and_then(|_| {
+            for op in &held.ops {
+                op.encode(self.file.records());
+            }
+            self.file.write_pending(self.cfg.prealloc_size)
+        });
         if let Err(e) = written {
             log::debug!("journal {}: retry failed: {e}", self.dir.display());
             self.held = Some(held);
@@ -426,6 +454,7 @@ impl Writer {
         let group = Group {
             file: self.file.file.clone(),
             end: self.file.written,
+            chunks: Vec::new(),
             ops: held.ops,
             dones: held.dones,
             enqueued: held.enqueued,
