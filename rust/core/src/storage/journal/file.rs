@@ -60,6 +60,13 @@ pub(super) struct Chunk {
 }
 
 impl JournalFile {
+    /// The `O_DIRECT` descriptor, while the file system takes direct writes.
+    fn direct_writes(&self) -> Option<&File> {
+        self.direct
+            .as_ref()
+            .filter(|_| self.direct_ok.load(Ordering::Relaxed))
+    }
+
     pub(super) fn sync(&self) -> Result<()> {
         fs::fdatasync(&self.file, &self.path)
     }
@@ -67,7 +74,7 @@ impl JournalFile {
     /// Writes `bytes` at `at`: directly (padded with zeros to whole blocks, `at` a block
     /// boundary) while the file system accepts it, else through the page cache.
     fn write_at(&self, bytes: &mut AlignedBuf, at: u64) -> Result<()> {
-        if let (Some(direct), true) = (&self.direct, self.direct_ok.load(Ordering::Relaxed)) {
+        if let Some(direct) = self.direct_writes() {
             let logical = bytes.len();
             bytes.pad_to(DIRECT_ALIGN);
             let result = fs::write_direct_at(direct, &self.path, bytes.as_slice(), at);
@@ -105,7 +112,7 @@ impl JournalFile {
     /// cached push out entry-log pages that reads want (BookKeeper's
     /// `journalRemoveFromPageCache`). Called by the sync thread only.
     pub(super) fn drop_synced_pages(&self, synced_end: u64) {
-        if self.direct.is_some() && self.direct_ok.load(Ordering::Relaxed) {
+        if self.direct_writes().is_some() {
             return; // nothing of it is in the page cache
         }
         let upto = synced_end.saturating_sub(PAGE_CACHE_LAG) & !4095;
@@ -247,7 +254,7 @@ impl OpenJournal {
 
     /// Pending bytes that make a write before the group ends: direct writes each wait for the
     /// device, so they are made at least [`DIRECT_WRITE_BYTES`] large.
-    pub(super) fn write_at(&self, write_buffer: usize) -> usize {
+    pub(super) fn write_threshold(&self, write_buffer: usize) -> usize {
         if self.is_direct() {
             write_buffer.max(DIRECT_WRITE_BYTES)
         } else {

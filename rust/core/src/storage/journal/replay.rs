@@ -151,7 +151,11 @@ pub fn scan_file(path: &Path) -> Result<(Vec<RecordInfo>, u64, String)> {
     let mut reader = RecordReader::new(file, FILE_HEADER_LEN as u64, path.display().to_string());
     let mut out = Vec::new();
     let reason = loop {
-        match reader.next_record()? {
+        let next = reader.next_record();
+        if next.is_err() {
+            fs::advise_dont_need(&pages, 0, 0);
+        }
+        match next? {
             Ok(rec) => {
                 let (offset, size) = (rec.offset, rec.size);
                 match JournalOp::decode(rec.body, version) {

@@ -237,7 +237,7 @@ impl Writer {
         self.dones.push(req.done);
         self.enqueued.push((req.enqueued, is_entry));
         self.oldest.get_or_insert(req.enqueued);
-        if self.file.pending() >= self.file.write_at(self.cfg.write_buffer_size) {
+        if self.file.pending() >= self.file.write_threshold(self.cfg.write_buffer_size) {
             self.write_out();
         }
     }
