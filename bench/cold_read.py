@@ -4,8 +4,10 @@ Writes 101 ledgers interleaved (entry i to ledger i % 101) through one `LedgerSt
 it, drops every file of the storage from the OS page cache (`posix_fadvise(DONTNEED)` on each,
 so the code being timed is not paged out too), then reads one ledger back: by batch reads (as
 the Spark reader and recovery do) and by single reads (read-ahead). The disk's sequential read
-bandwidth is measured in the same rounds by reading one large entry log, equally cold; the ratios
-are taken within each round and their medians reported. With
+bandwidth is measured in the same rounds by reading one large entry log, equally cold, twice: as
+an application reads a file (through the page cache, the kernel reading ahead) and as the device
+serves it (``O_DIRECT``, 4 MiB requests, four at a time); the ratios are taken within each round
+and their medians reported. With
 ``--journal-dir`` the journal goes to another directory (another device, or a tmpfs in a clearly
 labelled run): BookKeeper's advice of a journal apart from the ledger directories.
 Not a test: ``make bench-cold-read``.
@@ -22,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.machine import report_figures
+from bench.machine import disk_read_direct, report_figures
 from pybkx._core import fill_storage
 from pybkx.bookie import open_ledger_storage
 
@@ -57,13 +59,18 @@ def disk_read_mb_s(path: Path) -> float:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--ledgers", type=int, default=101)
-    parser.add_argument("--entries-per-ledger", type=int, default=8000)
+    # 128 MB per ledger (13 GB in all): a read long enough to measure a bandwidth, not the
+    # latency of its first requests.
+    parser.add_argument("--entries-per-ledger", type=int, default=32000)
     parser.add_argument("--payload", type=int, default=4096)
     parser.add_argument("--target", type=int, default=51, help="the ledger read back")
     parser.add_argument("--dir", default=None)
     parser.add_argument("--journal-dir", default=None, help="journal apart (another device)")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--write-cache-mb", type=int, default=None)
+    parser.add_argument(
+        "--direct-reads", action="store_true", help="entryLogDirectReads=true (O_DIRECT reads)"
+    )
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
 
@@ -76,15 +83,21 @@ def main(argv: list[str] | None = None) -> int:
         "journalDirectories": str(journal),
         "ledgerDirectories": str(root / "ledgers"),
         "journalPreAllocSizeMB": 64,
+        # Journal files kept after checkpoints (journalMaxBackups of them) stay small, so that
+        # the 13 GB fill fits a tmpfs journal.
+        "journalMaxSizeMB": 256,
     }
     if args.write_cache_mb:
         cfg["dbStorage_writeCacheMaxSizeMb"] = args.write_cache_mb
+    if args.direct_reads:
+        cfg["entryLogDirectReads"] = True
     out: dict[str, Any] = {
         "ledgers": args.ledgers,
         "entries_per_ledger": args.entries_per_ledger,
         "payload": args.payload,
         "layout": f"journal apart, in {args.journal_dir}" if args.journal_dir else "one disk",
         "write_cache_mb": args.write_cache_mb or 64,
+        "entry_log_direct_reads": args.direct_reads,
     }
     try:
         storage = open_ledger_storage(**cfg)
@@ -119,23 +132,35 @@ def main(argv: list[str] | None = None) -> int:
             drop_cache(root)
             return disk_read_mb_s(logs[-1])
 
+        def read_disk_direct() -> float:
+            drop_cache(root)
+            return disk_read_direct(logs[-1])
+
+        readers = {
+            "disk": read_disk,
+            "disk_direct": read_disk_direct,
+            "batch": lambda: read_ledger("batch"),
+            "single": lambda: read_ledger("single"),
+        }
+
         # This machine's disk serves bursts far faster than it sustains (1 to 2.2 GB/s within
         # a minute): each round measures the disk and both reads back to back, in an order that
         # alternates, and the ratios are taken within a round.
         rounds = []
         for r in range(args.rounds):
             figures: dict[str, float] = {}
-            order = ["disk", "batch", "single"] if r % 2 == 0 else ["batch", "single", "disk"]
+            order = list(readers) if r % 2 == 0 else list(reversed(readers))
             for what in order:
-                figures[what] = read_disk() if what == "disk" else read_ledger(what)
+                figures[what] = readers[what]()
             rounds.append({k: round(v, 1) for k, v in figures.items()})
         out["rounds"] = rounds
-        for what in ("disk", "batch", "single"):
+        for what in readers:
             out[f"median_{what}_mb_s"] = round(statistics.median(f[what] for f in rounds), 1)
         for mode in ("batch", "single"):
-            out[f"{mode}_vs_disk"] = round(
-                statistics.median(f[mode] / f["disk"] for f in rounds), 2
-            )
+            for disk in ("disk", "disk_direct"):
+                out[f"{mode}_vs_{disk}"] = round(
+                    statistics.median(f[mode] / f[disk] for f in rounds), 2
+                )
     finally:
         if not args.dir:
             shutil.rmtree(base, ignore_errors=True)
