@@ -479,6 +479,7 @@ def test_storage_settings_carry_every_storage_key_and_no_server_key() -> None:
         "logSizeLimit",
         "writeBufferSizeBytes",
         "dbStorage_directIOEntryLogger",
+        "entryLogDirectReads",
         "flushInterval",
         "dbStorage_writeCacheMaxSizeMb",
         "dbStorage_rocksDB_blockCacheSize",

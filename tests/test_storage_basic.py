@@ -431,6 +431,41 @@ def test_the_journal_is_written_with_direct_io_or_the_page_cache_as_configured(
         assert storage.read_entry(LEDGER, e) == payload(LEDGER, e)
 
 
+@pytest.mark.parametrize("direct_reads", [True, False])
+def test_entry_logs_are_read_directly_or_through_the_page_cache_as_configured(
+    tmp_path: Path, open_storage: OpenStorage, direct_reads: bool
+) -> None:
+    """entryLogDirectReads: a scan's large reads (batch reads, read-ahead runs) leave nothing of
+    the entry log in the page cache, and return the same bytes as the page cache does; without
+    the key the pages read stay cached."""
+    if direct_reads and not _takes_direct_io(tmp_path):
+        pytest.skip(f"the file system of {tmp_path} refuses O_DIRECT (reads fall back)")
+    config = storage_config(tmp_path, entryLogDirectReads=direct_reads)
+    entries = range(300)  # up to 4 KiB each, about 600 KB
+    with open_storage(config) as storage:
+        add_range(storage, LEDGER, entries)
+        storage.checkpoint()
+    (log,) = (p for p in (tmp_path / "ledgers0" / "current").glob("*.log") if p.stem != "index")
+    fd = os.open(log, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+    with open_ledger_storage(**config) as storage:
+        got = []
+        while len(got) < len(entries):
+            got.extend(storage.read_range(LEDGER, len(got), 64, 1 << 30))
+        assert got == [payload(LEDGER, e) for e in entries]
+        for e in entries:
+            assert storage.read_entry(LEDGER, e) == payload(LEDGER, e)
+        resident = _resident_bytes(log)
+    if direct_reads:
+        # The file's header, and small reads' pages, if any.
+        assert resident <= 64 * 1024, resident
+    else:
+        assert resident >= 400_000, resident
+
+
 def test_stats_counts_journal_work(storage: LedgerStorage) -> None:
     before = storage.stats()
     for key in (

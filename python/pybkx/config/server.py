@@ -273,6 +273,13 @@ class ServerConfig(KeyedConfig):
     """Write entry logs with direct I/O (``O_DIRECT``) where the file system allows it: entry data
     goes from the write cache's flush buffer to the disk without a copy into the page cache.
     BookKeeper's key; pybkx's default is on, and its entry-log format is the same either way."""
+    entry_log_direct_reads: bool = setting("entryLogDirectReads", False, boolean, storage=True)
+    """Read entry logs with direct I/O (``O_DIRECT``) for reads of 128 KiB or more (a batch read,
+    a read-ahead's run): no page allocation and no copy out of the page cache, so a scan of cold
+    ledgers runs faster on less CPU, but a scan read again comes from the disk, not the page
+    cache, and on a bookie whose journal shares the disk the reads' longer waits showed in
+    co-located adds' p99 (docs/performance.md). pybkx's key, off by default (BookKeeper's direct
+    entry logger reads directly whenever it writes directly)."""
     flush_interval_ms: int = setting("flushInterval", 10_000, integer(0), storage=True)
     gc_wait_time_ms: int = setting("gcWaitTime", 600_000, integer(0), storage=True)
     gc_overreplicated_ledger_wait_time_ms: int = setting(

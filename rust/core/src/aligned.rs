@@ -119,6 +119,43 @@ impl AlignedBuf {
         self.resize_zeroed(self.len.div_ceil(unit) * unit);
     }
 
+    /// Appends up to `len` bytes read from `file` at `offset` with one `pread`, straight into
+    /// the buffer's memory (no zeroing first); returns how many were read (0 at the end of the
+    /// file). With a descriptor opened `O_DIRECT`, the caller keeps `offset`, `len` and the
+    /// buffer's length multiples of [`DIRECT_ALIGN`].
+    pub fn read_at(
+        &mut self,
+        file: &std::fs::File,
+        offset: u64,
+        len: usize,
+    ) -> std::io::Result<usize> {
+        use std::os::fd::AsRawFd;
+        self.reserve(len);
+        let offset = libc::off_t::try_from(offset)
+            .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+        loop {
+            // SAFETY: `reserve` made `cap - len >= len` bytes writable past the written ones;
+            // the kernel writes at most `len` bytes there and the descriptor stays open.
+            let n = unsafe {
+                libc::pread(
+                    file.as_raw_fd(),
+                    self.ptr.as_ptr().add(self.len).cast(),
+                    len,
+                    offset,
+                )
+            };
+            if n >= 0 {
+                // `n <= len`: those bytes are now written.
+                self.len += n as usize;
+                return Ok(n as usize);
+            }
+            let err = std::io::Error::last_os_error();
+            if err.kind() != std::io::ErrorKind::Interrupted {
+                return Err(err);
+            }
+        }
+    }
+
     fn layout(cap: usize) -> Layout {
         Layout::from_size_align(cap, DIRECT_ALIGN).expect("buffer layout")
     }
@@ -150,6 +187,13 @@ impl Drop for AlignedBuf {
             // SAFETY: allocated by `grow_to` with exactly this layout.
             unsafe { alloc::dealloc(self.ptr.as_ptr(), Self::layout(self.cap)) };
         }
+    }
+}
+
+// `Bytes::from_owner` slices a buffer read from a log without copying it.
+impl AsRef<[u8]> for AlignedBuf {
+    fn as_ref(&self) -> &[u8] {
+        self.as_slice()
     }
 }
 

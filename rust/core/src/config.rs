@@ -53,6 +53,9 @@ pub struct StorageConfig {
     /// `dbStorage_directIOEntryLogger`: entry logs are written with `O_DIRECT` (no copy into
     /// the page cache) where the file system allows it.
     pub entry_log_direct_io: bool,
+    /// `entryLogDirectReads` (pybkx's key): reads of at least 128 KiB from entry logs use
+    /// `O_DIRECT` where the file system allows it.
+    pub entry_log_direct_reads: bool,
     /// Checkpoint period (`flushInterval`); zero disables the timer.
     pub flush_interval: Duration,
     /// Write cache (`dbStorage_writeCacheMaxSizeMb`): journalled entries wait here, sorted at

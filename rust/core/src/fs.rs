@@ -13,8 +13,10 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
+use bytes::Bytes;
 use parking_lot::RwLock;
 
+use crate::aligned::{AlignedBuf, DIRECT_ALIGN};
 use crate::error::{IoContext, Result, StorageError};
 
 /// The operations a fault can target.
@@ -248,6 +250,64 @@ pub fn write_direct_at(file: &File, path: &Path, buf: &[u8], offset: u64) -> Res
             format!(
                 "writing {} bytes directly at {}:{offset}",
                 buf.len(),
+                path.display()
+            )
+        }),
+    }
+}
+
+/// Opens an existing file for direct reads (`O_DIRECT`: data goes from the device to the
+/// caller's memory, around the page cache). `Ok(None)` when the file system does not do direct
+/// I/O (it refuses the flag with EINVAL): the caller reads through the page cache.
+pub fn open_direct_read(path: &Path) -> Result<Option<File>> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let opened = checked(Op::Open, path, || {
+        OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(path)
+    });
+    match opened {
+        Ok(file) => Ok(Some(file)),
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Ok(None),
+        Err(e) => Err(e).ctx(|| format!("opening {} for direct reads", path.display())),
+    }
+}
+
+/// Reads the `len` bytes at `offset` through a descriptor from [`open_direct_read`]: the whole
+/// blocks around them go into one aligned buffer and the bytes wanted are returned as a slice
+/// of it, without a copy. `Ok(None)` when the file system refused the read's alignment (EINVAL):
+/// nothing was read, the caller reads through the page cache instead. A file that ends before
+/// `offset + len` is an error, as with [`read_exact_at`].
+pub fn read_direct_at(file: &File, path: &Path, offset: u64, len: usize) -> Result<Option<Bytes>> {
+    let align = DIRECT_ALIGN as u64;
+    let start = offset / align * align;
+    let wanted = (offset - start) as usize + len;
+    let span = wanted.div_ceil(DIRECT_ALIGN) * DIRECT_ALIGN;
+    let mut buf = AlignedBuf::with_capacity(span);
+    let read = checked(Op::Read, path, || {
+        while buf.len() < wanted {
+            let at = start + buf.len() as u64;
+            if buf.read_at(file, at, span - buf.len())? == 0 {
+                return Err(io::Error::from(io::ErrorKind::UnexpectedEof));
+            }
+            // A short read ends at the file's end, which direct I/O may leave unaligned: the
+            // next read would start mid-block, so the bytes must all be here by now.
+            if buf.len() % DIRECT_ALIGN != 0 && buf.len() < wanted {
+                return Err(io::Error::from(io::ErrorKind::UnexpectedEof));
+            }
+        }
+        Ok(())
+    });
+    match read {
+        Ok(()) => {
+            let from = (offset - start) as usize;
+            Ok(Some(Bytes::from_owner(buf).slice(from..from + len)))
+        }
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Ok(None),
+        Err(e) => Err(e).ctx(|| {
+            format!(
+                "reading {len} bytes directly at {}:{offset}",
                 path.display()
             )
         }),

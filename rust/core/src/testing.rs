@@ -38,6 +38,7 @@ pub fn storage_config(dir: &Path) -> StorageConfig {
         log_size_limit: 1 << 30,
         entry_log_write_buffer: 64 * 1024,
         entry_log_direct_io: true,
+        entry_log_direct_reads: false,
         flush_interval: Duration::ZERO,
         write_cache_bytes: 16 << 20,
         index_cache_bytes: 16 << 20,

@@ -53,6 +53,8 @@ struct StorageAttrs {
     entry_log_write_buffer: usize,
     #[pyo3(attribute("direct_io_entry_logger"))]
     entry_log_direct_io: bool,
+    #[pyo3(attribute("entry_log_direct_reads"))]
+    entry_log_direct_reads: bool,
     #[pyo3(attribute("ledger_dir_tiers"))]
     ledger_dir_tiers: Vec<usize>,
     #[pyo3(attribute("ledger_dir_quotas"))]
@@ -131,6 +133,7 @@ pub(crate) fn storage_config(obj: &Bound<'_, PyAny>) -> PyResult<StorageConfig> 
         log_size_limit: a.log_size_limit,
         entry_log_write_buffer: a.entry_log_write_buffer,
         entry_log_direct_io: a.entry_log_direct_io,
+        entry_log_direct_reads: a.entry_log_direct_reads,
         flush_interval: Duration::from_millis(a.flush_interval_ms),
         write_cache_bytes: a.write_cache_mb.saturating_mul(1 << 20),
         index_cache_bytes: a.index_cache_bytes,

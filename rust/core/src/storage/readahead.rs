@@ -1,8 +1,10 @@
 //! The read-ahead cache (`dbStorage_readAheadCacheMaxSizeMb`): entries read along with a
-//! missed entry, in the same I/O, kept for the reads that follow in a sequential scan. Bounded
-//! in bytes; the oldest insertions go first. It never reads a file itself.
+//! missed entry, in the same I/O, or by the prefetch thread, kept for the reads that follow in a
+//! sequential scan. Bounded in bytes; the oldest insertions go first. It never reads a file
+//! itself.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
 use parking_lot::Mutex;
@@ -20,6 +22,8 @@ struct Shard {
 pub struct ReadAheadCache {
     shards: Vec<Mutex<Shard>>,
     shard_budget: usize,
+    /// Ledgers forgotten so far: entries read before a deletion are not put in after it.
+    forgotten: AtomicU64,
 }
 
 impl ReadAheadCache {
@@ -27,6 +31,7 @@ impl ReadAheadCache {
         ReadAheadCache {
             shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
             shard_budget: (budget_bytes / SHARDS).max(1),
+            forgotten: AtomicU64::new(0),
         }
     }
 
@@ -43,8 +48,25 @@ impl ReadAheadCache {
         Some(data)
     }
 
-    pub fn put(&self, ledger: u64, entries: impl IntoIterator<Item = (u64, Bytes)>) {
+    /// Read before reading entries to [`put`](Self::put) them.
+    pub fn generation(&self) -> u64 {
+        self.forgotten.load(Ordering::Acquire)
+    }
+
+    /// Keeps entries read when the cache was at `generation`, unless a ledger was forgotten
+    /// since (a read racing a deletion must not bring a deleted ledger's entries back).
+    pub fn put(
+        &self,
+        ledger: u64,
+        generation: u64,
+        entries: impl IntoIterator<Item = (u64, Bytes)>,
+    ) {
         let mut s = self.shard(ledger).lock();
+        // Under the shard's lock: a deletion counted after this check removes what is put here
+        // once it gets the lock.
+        if self.forgotten.load(Ordering::Acquire) != generation {
+            return;
+        }
         for (entry, data) in entries {
             if data.len() > self.shard_budget {
                 continue;
@@ -72,6 +94,7 @@ impl ReadAheadCache {
 
     /// Drops a deleted ledger's entries.
     pub fn forget_ledger(&self, ledger: u64) {
+        self.forgotten.fetch_add(1, Ordering::AcqRel);
         let mut s = self.shard(ledger).lock();
         let Shard { map, order, bytes } = &mut *s;
         map.retain(|k, d| {
@@ -93,11 +116,22 @@ mod tests {
     #[test]
     fn bounded_and_taken_once() {
         let c = ReadAheadCache::new(SHARDS * 100);
-        c.put(1, (0..20).map(|e| (e, Bytes::from(vec![0u8; 10]))));
+        c.put(1, 0, (0..20).map(|e| (e, Bytes::from(vec![0u8; 10]))));
         assert!(c.take(1, 0).is_none(), "oldest evicted");
         assert!(c.take(1, 19).is_some());
         assert!(c.take(1, 19).is_none());
         c.forget_ledger(1);
         assert!(c.take(1, 15).is_none());
+    }
+
+    #[test]
+    fn entries_read_before_a_deletion_stay_out() {
+        let c = ReadAheadCache::new(SHARDS * 100);
+        let before = c.generation();
+        c.forget_ledger(2);
+        c.put(1, before, [(0, Bytes::from_static(b"stale"))]);
+        assert!(c.take(1, 0).is_none());
+        c.put(1, c.generation(), [(0, Bytes::from_static(b"fresh"))]);
+        assert_eq!(c.take(1, 0).as_deref(), Some(&b"fresh"[..]));
     }
 }

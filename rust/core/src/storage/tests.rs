@@ -518,6 +518,7 @@ fn range_reads_follow_entries_that_compaction_moved_out_of_a_flush() {
         let dir = tempfile::tempdir().unwrap();
         let cfg = crate::config::StorageConfig {
             entry_log_direct_io: direct,
+            entry_log_direct_reads: direct,
             ..small_cache_config(dir.path())
         };
         let s = LedgerStorage::open(cfg).unwrap();
@@ -545,20 +546,80 @@ fn range_reads_follow_entries_that_compaction_moved_out_of_a_flush() {
     }
 }
 
+/// A batch read that ends inside a run of the ledger's records reads the rest of the run with it
+/// (one I/O per run): the next batch is served from the read-ahead cache.
+#[test]
+fn a_batch_that_ends_inside_a_run_reads_the_rest_ahead() {
+    for direct_reads in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = crate::config::StorageConfig {
+            entry_log_direct_reads: direct_reads,
+            ..small_cache_config(dir.path())
+        };
+        let s = LedgerStorage::open(cfg).unwrap();
+        // 30 entries of 6,000 bytes: one run within one log (the logs roll over at 256 KiB here),
+        // and the first batch's one read, its rest included, is large enough to be direct.
+        let data = |e: u64| vec![(e % 241) as u8; 6_000];
+        for e in 0..30 {
+            add(&s, 9, e, &data(e)).unwrap();
+        }
+        s.checkpoint().unwrap();
+        let batch = |first: u64| {
+            let limits = RangeLimits {
+                max_count: 10,
+                max_bytes: usize::MAX,
+                per_entry_overhead: 0,
+                stride: 1,
+            };
+            s.read_range(9, first, limits).unwrap()
+        };
+        let first = batch(0);
+        assert_eq!(first.len(), 10);
+        let ahead = s.inner.stats.read_ahead_entries.get();
+        assert!(ahead > 0, "the run's rest was read ahead");
+        let second = batch(10);
+        assert_eq!(second.len(), 10);
+        for (e, got) in (0..).zip(first.iter().chain(&second)) {
+            assert_eq!(
+                &got[..],
+                &data(e)[..],
+                "entry {e}, direct reads {direct_reads}"
+            );
+        }
+        // The second batch took its entries from the read-ahead cache: no entry-log read, so
+        // nothing more read ahead.
+        assert!(
+            s.inner.shared.read_ahead.take(9, 10).is_none(),
+            "taken by the batch"
+        );
+        assert_eq!(s.inner.stats.read_ahead_entries.get(), ahead);
+    }
+}
+
 /// Reads racing compaction: a read that found an entry in the index just before compaction
 /// removed its log looks again, and is answered with the entry (never a "missing log"
 /// corruption, a short batch or an error).
 #[test]
 fn reads_racing_compaction_find_the_moved_entries() {
+    for direct_reads in [false, true] {
+        reads_racing_compaction(direct_reads);
+    }
+}
+
+fn reads_racing_compaction(direct_reads: bool) {
     let dir = tempfile::tempdir().unwrap();
-    let s = Arc::new(LedgerStorage::open(small_cache_config(dir.path())).unwrap());
+    let cfg = crate::config::StorageConfig {
+        entry_log_direct_reads: direct_reads,
+        ..small_cache_config(dir.path())
+    };
+    let s = Arc::new(LedgerStorage::open(cfg).unwrap());
     let live = |e: u64| vec![(e % 251) as u8; 10_000];
     for e in 0..30 {
         add(&s, 3, e, &live(e)).unwrap();
     }
     s.checkpoint().unwrap();
     let stop = Arc::new(AtomicBool::new(false));
-    let readers: Vec<_> = (0..2)
+    let readers: Vec<_> = (0..3)
         .map(|r| {
             let (s, stop) = (s.clone(), stop.clone());
             std::thread::spawn(move || {
@@ -569,6 +630,23 @@ fn reads_racing_compaction_find_the_moved_entries() {
                         assert_eq!(got.len(), 30, "after {reads} reads");
                         for (e, data) in got.iter().enumerate() {
                             assert_eq!(&data[..], &live(e as u64)[..]);
+                        }
+                    } else if r == 1 {
+                        // Batches that end inside a run take the run's rest ahead.
+                        let mut e = 0u64;
+                        while e < 30 {
+                            let limits = RangeLimits {
+                                max_count: 7,
+                                max_bytes: usize::MAX,
+                                per_entry_overhead: 0,
+                                stride: 1,
+                            };
+                            let got = s.read_range(3, e, limits).unwrap();
+                            assert!(!got.is_empty());
+                            for data in &got {
+                                assert_eq!(&data[..], &live(e)[..], "entry {e}");
+                                e += 1;
+                            }
                         }
                     } else {
                         let e = reads % 30;

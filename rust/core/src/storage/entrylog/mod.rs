@@ -15,7 +15,7 @@ use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
 use parking_lot::{Mutex, RwLock};
@@ -39,6 +39,12 @@ const MAX_READ_BYTES: u64 = 4 << 20;
 /// Bytes between two wanted records that one read may take along rather than split in two.
 const MAX_SKIPPED_BYTES: u64 = 4 << 10;
 
+/// With `entryLogDirectReads`, reads of at least this many bytes go around the page cache: a
+/// scan's large reads then cost no page allocation and no copy out of the cache, which on a cold
+/// ledger is most of the CPU. Smaller reads (single small entries) stay buffered, where the
+/// kernel's read-ahead and the page cache serve neighbours and re-reads.
+const DIRECT_READ_MIN_BYTES: u64 = 128 << 10;
+
 /// An open log file for reads.
 struct LogFile {
     path: PathBuf,
@@ -46,6 +52,41 @@ struct LogFile {
     /// The tier of its directory.
     tier: usize,
     meta: Arc<LogMeta>,
+    /// With direct reads on: a descriptor opened `O_DIRECT` on first use for large reads (None
+    /// where the file system refuses it).
+    direct: Option<OnceLock<Option<File>>>,
+}
+
+impl LogFile {
+    fn new(path: PathBuf, file: File, tier: usize, meta: Arc<LogMeta>, direct_reads: bool) -> Self {
+        LogFile {
+            path,
+            file,
+            tier,
+            meta,
+            direct: direct_reads.then(OnceLock::new),
+        }
+    }
+
+    /// The descriptor for a direct read of `len` bytes, if this read should be one.
+    fn direct_for(&self, len: u64) -> Option<&File> {
+        if len < DIRECT_READ_MIN_BYTES {
+            return None;
+        }
+        self.direct
+            .as_ref()?
+            .get_or_init(|| match fs::open_direct_read(&self.path) {
+                Ok(file) => file,
+                Err(e) => {
+                    ::log::warn!(
+                        "reading {} through the page cache: {e}",
+                        self.path.display()
+                    );
+                    None
+                }
+            })
+            .as_ref()
+    }
 }
 
 /// What the storage remembers of a log across moves: how hot it is, and whether a read asked
@@ -83,6 +124,8 @@ pub struct EntryLogger {
     size_limit: u64,
     write_buffer: usize,
     direct_io: bool,
+    /// `entryLogDirectReads`: large reads use `O_DIRECT` (see [`Self::with_direct_reads`]).
+    direct_reads: bool,
     active: Mutex<Option<ActiveLog>>,
     /// Logs rolled over whose seal failed (a full disk): their data may not be durable yet, so
     /// every [`sync`](Self::sync) seals them again first and fails while it cannot.
@@ -103,6 +146,14 @@ pub struct EntryLogger {
 }
 
 impl EntryLogger {
+    /// With `on` (`entryLogDirectReads`), reads of at least `DIRECT_READ_MIN_BYTES` go around
+    /// the page cache where the file system allows it (and such runs are not hinted for kernel
+    /// read-ahead, which would only read them twice).
+    pub fn with_direct_reads(mut self, on: bool) -> Self {
+        self.direct_reads = on;
+        self
+    }
+
     /// The ledger directories the logs are written to.
     pub fn dirs(&self) -> &LedgerDirs {
         &self.dirs
@@ -140,6 +191,7 @@ impl EntryLogger {
             size_limit,
             write_buffer: write_buffer.max(4096),
             direct_io,
+            direct_reads: false,
             active: Mutex::new(None),
             unsealed: Mutex::new(Vec::new()),
             next_id: Mutex::new(next_id),
@@ -169,12 +221,13 @@ impl EntryLogger {
         let mut files = self.files.write();
         files.insert(
             id,
-            Arc::new(LogFile {
-                path: log.path.clone(),
-                file: reader,
-                tier: self.dirs.tier_of(index),
-                meta: meta.clone(),
-            }),
+            Arc::new(LogFile::new(
+                log.path.clone(),
+                reader,
+                self.dirs.tier_of(index),
+                meta.clone(),
+                self.direct_reads,
+            )),
         );
         self.logs.write().insert(id, Place { dir: index, meta });
         Ok(log)
@@ -322,12 +375,13 @@ impl EntryLogger {
                 "entry log {name} is missing from every ledger directory"
             )));
         };
-        let f = Arc::new(LogFile {
-            file: fs::open_read(&path)?,
-            path,
-            tier: self.dirs.tier_of(dir),
+        let f = Arc::new(LogFile::new(
+            path.clone(),
+            fs::open_read(&path)?,
+            self.dirs.tier_of(dir),
             meta,
-        });
+            self.direct_reads,
+        ));
         files.insert(id, f.clone());
         Ok(f)
     }
@@ -394,9 +448,13 @@ impl EntryLogger {
 
     /// Asks the kernel to read `len` bytes of log `log_id` at `offset` ahead, asynchronously:
     /// a sequential scan's next runs are on their way while this one is served.
+    /// A run large enough to be read directly is not hinted: the page cache would only read it
+    /// twice.
     pub fn prefetch(&self, log_id: u32, offset: u64, len: u64) {
         if let Ok(log) = self.file(log_id) {
-            fs::advise_will_need(&log.file, offset, len);
+            if log.direct_for(len).is_none() {
+                fs::advise_will_need(&log.file, offset, len);
+            }
         }
     }
 
@@ -405,6 +463,13 @@ impl EntryLogger {
         self.touch(&log);
         // `len` comes from index locations of back-to-back records, capped near
         // MAX_READ_BYTES by `read_run` (one record may exceed it alone, up to the frame limit).
+        if let Some(direct) = log.direct_for(len) {
+            if let Some(bytes) = fs::read_direct_at(direct, &log.path, offset, len as usize)? {
+                return Ok(bytes);
+            }
+            // Refused at read time (an alignment the device will not take): the page cache
+            // serves this read; the next large one tries again.
+        }
         let mut buf = vec![0u8; len as usize];
         fs::read_exact_at(&log.file, &log.path, &mut buf, offset)?;
         Ok(Bytes::from(buf))
@@ -858,5 +923,88 @@ mod tests {
         let mut entries = Vec::new();
         scan_entries(&path, |_, e, _, _| entries.push(e)).unwrap();
         assert_eq!(entries, vec![0, 1, 2, 3]);
+    }
+
+    /// Entries of varied sizes from 1 to 200,000 bytes, appended in a few flushes.
+    fn varied_entries(el: &EntryLogger, count: u64) -> (Vec<Vec<u8>>, Vec<Location>) {
+        let mut data = Vec::new();
+        let mut locs = Vec::new();
+        for e in 0..count {
+            let len = 1 + (e as usize * 7919) % 200_000;
+            data.push((0..len).map(|i| (i as u64 ^ e) as u8).collect::<Vec<u8>>());
+            el.append([(5u64, e, &data[e as usize][..])], &mut locs)
+                .unwrap();
+            if e % 5 == 4 {
+                el.flush().unwrap();
+            }
+        }
+        el.flush().unwrap();
+        (data, locs)
+    }
+
+    fn read_all(el: &EntryLogger, locs: &[Location]) -> Vec<Bytes> {
+        let items: Vec<(u64, Location)> = (0..).zip(locs.iter().copied()).collect();
+        let (got, err) = el.read_run(5, &items);
+        assert!(err.is_none(), "{err:?}");
+        got
+    }
+
+    /// Large reads go around the page cache where the file system allows it, and return what
+    /// the page cache would: within blocks, across them, and up to a log's unaligned end (a log
+    /// written through the page cache, then read by a logger with direct I/O on).
+    #[test]
+    fn large_reads_with_direct_io_return_the_bytes_written() {
+        for written_directly in [true, false] {
+            let d = tempfile::tempdir().unwrap();
+            let dirs = dirs_of(&[d.path().to_path_buf()]);
+            let el = EntryLogger::open(dirs.clone(), 1 << 30, 4096, written_directly).unwrap();
+            let (data, locs) = varied_entries(&el, 23);
+            el.close().unwrap();
+            let el = EntryLogger::open(dirs, 1 << 30, 4096, true)
+                .unwrap()
+                .with_direct_reads(true);
+            let log = el.file(locs[0].log_id()).unwrap();
+            let fs_does_direct = fs::open_direct_read(&log.path).unwrap().is_some();
+            assert_eq!(log.direct_for(1 << 20).is_some(), fs_does_direct);
+            assert!(log.direct_for(DIRECT_READ_MIN_BYTES - 1).is_none());
+            let got = read_all(&el, &locs);
+            assert_eq!(got.len(), data.len());
+            for (g, want) in got.iter().zip(&data) {
+                assert_eq!(&g[..], &want[..]);
+            }
+            // One entry at a time: small ones through the page cache, large ones directly.
+            for (e, at) in locs.iter().enumerate() {
+                assert_eq!(&el.read(5, e as u64, *at).unwrap()[..], &data[e][..]);
+            }
+        }
+    }
+
+    /// A direct read the file system refuses (EINVAL) is served by the page cache; one that
+    /// fails is an error, never bytes of another kind.
+    #[test]
+    fn a_refused_direct_read_falls_back_and_a_failed_one_is_an_error() {
+        let d = tempfile::tempdir().unwrap();
+        let el = EntryLogger::open(dirs_of(&[d.path().to_path_buf()]), 1 << 30, 4096, true)
+            .unwrap()
+            .with_direct_reads(true);
+        let (data, locs) = varied_entries(&el, 12);
+        let path = d.path().join(log_name(locs[0].log_id()));
+        let fail_reads = |errno, times| {
+            fs::inject_fault(fs::Fault {
+                path_prefix: path.clone(),
+                ops: vec![fs::Op::Read],
+                action: fs::FaultAction::Fail(errno),
+                times: Some(times),
+            })
+        };
+        fail_reads(libc::EINVAL, 1);
+        let got = read_all(&el, &locs);
+        assert!(got.iter().zip(&data).all(|(g, w)| g[..] == w[..]));
+        let failing = fail_reads(libc::EIO, 2);
+        let items: Vec<(u64, Location)> = (0..).zip(locs.iter().copied()).collect();
+        let (_, err) = el.read_run(5, &items);
+        assert!(matches!(err, Some(StorageError::Io { .. })), "{err:?}");
+        fs::remove_fault(failing);
+        assert_eq!(read_all(&el, &locs).len(), data.len());
     }
 }

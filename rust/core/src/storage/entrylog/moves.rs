@@ -260,12 +260,13 @@ impl EntryLogger {
         place.dir = dir;
         files.insert(
             id,
-            Arc::new(LogFile {
+            Arc::new(LogFile::new(
                 path,
                 file,
-                tier: self.dirs.tier_of(dir),
-                meta: place.meta.clone(),
-            }),
+                self.dirs.tier_of(dir),
+                place.meta.clone(),
+                self.direct_reads,
+            )),
         );
     }
 }
