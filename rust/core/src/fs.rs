@@ -216,17 +216,18 @@ pub fn write_all_at(file: &File, path: &Path, buf: &[u8], offset: u64) -> Result
 /// the device without a copy into the page cache). `Ok(None)` when the file system does not do
 /// direct I/O (it refuses the flag with EINVAL): the caller writes through the page cache.
 pub fn open_direct_write(path: &Path) -> Result<Option<File>> {
+    open_direct(path, OpenOptions::new().write(true), "writes")
+}
+
+/// Opens `path` with `options` and `O_DIRECT`; `Ok(None)` when the file system refuses the flag.
+fn open_direct(path: &Path, options: &mut OpenOptions, purpose: &str) -> Result<Option<File>> {
     use std::os::unix::fs::OpenOptionsExt;
-    let opened = checked(Op::Open, path, || {
-        OpenOptions::new()
-            .write(true)
-            .custom_flags(libc::O_DIRECT)
-            .open(path)
-    });
-    match opened {
+    match checked(Op::Open, path, || {
+        options.custom_flags(libc::O_DIRECT).open(path)
+    }) {
         Ok(file) => Ok(Some(file)),
         Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Ok(None),
-        Err(e) => Err(e).ctx(|| format!("opening {} for direct writes", path.display())),
+        Err(e) => Err(e).ctx(|| format!("opening {} for direct {purpose}", path.display())),
     }
 }
 
@@ -260,18 +261,7 @@ pub fn write_direct_at(file: &File, path: &Path, buf: &[u8], offset: u64) -> Res
 /// caller's memory, around the page cache). `Ok(None)` when the file system does not do direct
 /// I/O (it refuses the flag with EINVAL): the caller reads through the page cache.
 pub fn open_direct_read(path: &Path) -> Result<Option<File>> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let opened = checked(Op::Open, path, || {
-        OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_DIRECT)
-            .open(path)
-    });
-    match opened {
-        Ok(file) => Ok(Some(file)),
-        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Ok(None),
-        Err(e) => Err(e).ctx(|| format!("opening {} for direct reads", path.display())),
-    }
+    open_direct(path, OpenOptions::new().read(true), "reads")
 }
 
 /// Reads the `len` bytes at `offset` through a descriptor from [`open_direct_read`]: the whole
