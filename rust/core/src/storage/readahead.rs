@@ -1,7 +1,7 @@
 //! The read-ahead cache (`dbStorage_readAheadCacheMaxSizeMb`): entries read along with a
-//! missed entry, in the same I/O, or by the prefetch thread, kept for the reads that follow in a
-//! sequential scan. Bounded in bytes; the oldest insertions go first. It never reads a file
-//! itself.
+//! missed entry or after the last entry of a batch read, in the same I/O, kept for the reads that
+//! follow in a sequential scan. Bounded in bytes; the oldest insertions go first. It never reads
+//! a file itself.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
