@@ -134,8 +134,8 @@ impl AlignedBuf {
         let offset = libc::off_t::try_from(offset)
             .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
         loop {
-            // SAFETY: `reserve` made `cap - len >= len` bytes writable past the written ones;
-            // the kernel writes at most `len` bytes there and the descriptor stays open.
+            // SAFETY: `reserve(len)` left at least `len` writable bytes after the `self.len`
+            // written ones; the kernel writes at most `len` bytes there, and `file` stays open.
             let n = unsafe {
                 libc::pread(
                     file.as_raw_fd(),
