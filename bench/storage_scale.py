@@ -83,6 +83,9 @@ def main(argv: list[str] | None = None) -> int:
         out["fill_entries_per_s"] = round(args.entries / seconds)
         out["rss_after_fill_mib"] = status_kib("VmRSS") // 1024
         out["peak_rss_mib"] = status_kib("VmHWM") // 1024
+        # Bounded by the timed checkpoints (journalMaxBackups files behind the last one), however
+        # long the fill ran.
+        out["journal_bytes_after_fill"] = dir_bytes(root / "journal", ".txn")
         storage.checkpoint()
         time.sleep(2)  # let background merges settle
         storage.close()

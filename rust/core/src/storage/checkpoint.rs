@@ -190,37 +190,42 @@ impl Inner {
         Ok(())
     }
 
-    /// The checkpoint thread: a checkpoint every `flushInterval`, or as soon as the write
-    /// cache asks for one.
+    /// The checkpoint thread: a checkpoint every `flushInterval`, and a flush (not durable)
+    /// whenever the write cache asks for one in between.
     pub(super) fn run_checkpointer(&self) {
         let mut last_gc = std::time::Instant::now();
         let (mut last_minor, mut last_major) = (last_gc, last_gc);
+        let interval = self.cfg.flush_interval;
+        // A deadline, not a wait per pass: under steady adds the cache asks for a flush more
+        // often than every interval, and a timer restarted by each of those wake-ups would
+        // never fire (journals then grow without end, and GC, compaction and index merges
+        // never run).
+        let mut next_checkpoint = std::time::Instant::now() + interval;
         let mut wake = self.shared.wake.lock();
         while !wake.stop {
-            let mut timed_out = false;
             if !wake.flush {
-                if self.cfg.flush_interval.is_zero() {
+                if interval.is_zero() {
                     self.shared.wake_signal.wait(&mut wake);
                 } else {
-                    timed_out = self
-                        .shared
+                    self.shared
                         .wake_signal
-                        .wait_for(&mut wake, self.cfg.flush_interval)
-                        .timed_out();
+                        .wait_until(&mut wake, next_checkpoint);
                 }
             }
             if wake.stop {
                 break;
             }
             let asked = std::mem::take(&mut wake.flush);
+            let due = !interval.is_zero() && std::time::Instant::now() >= next_checkpoint;
             // Woken for another thread's sake (the merge thread shares the signal): wait on.
-            if !asked && !timed_out {
+            if !asked && !due {
                 continue;
             }
             drop(wake);
-            // The cache filled up: flush it; the timer: a checkpoint (and, every gcWaitTime,
-            // removal of entry logs whose ledgers are all deleted).
-            let done = if timed_out {
+            // The cache filled up: flush it; the timer: a checkpoint, which flushes the cache
+            // too (and, every gcWaitTime, removal of entry logs whose ledgers are all deleted).
+            let done = if due {
+                next_checkpoint = std::time::Instant::now() + interval;
                 self.checkpoint().and_then(|_| {
                     let gc = &self.cfg.gc_wait;
                     if !gc.is_zero() && last_gc.elapsed() >= *gc {

@@ -424,6 +424,49 @@ fn fill_three_ledgers(s: &LedgerStorage) {
     }
 }
 
+/// Steady adds fill a small write cache many times per `flushInterval`: those flushes must not
+/// hold off the checkpoints, which alone trim the journal (and run GC, compaction and merges).
+#[test]
+fn checkpoints_keep_their_interval_while_the_write_cache_flushes_often() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = crate::config::StorageConfig {
+        flush_interval: std::time::Duration::from_millis(100),
+        ..small_cache_config(dir.path())
+    };
+    cfg.journal.max_file_size = 1 << 20;
+    cfg.journal.prealloc_size = 64 << 10;
+    cfg.journal.max_backups = 1;
+    let s = LedgerStorage::open(cfg).unwrap();
+    let started = std::time::Instant::now();
+    let mut e = 0;
+    while started.elapsed() < std::time::Duration::from_millis(1500) {
+        add(&s, 1, e, &[7u8; 32 << 10]).unwrap();
+        e += 1;
+    }
+    let checkpoints = s.inner.stats.checkpoints.get();
+    let journals = std::fs::read_dir(dir.path().join("j/current"))
+        .unwrap()
+        .filter(|f| {
+            f.as_ref()
+                .is_ok_and(|f| f.file_name().to_string_lossy().ends_with(".txn"))
+        })
+        .count();
+    // The cache (1 MiB) asks for a flush every 16 adds of 32 KiB; a journal file holds 32.
+    assert!(e > 300, "only {e} adds in 1.5 s");
+    assert!(
+        checkpoints >= 5,
+        "{checkpoints} checkpoints in 1.5 s at a 100 ms interval"
+    );
+    assert!(
+        journals <= 6,
+        "{journals} journal files kept for {e} entries"
+    );
+    for entry in (0..e).step_by(97) {
+        assert_eq!(&s.read_entry(1, entry).unwrap()[..], &[7u8; 32 << 10][..]);
+    }
+    s.close().unwrap();
+}
+
 #[test]
 fn full_disks_suspend_timed_compaction_unless_forced_gc_is_allowed() {
     for force in [false, true] {

@@ -291,6 +291,7 @@ impl Journal {
             failure: failure.clone(),
             stats: stats.clone(),
             unsynced: None,
+            last_sync: std::time::Instant::now(),
         };
         let syncer = std::thread::Builder::new()
             .name(format!("pybkx-journal-sync-{index}"))
@@ -477,6 +478,35 @@ mod tests {
         for (i, op) in seen[1..].iter().enumerate() {
             assert!(matches!(op, JournalOp::Entry { entry, .. } if *entry == i as u64));
         }
+    }
+
+    /// `journalSyncData=false`: a steady stream of adds (a group every few milliseconds, never
+    /// a pause as long as the interval) still has its file synced every
+    /// `journalPageCacheFlushIntervalMSec`, not only when the file fills up.
+    #[test]
+    fn unsynced_journals_are_synced_every_interval_under_steady_adds() {
+        let dir = tempfile::tempdir().unwrap();
+        let applier = Arc::new(Collect::default());
+        let c = JournalConfig {
+            sync_data: false,
+            page_cache_flush_interval: Duration::from_millis(50),
+            ..crate::testing::journal_config()
+        };
+        let j = Journal::start(0, dir.path().into(), c, 1, applier).unwrap();
+        let started = std::time::Instant::now();
+        let mut e = 0;
+        while started.elapsed() < Duration::from_millis(800) {
+            add(&j, 3, e, b"data").recv().unwrap().unwrap();
+            e += 1;
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        // About 16 intervals went by; a timer restarted by each group would have synced none.
+        let syncs = j.stats.syncs.get();
+        j.shutdown();
+        assert!(
+            syncs >= 5,
+            "{syncs} syncs in 800 ms of adds at a 50 ms interval"
+        );
     }
 
     #[test]

@@ -25,13 +25,23 @@ pub(super) struct Syncer {
     pub(super) stats: Arc<JournalStats>,
     /// With `journalSyncData=false`: the file written since its last sync.
     pub(super) unsynced: Option<Arc<JournalFile>>,
+    /// With `journalSyncData=false`: when `unsynced` was last synced (or the thread started).
+    pub(super) last_sync: std::time::Instant,
 }
 
 impl Syncer {
     pub(super) fn run(mut self) {
         loop {
             let first = if self.unsynced.is_some() {
-                match self.rx.recv_timeout(self.page_cache_flush_interval) {
+                // Due every interval since the last sync, however busy the queue: a wait
+                // restarted by each group would never end under steady adds.
+                let due = self.last_sync + self.page_cache_flush_interval;
+                let wait = due.saturating_duration_since(std::time::Instant::now());
+                if wait.is_zero() {
+                    self.sync_unsynced();
+                    continue;
+                }
+                match self.rx.recv_timeout(wait) {
                     Ok(g) => g,
                     Err(RecvTimeoutError::Timeout) => {
                         self.sync_unsynced();
@@ -236,6 +246,7 @@ impl Syncer {
         let Some(file) = self.unsynced.take() else {
             return;
         };
+        self.last_sync = std::time::Instant::now();
         match self.sync_file(&file, 0) {
             Ok(()) => {}
             Err(e) => {
