@@ -5,6 +5,7 @@ Owns restart and file-rollover behaviour; must never kill processes (see the dur
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -229,6 +230,41 @@ def test_checkpoint_removes_journals_beyond_max_backups(
 
     with open_ledger_storage(**config) as reopened:
         assert_ledgers_intact(reopened, ledgers, per_ledger)
+
+
+def test_timed_checkpoints_trim_the_journal_under_steady_adds(
+    tmp_path: Path, open_storage: OpenStorage
+) -> None:
+    """The write cache (1 MiB) flushes every 20 ms or so under these adds, far more often than
+    ``flushInterval``: the timed checkpoints still come, so the journal keeps a few files
+    instead of one per MiB written."""
+    config = storage_config(
+        tmp_path,
+        journalMaxSizeMB=1,
+        journalMaxBackups=1,
+        flushInterval=200,
+        dbStorage_writeCacheMaxSizeMb=1,
+    )
+    (journal_dir,) = journal_dirs(config)
+    storage = open_storage(config)
+    ledger_id, entry_id, written = 1, 0, 0
+    started = time.monotonic()
+    while time.monotonic() - started < 1.6:
+        batch = [
+            (entry_id + k, payload(ledger_id, entry_id + k, min_size=16_384, max_size=16_384))
+            for k in range(16)
+        ]
+        storage.add_entries(ledger_id, batch, master_key(ledger_id))
+        entry_id += len(batch)
+        written += sum(len(d) for _, d in batch)
+        time.sleep(0.01)
+    kept = journal_files(journal_dir)
+    assert written > 20 * MIB, f"only {written} bytes written"
+    # About 5 MiB are written per interval: the files since the last checkpoint, one backup
+    # and the current one. One file per MiB written would be 20 or more.
+    assert len(kept) <= 10, f"{len(kept)} journal files kept for {written >> 20} MiB written"
+    got = storage.read_range(ledger_id, 0, 0, 1 << 40)
+    assert got == [payload(ledger_id, e, min_size=16_384, max_size=16_384) for e in range(entry_id)]
 
 
 def ledger_byte_totals(elm: dict[int, dict[int, int]]) -> dict[int, int]:
