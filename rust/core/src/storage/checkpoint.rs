@@ -177,11 +177,13 @@ impl Shared {
 }
 
 impl Inner {
-    pub(super) fn checkpoint(&self) -> Result<()> {
+    /// A checkpoint; `wait`: the journal files it lets go are removed before it returns
+    /// (otherwise in the background, see `Journal::remove_old_files`).
+    pub(super) fn checkpoint(&self, wait: bool) -> Result<()> {
         let marks = self.shared.flush(true)?;
         for (j, journal) in self.journals.iter().enumerate() {
             if let Some(m) = marks.get(j) {
-                journal.remove_old_files(m.file_id, self.cfg.journal.max_backups)?;
+                journal.remove_old_files(m.file_id, self.cfg.journal.max_backups, wait)?;
             }
         }
         self.stats.checkpoints.inc();
@@ -226,7 +228,7 @@ impl Inner {
             // too (and, every gcWaitTime, removal of entry logs whose ledgers are all deleted).
             let done = if due {
                 next_checkpoint = std::time::Instant::now() + interval;
-                self.checkpoint().and_then(|_| {
+                self.checkpoint(false).and_then(|_| {
                     let gc = &self.cfg.gc_wait;
                     if !gc.is_zero() && last_gc.elapsed() >= *gc {
                         last_gc = std::time::Instant::now();

@@ -331,7 +331,7 @@ impl LedgerStorage {
             mover_signal: Condvar::new(),
         });
         // Persist what replay rebuilt, so the replayed journals can go.
-        inner.checkpoint()?;
+        inner.checkpoint(true)?;
         let mut threads = Vec::new();
         let spawn = |name: &str, run: fn(&Inner)| {
             let inner = inner.clone();
@@ -1219,7 +1219,7 @@ impl LedgerStorage {
     /// Flushes entry logs and index and records the journal marks; removes covered journals.
     pub fn checkpoint(&self) -> Result<()> {
         self.inner.check_open()?;
-        self.inner.checkpoint()
+        self.inner.checkpoint(true)
     }
 
     /// Every metric of the storage and its journals, read now.
@@ -1248,7 +1248,7 @@ impl LedgerStorage {
         }
         let result = self
             .inner
-            .checkpoint()
+            .checkpoint(true)
             .and_then(|_| self.inner.shared.entrylog.close());
         self.inner.locks.lock().clear();
         result

@@ -15,6 +15,7 @@ mod writer;
 
 use std::collections::HashSet;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Instant;
@@ -165,7 +166,16 @@ pub struct Journal {
     thread: Mutex<Option<JoinHandle<()>>>,
     dir: PathBuf,
     pub stats: Arc<JournalStats>,
+    /// Old files being removed in the background, one batch at a time.
+    remover: Mutex<Option<JoinHandle<Result<()>>>>,
+    /// Set on shutdown: a background removal stops between steps.
+    stop_removal: Arc<AtomicBool>,
 }
+
+/// Old journal files are cut this much at a time before they are unlinked (see
+/// `fs::remove_file_in_steps`), with this pause between cuts: 2 GiB take about 0.7 s.
+const REMOVAL_STEP: u64 = 16 << 20;
+const REMOVAL_PAUSE: std::time::Duration = std::time::Duration::from_millis(2);
 
 /// A journal's current failure, shared by its writer and sync threads.
 ///
@@ -333,6 +343,8 @@ impl Journal {
             thread: Mutex::new(Some(thread)),
             dir,
             stats,
+            remover: Mutex::new(None),
+            stop_removal: Arc::new(AtomicBool::new(false)),
         })
     }
 
@@ -392,24 +404,80 @@ impl Journal {
         if thread.join().is_err() {
             log::error!("journal thread for {} panicked", self.dir.display());
         }
+        self.stop_removal.store(true, Ordering::Release);
+        if let Some(remover) = self.remover.lock().take() {
+            self.finish_removal(remover);
+        }
     }
 
-    /// Deletes journal files older than `mark_file_id`, keeping the newest `keep` of them.
-    pub fn remove_old_files(&self, mark_file_id: u64, keep: usize) -> Result<usize> {
+    /// Removes journal files older than `mark_file_id`, keeping the newest `keep` of them;
+    /// returns how many it took. Each is cut down in steps before it is unlinked (a large file
+    /// unlinked at once holds up every sync on the file system, the journal's own included).
+    ///
+    /// With `wait` the removal is done before this returns (explicit checkpoints, close).
+    /// Without, a background thread does it (the timed checkpoints: the checkpoint thread also
+    /// flushes the write cache, and about 0.7 s per 2 GiB file there would hold up adds);
+    /// while an earlier batch is still being removed, none is started (0 is returned) and the
+    /// next checkpoint takes these files. Errors of a background batch are logged; its files
+    /// stay and a later checkpoint removes them.
+    pub fn remove_old_files(&self, mark_file_id: u64, keep: usize, wait: bool) -> Result<usize> {
+        let mut remover = self.remover.lock();
+        if let Some(running) = remover.take() {
+            if !wait && !running.is_finished() {
+                *remover = Some(running);
+                return Ok(0);
+            }
+            self.finish_removal(running);
+        }
         let old: Vec<u64> = list_journal_ids(&self.dir)?
             .into_iter()
             .filter(|id| *id < mark_file_id)
             .collect();
         let doomed = old.len().saturating_sub(keep);
-        for id in &old[..doomed] {
-            let path = journal_path(&self.dir, *id);
-            fs::remove_file(&path)?;
+        if doomed == 0 {
+            return Ok(0);
         }
-        if doomed > 0 {
-            fs::sync_dir(&self.dir)?;
+        let paths: Vec<PathBuf> = old[..doomed]
+            .iter()
+            .map(|id| journal_path(&self.dir, *id))
+            .collect();
+        if wait {
+            remove_files(&self.dir, &paths, None)?;
+            return Ok(doomed);
+        }
+        let (dir, stop) = (self.dir.clone(), self.stop_removal.clone());
+        let spawned = std::thread::Builder::new()
+            .name("pybkx-journal-removal".to_string())
+            .spawn(move || remove_files(&dir, &paths, Some(&stop)));
+        match spawned {
+            Ok(handle) => *remover = Some(handle),
+            Err(e) => log::warn!(
+                "journal {}: no thread to remove old files: {e}",
+                self.dir.display()
+            ),
         }
         Ok(doomed)
     }
+
+    fn finish_removal(&self, remover: JoinHandle<Result<()>>) {
+        match remover.join() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                log::warn!("removing old journal files: {e} (a later checkpoint retries)")
+            }
+            Err(_) => log::error!("journal file removal for {} panicked", self.dir.display()),
+        }
+    }
+}
+
+/// Removes `paths` (old files of the journal in `dir`) in steps, then syncs `dir`.
+fn remove_files(dir: &std::path::Path, paths: &[PathBuf], stop: Option<&AtomicBool>) -> Result<()> {
+    for path in paths {
+        if !fs::remove_file_in_steps(path, REMOVAL_STEP, REMOVAL_PAUSE, stop)? {
+            break;
+        }
+    }
+    fs::sync_dir(dir)
 }
 
 impl Drop for Journal {
@@ -480,6 +548,50 @@ mod tests {
         }
     }
 
+    /// Timed checkpoints remove old files in the background, one batch at a time; explicit
+    /// ones before they return; shutdown stops a background removal between steps.
+    #[test]
+    fn old_files_are_removed_in_the_background_one_batch_at_a_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let applier = Arc::new(Collect::default());
+        let c = JournalConfig {
+            max_file_size: 4096,
+            ..crate::testing::journal_config()
+        };
+        let j = Journal::start(0, dir.path().into(), c, 1, applier.clone()).unwrap();
+        for e in 0..40 {
+            add(&j, 1, e, &[e as u8; 1000]).recv().unwrap().unwrap();
+        }
+        let files = || list_journal_ids(dir.path()).unwrap();
+        let mark = applier.0.lock().last().unwrap().1;
+        let before = files().len();
+        assert!(before > 8, "{before} files");
+        // Stand-in for a batch still being cut down: a thread that has not finished.
+        let (release, held) = mpsc::channel::<()>();
+        *j.remover.lock() = Some(std::thread::spawn(move || {
+            let _ = held.recv();
+            Ok(())
+        }));
+        assert_eq!(j.remove_old_files(mark.file_id, 2, false).unwrap(), 0);
+        assert_eq!(files().len(), before);
+        release.send(()).unwrap();
+        while !j.remover.lock().as_ref().unwrap().is_finished() {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let doomed = j.remove_old_files(mark.file_id, 2, false).unwrap();
+        assert_eq!(doomed, (mark.file_id - 1) as usize - 2);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while files().len() > before - doomed {
+            assert!(Instant::now() < deadline, "still {:?}", files());
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        // Explicit: done on return.
+        assert_eq!(j.remove_old_files(mark.file_id, 0, true).unwrap(), 2);
+        assert_eq!(files().first(), Some(&mark.file_id));
+        j.shutdown();
+        assert!(j.remover.lock().is_none());
+    }
+
     /// `journalSyncData=false`: a steady stream of adds (a group every few milliseconds, never
     /// a pause as long as the interval) still has its file synced every
     /// `journalPageCacheFlushIntervalMSec`, not only when the file fills up.
@@ -537,7 +649,7 @@ mod tests {
         .unwrap();
         assert_eq!(entries, (10..20).collect::<Vec<_>>());
         assert_eq!(
-            j.remove_old_files(mark_after_9.file_id, 0).unwrap(),
+            j.remove_old_files(mark_after_9.file_id, 0, true).unwrap(),
             (mark_after_9.file_id - 1) as usize
         );
     }
