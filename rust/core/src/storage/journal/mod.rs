@@ -442,6 +442,7 @@ impl Journal {
             .map(|id| journal_path(&self.dir, *id))
             .collect();
         if wait {
+            // Under the lock, so that no background batch cuts the same files meanwhile.
             remove_files(&self.dir, &paths, None)?;
             return Ok(doomed);
         }
@@ -549,7 +550,8 @@ mod tests {
     }
 
     /// Timed checkpoints remove old files in the background, one batch at a time; explicit
-    /// ones before they return; shutdown stops a background removal between steps.
+    /// ones before they return; shutdown joins the background batch (the stop between steps
+    /// is `fs::remove_file_in_steps`'s test).
     #[test]
     fn old_files_are_removed_in_the_background_one_batch_at_a_time() {
         let dir = tempfile::tempdir().unwrap();
