@@ -555,15 +555,7 @@ mod tests {
     #[test]
     fn old_files_are_removed_in_the_background_one_batch_at_a_time() {
         let dir = tempfile::tempdir().unwrap();
-        let applier = Arc::new(Collect::default());
-        let c = JournalConfig {
-            max_file_size: 4096,
-            ..crate::testing::journal_config()
-        };
-        let j = Journal::start(0, dir.path().into(), c, 1, applier.clone()).unwrap();
-        for e in 0..40 {
-            add(&j, 1, e, &[e as u8; 1000]).recv().unwrap().unwrap();
-        }
+        let (j, applier) = journal_of_small_files(dir.path(), 40);
         let files = || list_journal_ids(dir.path()).unwrap();
         let mark = applier.0.lock().last().unwrap().1;
         let before = files().len();
@@ -623,18 +615,24 @@ mod tests {
         );
     }
 
-    #[test]
-    fn replay_starts_at_the_mark_and_rollover_creates_new_files() {
-        let dir = tempfile::tempdir().unwrap();
+    /// A journal of 4 KiB files holding `entries` acknowledged 1,000-byte entries of ledger 1.
+    fn journal_of_small_files(dir: &std::path::Path, entries: u64) -> (Journal, Arc<Collect>) {
         let applier = Arc::new(Collect::default());
         let c = JournalConfig {
             max_file_size: 4096,
             ..crate::testing::journal_config()
         };
-        let j = Journal::start(0, dir.path().into(), c, 1, applier.clone()).unwrap();
-        for e in 0..20 {
+        let j = Journal::start(0, dir.into(), c, 1, applier.clone()).unwrap();
+        for e in 0..entries {
             add(&j, 1, e, &[e as u8; 1000]).recv().unwrap().unwrap();
         }
+        (j, applier)
+    }
+
+    #[test]
+    fn replay_starts_at_the_mark_and_rollover_creates_new_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let (j, applier) = journal_of_small_files(dir.path(), 20);
         j.shutdown();
         let ids = list_journal_ids(dir.path()).unwrap();
         assert!(ids.len() > 3, "expected rollovers, got {ids:?}");
