@@ -10,6 +10,7 @@ mod ledgers_map;
 mod location;
 mod log;
 mod moves;
+mod release;
 
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
@@ -140,6 +141,8 @@ pub struct EntryLogger {
     /// Logs removed so far (compaction, garbage collection): a read whose log vanished between
     /// finding an entry's location and reading it sees this change and looks again.
     removals: AtomicU64,
+    /// Frees removed logs' blocks in steps once their readers are done.
+    releaser: release::Releaser,
     pub rollovers: Counter,
     /// Entry data appended to logs.
     pub written_bytes: Counter,
@@ -198,6 +201,7 @@ impl EntryLogger {
             files: RwLock::new(HashMap::new()),
             logs: RwLock::new(logs),
             pinned: Mutex::new(HashSet::new()),
+            releaser: release::Releaser::default(),
             removals: AtomicU64::new(0),
             rollovers: Counter::default(),
             written_bytes: Counter::default(),
@@ -492,10 +496,10 @@ impl EntryLogger {
         // Counted before the log leaves the maps: a read that fails to find it has then seen
         // the count change (and looks again), whenever it read the count before.
         self.removals.fetch_add(1, Ordering::AcqRel);
-        let place = {
+        let (readers, place) = {
             let mut files = self.files.write();
-            files.remove(&id);
-            self.logs.write().remove(&id)
+            let readers = files.remove(&id);
+            (readers, self.logs.write().remove(&id))
         };
         // A log whose seal failed holds no live entry if it is being removed: stop retrying it.
         self.unsealed.lock().retain(|l| l.id != id);
@@ -505,7 +509,17 @@ impl EntryLogger {
         };
         let path = dir.join(&name);
         let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+        // Held open past the unlink, so that its blocks are freed in steps, not by this call or
+        // by whichever reader closes it last (see `release`). Without it: freed as unlinked.
+        let held = fs::open_write(&path).ok();
         fs::remove_file(&path)?;
+        if let Some(file) = held {
+            self.releaser.release(release::Unlinked {
+                file,
+                path,
+                readers,
+            });
+        }
         Ok(size)
     }
 
@@ -649,6 +663,57 @@ mod tests {
     fn both_modes(test: impl Fn(bool)) {
         test(false);
         test(true);
+    }
+
+    /// Descriptors of this process open on `path` after its unlink.
+    fn open_descriptors_of_deleted(path: &std::path::Path) -> usize {
+        let gone = format!("{} (deleted)", path.display());
+        std::fs::read_dir("/proc/self/fd")
+            .unwrap()
+            .filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())
+            .filter(|target| target.to_string_lossy() == gone)
+            .count()
+    }
+
+    #[test]
+    fn a_removed_log_is_freed_in_steps_once_its_readers_let_go() {
+        let d = tempfile::tempdir().unwrap();
+        let el =
+            EntryLogger::open(dirs_of(&[d.path().to_path_buf()]), 1 << 20, 4096, false).unwrap();
+        let mut locs = Vec::new();
+        let data = vec![7u8; 100_000];
+        for e in 0..30u64 {
+            el.append([(1u64, e, &data[..])], &mut locs).unwrap();
+        }
+        el.flush().unwrap();
+        let first = locs[0].log_id();
+        assert_ne!(el.active_id(), Some(first));
+        let path = d.path().join(log_name(first));
+        let reader = el.file(first).unwrap(); // a read in progress
+        el.remove_log(first).unwrap();
+        assert!(!path.exists());
+        // The releaser waits for the reader: both descriptors stay open and the log whole.
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert_eq!(open_descriptors_of_deleted(&path), 2);
+        let at = locs[9];
+        let mut got = vec![0u8; at.data_len()];
+        reader
+            .file
+            .read_exact_at(
+                &mut got,
+                at.offset() + (RECORD_HEADER_LEN as u64) + at.len as u64 - data.len() as u64,
+            )
+            .unwrap();
+        assert_eq!(got, data);
+        drop(reader);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while open_descriptors_of_deleted(&path) > 0 || el.releaser.pending() > 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the removed log is still open"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
     }
 
     #[test]

@@ -172,11 +172,6 @@ pub struct Journal {
     stop_removal: Arc<AtomicBool>,
 }
 
-/// Old journal files are cut this much at a time before they are unlinked (see
-/// `fs::remove_file_in_steps`), with this pause between cuts: 2 GiB take about 0.7 s.
-const REMOVAL_STEP: u64 = 16 << 20;
-const REMOVAL_PAUSE: std::time::Duration = std::time::Duration::from_millis(2);
-
 /// A journal's current failure, shared by its writer and sync threads.
 ///
 /// A failed write keeps its group (unacknowledged) in the writer, which retries it in place
@@ -474,7 +469,7 @@ impl Journal {
 /// Removes `paths` (old files of the journal in `dir`) in steps, then syncs `dir`.
 fn remove_files(dir: &std::path::Path, paths: &[PathBuf], stop: Option<&AtomicBool>) -> Result<()> {
     for path in paths {
-        if !fs::remove_file_in_steps(path, REMOVAL_STEP, REMOVAL_PAUSE, stop)? {
+        if !fs::remove_file_in_steps(path, fs::FREE_STEP, fs::FREE_PAUSE, stop)? {
             break;
         }
     }
