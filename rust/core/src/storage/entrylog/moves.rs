@@ -224,7 +224,7 @@ impl EntryLogger {
         drop(copy);
         // 2. Readers switch to the copy.
         let reader = fs::open_read(&tmp)?;
-        self.place(id, dst, final_path.clone(), reader);
+        let source_readers = self.place(id, dst, final_path.clone(), reader);
         // 3. Commit.
         let old = src_dir.join(format!("{id:x}{OLD}"));
         if let Err(e) = fs::rename(&src_path, &old).and_then(|_| fs::sync_dir(src_dir)) {
@@ -245,18 +245,32 @@ impl EntryLogger {
         fs::rename(&tmp, &final_path)?;
         fs::sync_dir(dst_dir)?;
         drop(source);
+        // Freed in steps once the reads of the source are done (see `release`).
+        let held = fs::open_write(&old).ok();
         fs::remove_file(&old)?;
         fs::sync_dir(src_dir)?;
+        if let Some(file) = held {
+            self.releaser.release(super::release::Unlinked {
+                file,
+                path: old,
+                readers: source_readers,
+            });
+        }
         Ok(Some(len))
     }
 
-    /// Makes directory `dir` the location of log `id`, read through `file` from now on.
-    fn place(&self, id: u32, dir: usize, path: std::path::PathBuf, file: std::fs::File) {
+    /// Makes directory `dir` the location of log `id`, read through `file` from now on;
+    /// returns the readers' handle of its previous location, if it was open.
+    fn place(
+        &self,
+        id: u32,
+        dir: usize,
+        path: std::path::PathBuf,
+        file: std::fs::File,
+    ) -> Option<Arc<LogFile>> {
         let mut files = self.files.write();
         let mut logs = self.logs.write();
-        let Some(place) = logs.get_mut(&id) else {
-            return;
-        };
+        let place = logs.get_mut(&id)?;
         place.dir = dir;
         files.insert(
             id,
@@ -267,7 +281,7 @@ impl EntryLogger {
                 place.meta.clone(),
                 self.direct_reads,
             )),
-        );
+        )
     }
 }
 
