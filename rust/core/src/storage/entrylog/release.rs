@@ -1,13 +1,13 @@
 //! Frees the disk blocks of removed entry logs gradually, off the thread that removed them.
 //!
-//! A removed log (garbage collection, compaction) is unlinked at once, as before, but one
-//! descriptor is kept open past the unlink: the file system frees a file's blocks when its last
-//! descriptor closes, and freeing a whole 1 GiB log in one go holds up every fsync on the file
-//! system meanwhile (the journal's included, see `fs::cut_in_steps`). A single worker thread,
-//! started when work arrives and gone when there is none, waits until no reader holds the log
-//! (a read that found it before the removal still reads it whole), then cuts the file down in
-//! steps and closes it. Bounded: at most [`MAX_PENDING`] logs wait; past that one is closed at
-//! once, as an unlink alone would.
+//! A removed log (garbage collection, compaction, a tier move's source) is unlinked at once, as
+//! before, but one descriptor is kept open past the unlink: the file system frees a file's
+//! blocks when its last descriptor closes, and freeing a whole 1 GiB log in one go holds up
+//! every fsync on the file system meanwhile (the journal's included, see `fs::cut_in_steps`). A
+//! single worker thread, started when work arrives and gone when there is none, waits until no
+//! reader holds the log (a read that found it before the removal still reads it whole), then
+//! cuts the file down in steps and closes it. Bounded: at most [`MAX_PENDING`] logs wait; past
+//! that one is closed at once, as an unlink alone would.
 
 use std::collections::VecDeque;
 use std::fs::File;
