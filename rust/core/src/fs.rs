@@ -412,10 +412,12 @@ pub fn remove_file_in_steps(
     pause: Duration,
     stop: Option<&AtomicBool>,
 ) -> Result<bool> {
-    let file = match checked(Op::Open, path, || OpenOptions::new().write(true).open(path)) {
+    let file = match open_write(path) {
         Ok(f) => f,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(true),
-        Err(e) => return Err(e).ctx(|| format!("opening {} to remove it", path.display())),
+        Err(StorageError::Io { source, .. }) if source.kind() == io::ErrorKind::NotFound => {
+            return Ok(true)
+        }
+        Err(e) => return Err(e),
     };
     if !cut_in_steps(&file, path, step, pause, stop)? {
         return Ok(false);
