@@ -27,7 +27,7 @@ CARGO_TEST_ENV := LD_LIBRARY_PATH="$(PY_LIBDIR)$${LD_LIBRARY_PATH:+:$$LD_LIBRARY
 
 .PHONY: help venv deps build lint test demo bench bench-client bench-suite bench-compare bench-builds \
 	bench-metrics bench-striped bench-recovery bench-v3 bench-spark bench-storage-scale \
-	bench-cold-read bench-cold-read-java bench-gc bench-tiers bench-large-adds bench-sustained-adds faults faults-deps fuzz clean distclean
+	bench-cold-read bench-cold-read-java bench-gc bench-tiers bench-large-adds bench-sustained-adds bench-journal-reuse faults faults-deps fuzz clean distclean
 
 help:
 	@echo "make demo   build everything, then run the cluster demo (pybkx demo)"
@@ -49,6 +49,7 @@ help:
 	@echo "make bench-tiers    adds with entry logs moving between tiers vs without, same run"
 	@echo "make bench-large-adds   16 KiB adds over 16 ledgers beside the Java bookie and the disk"
 	@echo "make bench-sustained-adds  many runs of adds back to back on one bookie, each reported"
+	@echo "make bench-journal-reuse  sync adds on a cycled journal, files reused vs created"
 	@echo "make bench-spark    Spark reading ledgers vs the same rows in Parquet, one run"
 	@echo "make faults [LONG=1 DURATION=s]  the fault suite; LONG=1: an hour of nemesis schedules"
 	@echo "make fuzz   the long fuzzing run of the wire decoders and file readers (rust/core/src/fuzz.rs)"
@@ -199,6 +200,10 @@ bench-large-adds: venv deps build $(BENCH_STAMP)
 # Sustained adds on one bookie (OTHER=tree runs another build's bookie instead).
 bench-sustained-adds: venv deps build
 	$(VPY) -m bench.sustained_adds $(if $(OTHER),--other $(OTHER)) $(BENCH_ARGS)
+
+# Synchronous adds on a bookie whose journal has cycled, journal files reused against created.
+bench-journal-reuse: venv deps build
+	$(VPY) -m bench.journal_reuse $(BENCH_ARGS)
 
 bench-cold-read-java: venv deps build $(BENCH_STAMP)
 	$(VPY) -m bench.cold_read_java $(BENCH_ARGS)

@@ -1,12 +1,15 @@
 """Sustained adds on one pybkx bookie: many runs back to back, each reported on its own, so
 that checkpoints, page-cache growth and the disk's own slowdowns show as they happen.
-``python -m bench.sustained_adds [--size B] [--count N] [--chunks N] [--other TREE]``.
+``python -m bench.sustained_adds [--size B] [--count N] [--chunks N] [--other TREE]
+[--set KEY=VALUE ...]``.
 
 One bookie (BookKeeper's group-commit defaults, as bench.compare) is driven by pybkx's Rust load
 generator with ``--chunks`` runs of ``--count`` adds over ``--ledgers`` ledgers. Per run: MB/s,
 p50/p99 latency, the bookie's CPU ticks so far and the disk's write rate (from
 ``/proc/diskstats``). ``--other`` runs another built source tree's bookie instead (its
-``python/pybkx``), for before/after runs; alternate the two yourself. Never asserts on timings.
+``python/pybkx``), for before/after runs; ``--set`` adds or overrides bookie settings (e.g.
+``--set journalReuseFiles=false``) for runs of one build two ways. Alternate the two yourself.
+Never asserts on timings.
 """
 
 from __future__ import annotations
@@ -50,10 +53,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ledgers", type=int, default=16)
     parser.add_argument("--in-flight", type=int, default=1000)
     parser.add_argument("--other", type=Path, default=None, help="another built source tree")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a bookie setting on top of the group-commit defaults (repeatable)",
+    )
     parser.add_argument("--json", default=None, help="also write the figures to this file")
     args = parser.parse_args(argv)
 
-    conf = "".join(f"{k}={v}\n" for k, v in GROUP_COMMIT.items())
+    settings = dict(GROUP_COMMIT)
+    for pair in args.set:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            parser.error(f"--set wants KEY=VALUE, got {pair!r}")
+        settings[key] = value
+    conf = "".join(f"{k}={v}\n" for k, v in settings.items())
     runs: list[dict[str, float]] = []
     with tempfile.TemporaryDirectory(prefix="pybkx-sustained-") as tmp:
         other = args.other / "python" if args.other else None
@@ -94,6 +110,7 @@ def main(argv: list[str] | None = None) -> int:
             process.stop()
     summary = {
         "build": str(args.other or REPO),
+        "settings": args.set,
         "size": args.size,
         "count": args.count,
         "mean_mb_s": round(statistics.fmean(r["mb_s"] for r in runs), 1),

@@ -475,6 +475,7 @@ def test_storage_settings_carry_every_storage_key_and_no_server_key() -> None:
         "skipReplayJournalInvalidRecord",
         "journalRemoveFromPageCache",
         "journalDirectIO",
+        "journalReuseFiles",
         "isForceGCAllowWhenNoSpace",
         "logSizeLimit",
         "writeBufferSizeBytes",

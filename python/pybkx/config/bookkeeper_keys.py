@@ -141,7 +141,6 @@ _GROUPS: Final[tuple[tuple[str, tuple[str, ...]], ...]] = (
             "journalChannelProvider",
             "journalFormatVersionToWrite",
             "journalMaxMemorySizeMb",
-            "journalReuseFiles",
             "journalWriteData",
         ),
     ),

@@ -261,6 +261,11 @@ class ServerConfig(KeyedConfig):
     records go from the journal's buffer to the disk without a copy into the page cache, and
     ``journalRemoveFromPageCache`` has nothing to drop. pybkx's key (BookKeeper's journal always
     writes through the page cache); the journal's format is the same either way."""
+    journal_reuse_files: bool = setting("journalReuseFiles", True, boolean, storage=True)
+    """At a rollover, reuse the oldest journal file a checkpoint no longer needs (one of those
+    ``journalMaxBackups`` keeps) instead of creating one: its blocks are already allocated and
+    written, so nothing is preallocated or freed, and a sync has no allocation to commit.
+    BookKeeper's key; pybkx's default is on (BookKeeper's is off)."""
 
     # --- entry logs and checkpoints
     log_size_limit_bytes: int = setting(

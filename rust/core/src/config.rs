@@ -36,6 +36,9 @@ pub struct JournalConfig {
     /// `journalDirectIO` (pybkx's): journal files are written with `O_DIRECT` (no copy into the
     /// page cache) where the file system allows it.
     pub direct_io: bool,
+    /// `journalReuseFiles`: a rollover reuses the oldest journal file a checkpoint let go (one
+    /// of those kept by `max_backups`) instead of creating one.
+    pub reuse_files: bool,
 }
 
 /// Everything `LedgerStorage::open` needs.

@@ -25,6 +25,7 @@ pub fn journal_config() -> JournalConfig {
         skip_replay_invalid_record: false,
         remove_from_page_cache: true,
         direct_io: true,
+        reuse_files: true,
     }
 }
 

@@ -47,6 +47,8 @@ struct StorageAttrs {
     remove_from_page_cache: bool,
     #[pyo3(attribute("journal_direct_io"))]
     journal_direct_io: bool,
+    #[pyo3(attribute("journal_reuse_files"))]
+    journal_reuse_files: bool,
     #[pyo3(attribute("log_size_limit_bytes"))]
     log_size_limit: u64,
     #[pyo3(attribute("write_buffer_size_bytes"))]
@@ -129,6 +131,7 @@ pub(crate) fn storage_config(obj: &Bound<'_, PyAny>) -> PyResult<StorageConfig> 
             skip_replay_invalid_record: a.skip_replay_invalid_record,
             remove_from_page_cache: a.remove_from_page_cache,
             direct_io: a.journal_direct_io,
+            reuse_files: a.journal_reuse_files,
         },
         log_size_limit: a.log_size_limit,
         entry_log_write_buffer: a.entry_log_write_buffer,

@@ -8,13 +8,21 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::aligned::{AlignedBuf, DIRECT_ALIGN};
-use crate::error::Result;
+use crate::error::{IoContext, Result};
 use crate::fs::{self, DirectWrite};
-use crate::record::{file_header, FILE_HEADER_LEN};
+use crate::record::{file_header, FILE_HEADER_LEN, RECORD_HEADER_LEN};
+
+use super::op::{file_tag, JournalOp};
 
 pub(super) const JOURNAL_MAGIC: &[u8; 8] = b"PBKXJRNL";
-/// Format 2: records put their kind last (see `op`); format 1 files are still replayed.
-pub(super) const JOURNAL_VERSION: u32 = 2;
+/// Format 3: records end with their kind and the file's tag (see `op`); format 2 and 1 files
+/// are still replayed.
+pub(super) const JOURNAL_VERSION: u32 = 3;
+
+/// A zero record header: where the written data of a file ends (`ScanEnd::Clean`). A reused
+/// file's every write is followed by one (the next write covers it), because past the new data
+/// lie the old records of the file's previous life, not zeros.
+const END_MARK: [u8; RECORD_HEADER_LEN] = [0; RECORD_HEADER_LEN];
 
 /// `<dir>/<hex id>.txn`, as BookKeeper names journal files.
 pub fn journal_path(dir: &Path, id: u64) -> PathBuf {
@@ -41,6 +49,8 @@ pub(super) struct JournalFile {
     direct_ok: AtomicBool,
     /// Where the pages not yet dropped from the page cache start (`journalRemoveFromPageCache`).
     dropped_to: AtomicU64,
+    /// A reused file (`journalReuseFiles`): its writes end with [`END_MARK`].
+    reused: bool,
 }
 
 /// Pending records that make a direct write before their group ends (as the entry log's).
@@ -74,6 +84,16 @@ impl JournalFile {
     /// Writes `bytes` at `at`: directly (padded with zeros to whole blocks, `at` a block
     /// boundary) while the file system accepts it, else through the page cache.
     fn write_at(&self, bytes: &mut AlignedBuf, at: u64) -> Result<()> {
+        let logical = bytes.len();
+        if self.reused {
+            bytes.extend_from_slice(&END_MARK);
+        }
+        let written = self.write_at_as_is(bytes, at);
+        bytes.truncate(logical);
+        written
+    }
+
+    fn write_at_as_is(&self, bytes: &mut AlignedBuf, at: u64) -> Result<()> {
         if let Some(direct) = self.direct_writes() {
             let logical = bytes.len();
             bytes.pad_to(DIRECT_ALIGN);
@@ -178,10 +198,59 @@ impl OpenJournal {
         direct_io: bool,
         buffer: usize,
     ) -> Result<Self> {
-        let path = path.to_path_buf();
-        let file = fs::create_new(&path)?;
+        let file = fs::create_new(path)?;
         let header = file_header(JOURNAL_MAGIC, JOURNAL_VERSION, id);
-        fs::write_all(&file, &path, &header)?;
+        fs::write_all(&file, path, &header)?;
+        let mut open = Self::opened(path, id, file, 0, false, direct_io, buffer)?;
+        open.ensure_preallocated(0, prealloc);
+        fs::fsync(&open.file.file, &open.file.path)?;
+        fs::sync_dir(dir)?;
+        Ok(open)
+    }
+
+    /// Makes the old journal `old_id` in `dir` (covered by a checkpoint, no longer needed) the
+    /// new journal `id`, its blocks kept: its header is rewritten, followed by an end mark, and
+    /// it is renamed. Appends then overwrite blocks the file system has already allocated and
+    /// written, so a sync has no allocation to commit, and no file is freed or preallocated.
+    ///
+    /// Crash-safe at every step: until the rename the file keeps its old name, below the
+    /// checkpoint's mark, and no replay reads it; after it, the file reads as a journal `id` with
+    /// no records. On failure the file keeps its old name (it may be reused or removed later).
+    pub(super) fn reuse(
+        dir: &Path,
+        old_id: u64,
+        id: u64,
+        direct_io: bool,
+        buffer: usize,
+    ) -> Result<Self> {
+        let old = journal_path(dir, old_id);
+        let file = fs::open_rw(&old)?;
+        let len = file
+            .metadata()
+            .ctx(|| format!("reading the size of {}", old.display()))?
+            .len();
+        let mut start = file_header(JOURNAL_MAGIC, JOURNAL_VERSION, id).to_vec();
+        start.extend_from_slice(&END_MARK);
+        fs::write_all_at(&file, &old, &start, 0)?;
+        fs::fdatasync(&file, &old)?;
+        let path = journal_path(dir, id);
+        fs::rename(&old, &path)?;
+        fs::sync_dir(dir)?;
+        Self::opened(&path, id, file, len, true, direct_io, buffer)
+    }
+
+    /// The writer's state for journal `id` just created or reused (`reused`) at `path`, its
+    /// header written and `preallocated` bytes of it allocated.
+    fn opened(
+        path: &Path,
+        id: u64,
+        file: File,
+        preallocated: u64,
+        reused: bool,
+        direct_io: bool,
+        buffer: usize,
+    ) -> Result<Self> {
+        let path = path.to_path_buf();
         let direct = if direct_io {
             let direct = fs::open_direct_write(&path)?;
             if direct.is_none() {
@@ -197,12 +266,12 @@ impl OpenJournal {
         let capacity = buffer + DIRECT_ALIGN;
         let mut buf = AlignedBuf::with_capacity(capacity);
         let tail = if direct.is_some() {
-            buf.extend_from_slice(&header);
-            header.len()
+            buf.extend_from_slice(&file_header(JOURNAL_MAGIC, JOURNAL_VERSION, id));
+            FILE_HEADER_LEN
         } else {
             0
         };
-        let mut open = OpenJournal {
+        Ok(OpenJournal {
             file: Arc::new(JournalFile {
                 id,
                 path,
@@ -210,17 +279,14 @@ impl OpenJournal {
                 direct_ok: AtomicBool::new(direct.is_some()),
                 direct,
                 dropped_to: AtomicU64::new(0),
+                reused,
             }),
             written: FILE_HEADER_LEN as u64,
-            preallocated: 0,
+            preallocated,
             buf,
             tail,
             capacity,
-        };
-        open.ensure_preallocated(0, prealloc);
-        fs::fsync(&open.file.file, &open.file.path)?;
-        fs::sync_dir(dir)?;
-        Ok(open)
+        })
     }
 
     fn ensure_preallocated(&mut self, extra: u64, step: u64) {
@@ -242,9 +308,9 @@ impl OpenJournal {
         self.file.direct.is_some()
     }
 
-    /// Where the writer appends records.
-    pub(super) fn records(&mut self) -> &mut AlignedBuf {
-        &mut self.buf
+    /// Appends `op`'s record, tagged for this file.
+    pub(super) fn append(&mut self, op: &JournalOp) {
+        op.encode(&mut self.buf, file_tag(self.file.id));
     }
 
     /// Bytes of records appended and not yet written or handed over.

@@ -170,6 +170,31 @@ pub struct Journal {
     remover: Mutex<Option<JoinHandle<Result<()>>>>,
     /// Set on shutdown: a background removal stops between steps.
     stop_removal: Arc<AtomicBool>,
+    /// Which old files the writer may reuse, shared with removal.
+    old_files: Arc<Mutex<OldFiles>>,
+}
+
+/// The journal files a checkpoint no longer needs, as the writer (reusing one at a rollover,
+/// `journalReuseFiles`) and removal (cutting those beyond `journalMaxBackups`) share them.
+/// Taken by the writer for the whole reuse of a file and by removal while it picks its files,
+/// so that the two never take the same file.
+#[derive(Default)]
+struct OldFiles {
+    /// Files with lower ids are covered by a durable checkpoint: their records are in the
+    /// entry logs and the index.
+    mark_file_id: u64,
+    /// Files a removal has taken and not yet finished with.
+    removing: HashSet<u64>,
+}
+
+impl OldFiles {
+    /// The file the writer should reuse: the oldest covered by the checkpoint and not being
+    /// removed (so the files kept as backups are the pool, as in BookKeeper).
+    fn reusable(&self, ids: &[u64]) -> Option<u64> {
+        ids.iter()
+            .copied()
+            .find(|id| *id < self.mark_file_id && !self.removing.contains(id))
+    }
 }
 
 /// A journal's current failure, shared by its writer and sync threads.
@@ -281,6 +306,7 @@ impl Journal {
             cfg.direct_io,
             cfg.write_buffer_size,
         )?;
+        let old_files = Arc::new(Mutex::new(OldFiles::default()));
         let (tx, rx) = bounded(cfg.queue_size);
         let (to_sync, sync_rx) = bounded(MAX_GROUPS_IN_FLIGHT);
         let stats = Arc::new(JournalStats::default());
@@ -308,6 +334,7 @@ impl Journal {
             rx,
             to_sync: Some(to_sync),
             syncer: Some(syncer),
+            old_files: old_files.clone(),
             failure,
             stats: stats.clone(),
             file,
@@ -340,6 +367,7 @@ impl Journal {
             stats,
             remover: Mutex::new(None),
             stop_removal: Arc::new(AtomicBool::new(false)),
+            old_files,
         })
     }
 
@@ -408,6 +436,8 @@ impl Journal {
     /// Removes journal files older than `mark_file_id`, keeping the newest `keep` of them;
     /// returns how many it took. Each is cut down in steps before it is unlinked (a large file
     /// unlinked at once holds up every sync on the file system, the journal's own included).
+    /// `mark_file_id` must be durable: with `journalReuseFiles` the files it keeps may be
+    /// overwritten from then on.
     ///
     /// With `wait` the removal is done before this returns (explicit checkpoints, close).
     /// Without, a background thread does it (the timed checkpoints: the checkpoint thread also
@@ -420,39 +450,66 @@ impl Journal {
         if let Some(running) = remover.take() {
             if !wait && !running.is_finished() {
                 *remover = Some(running);
+                drop(self.cover(mark_file_id));
                 return Ok(0);
             }
             self.finish_removal(running);
         }
-        let old: Vec<u64> = list_journal_ids(&self.dir)?
-            .into_iter()
-            .filter(|id| *id < mark_file_id)
-            .collect();
-        let doomed = old.len().saturating_sub(keep);
-        if doomed == 0 {
+        let doomed: Vec<u64> = {
+            let mut old_files = self.cover(mark_file_id);
+            let old: Vec<u64> = list_journal_ids(&self.dir)?
+                .into_iter()
+                .filter(|id| *id < old_files.mark_file_id)
+                .collect();
+            let doomed = old[..old.len().saturating_sub(keep)].to_vec();
+            old_files.removing.extend(&doomed);
+            doomed
+        };
+        if doomed.is_empty() {
             return Ok(0);
         }
-        let paths: Vec<PathBuf> = old[..doomed]
-            .iter()
-            .map(|id| journal_path(&self.dir, *id))
-            .collect();
+        let count = doomed.len();
+        let (dir, stop, old_files) = (
+            self.dir.clone(),
+            self.stop_removal.clone(),
+            self.old_files.clone(),
+        );
+        let remove = move |stop: Option<&AtomicBool>| {
+            let paths: Vec<PathBuf> = doomed.iter().map(|id| journal_path(&dir, *id)).collect();
+            let removed = remove_files(&dir, &paths, stop);
+            let mut old_files = old_files.lock();
+            for id in &doomed {
+                old_files.removing.remove(id);
+            }
+            removed
+        };
         if wait {
             // Under the lock, so that no background batch cuts the same files meanwhile.
-            remove_files(&self.dir, &paths, None)?;
-            return Ok(doomed);
+            remove(None)?;
+            return Ok(count);
         }
-        let (dir, stop) = (self.dir.clone(), self.stop_removal.clone());
         let spawned = std::thread::Builder::new()
             .name("pybkx-journal-removal".to_string())
-            .spawn(move || remove_files(&dir, &paths, Some(&stop)));
+            .spawn(move || remove(Some(&stop)));
         match spawned {
             Ok(handle) => *remover = Some(handle),
-            Err(e) => log::warn!(
-                "journal {}: no thread to remove old files: {e}",
-                self.dir.display()
-            ),
+            Err(e) => {
+                log::warn!(
+                    "journal {}: no thread to remove old files: {e}",
+                    self.dir.display()
+                );
+                // The closure and the ids it held are gone: the files are free to take again.
+                self.old_files.lock().removing.clear();
+            }
         }
-        Ok(doomed)
+        Ok(count)
+    }
+
+    /// Records that files older than `mark_file_id` are covered by a durable checkpoint.
+    fn cover(&self, mark_file_id: u64) -> parking_lot::MutexGuard<'_, OldFiles> {
+        let mut old_files = self.old_files.lock();
+        old_files.mark_file_id = old_files.mark_file_id.max(mark_file_id);
+        old_files
     }
 
     fn finish_removal(&self, remover: JoinHandle<Result<()>>) {
@@ -757,5 +814,134 @@ mod tests {
         .unwrap();
         assert_eq!(n, 4);
         assert_eq!(std::fs::metadata(&path).unwrap().len(), last.offset);
+    }
+
+    /// Entries replayed from `from`, with their bytes.
+    fn replayed_entries(dir: &std::path::Path, from: Mark) -> Vec<(u64, Bytes)> {
+        let mut entries = Vec::new();
+        replay(dir, from, false, |ops, _| {
+            for op in ops {
+                if let JournalOp::Entry { entry, data, .. } = op {
+                    entries.push((*entry, data.clone()));
+                }
+            }
+            Ok(())
+        })
+        .unwrap();
+        entries
+    }
+
+    fn inode(path: &std::path::Path) -> u64 {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(path).unwrap().ino()
+    }
+
+    /// With `journalReuseFiles`, rollovers after a checkpoint take the files it let go (the
+    /// same inodes under new ids) instead of creating files, and everything written to the
+    /// reused files replays, nothing of their previous life.
+    #[test]
+    fn rollovers_reuse_the_files_a_checkpoint_let_go() {
+        for direct_io in [true, false] {
+            let dir = tempfile::tempdir().unwrap();
+            let applier = Arc::new(Collect::default());
+            let c = JournalConfig {
+                max_file_size: 4096,
+                direct_io,
+                ..cfg()
+            };
+            let j = Journal::start(0, dir.path().into(), c, 1, applier.clone()).unwrap();
+            let data = |e: u64| vec![e as u8; 700 + (e as usize * 37) % 600];
+            for e in 0..20 {
+                add(&j, 1, e, &data(e)).recv().unwrap().unwrap();
+            }
+            let mark = applier.0.lock().last().unwrap().1;
+            let before: Vec<u64> = list_journal_ids(dir.path()).unwrap();
+            assert!(mark.file_id > 4, "expected rollovers, mark at {mark:?}");
+            let removed = j.remove_old_files(mark.file_id, 3, true).unwrap();
+            assert_eq!(removed, (mark.file_id - 1) as usize - 3);
+            let kept: Vec<u64> = before
+                .iter()
+                .copied()
+                .filter(|id| *id < mark.file_id)
+                .skip(removed)
+                .collect();
+            let kept_inodes: HashSet<u64> = kept
+                .iter()
+                .map(|id| inode(&journal_path(dir.path(), *id)))
+                .collect();
+            for e in 20..40 {
+                add(&j, 1, e, &data(e)).recv().unwrap().unwrap();
+            }
+            j.shutdown();
+            let ids = list_journal_ids(dir.path()).unwrap();
+            for id in &kept {
+                assert!(!ids.contains(id), "{id} was kept, not reused: {ids:?}");
+            }
+            let reused: Vec<u64> = ids
+                .iter()
+                .copied()
+                .filter(|id| kept_inodes.contains(&inode(&journal_path(dir.path(), *id))))
+                .collect();
+            assert_eq!(reused.len(), kept.len(), "direct {direct_io}: {ids:?}");
+            assert!(reused.iter().all(|id| *id > mark.file_id));
+            let entries = replayed_entries(dir.path(), mark);
+            let numbers: Vec<u64> = entries.iter().map(|(e, _)| *e).collect();
+            assert_eq!(numbers, (20..40).collect::<Vec<_>>(), "direct {direct_io}");
+            for (e, bytes) in entries {
+                assert_eq!(&bytes[..], &data(e)[..]);
+            }
+        }
+    }
+
+    /// A reused file whose end mark was lost (a crash in the middle of a write that had
+    /// covered it) still ends where its new records end: the old records after them are whole,
+    /// with valid checksums, even at a record boundary, but tagged with the file's old id.
+    #[test]
+    fn a_reused_file_ends_where_its_new_records_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let op = |e: u64| JournalOp::entry(5, e, Bytes::from(vec![e as u8; 100]));
+        let mut old = OpenJournal::create(dir.path(), 1, 0, false, 1 << 16).unwrap();
+        for e in 0..10 {
+            old.append(&op(e));
+        }
+        old.write_pending(0).unwrap();
+        let old_bytes = std::fs::read(journal_path(dir.path(), 1)).unwrap();
+        drop(old);
+
+        let mut reused = OpenJournal::reuse(dir.path(), 1, 2, false, 1 << 16).unwrap();
+        assert!(!journal_path(dir.path(), 1).exists());
+        let path = journal_path(dir.path(), 2);
+        assert!(replayed_entries(dir.path(), Mark::default()).is_empty());
+        for e in 100..103 {
+            reused.append(&op(e));
+        }
+        reused.write_pending(0).unwrap();
+        let end = reused.written as usize;
+        drop(reused);
+        let (recs, scanned_end, why) = scan_file(&path).unwrap();
+        assert_eq!((recs.len(), scanned_end as usize), (3, end), "{why}");
+        // The crash: the bytes after the new records are the old file's again.
+        let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        std::os::unix::fs::FileExt::write_all_at(&f, &old_bytes[end..end + 8], end as u64).unwrap();
+        let len = std::fs::metadata(&path).unwrap().len();
+        let entries = replayed_entries(dir.path(), Mark::default());
+        let numbers: Vec<u64> = entries.iter().map(|(e, _)| *e).collect();
+        assert_eq!(numbers, vec![100, 101, 102]);
+        // Nothing was cut: that end is not damage.
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), len);
+        let (recs, scanned_end, why) = scan_file(&path).unwrap();
+        assert_eq!((recs.len(), scanned_end as usize), (3, end));
+        assert!(why.contains("reused"), "{why}");
+
+        // Followed by a newer file, it is not taken for a damaged one either.
+        let mut newer = OpenJournal::create(dir.path(), 3, 0, false, 1 << 16).unwrap();
+        newer.append(&op(200));
+        newer.write_pending(0).unwrap();
+        drop(newer);
+        let numbers: Vec<u64> = replayed_entries(dir.path(), Mark::default())
+            .iter()
+            .map(|(e, _)| *e)
+            .collect();
+        assert_eq!(numbers, vec![100, 101, 102, 200]);
     }
 }

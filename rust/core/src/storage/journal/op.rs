@@ -1,11 +1,14 @@
 //! Journal records: the mutations a journal carries and their byte encoding.
 //! It never reads or writes files.
 //!
-//! Format 2 (written now) puts the record kind last: `[ledger][fields...][kind]`, so that an
-//! entry record's body starts with exactly the body of its entry-log record
-//! (`[ledger][entry][data]`) and the journal's checksum extends the entry's own with one byte:
-//! a large entry is checksummed once, not once per file. Format 1 (kind first) is still
-//! replayed.
+//! Format 3 (written now) puts the record kind and then the file's tag last:
+//! `[ledger][fields...][kind][tag]`, so that an entry record's body starts with exactly the body
+//! of its entry-log record (`[ledger][entry][data]`) and the journal's checksum extends the
+//! entry's own by five bytes: a large entry is checksummed once, not once per file. The tag is
+//! the low 32 bits of the id of the file the record was written to: a reused journal file
+//! (`journalReuseFiles`) still holds the records of its previous life after the new ones, whole
+//! and with valid checksums, and their tag is what tells them apart. Formats 2 (kind last, no
+//! tag) and 1 (kind first) are still replayed.
 
 use std::sync::Arc;
 
@@ -70,10 +73,12 @@ impl JournalOp {
         }
     }
 
-    pub(super) fn encode(&self, out: &mut impl RecordSink) {
+    /// Appends the record (format 3) for a file whose id's low 32 bits are `tag`.
+    pub(super) fn encode(&self, out: &mut impl RecordSink, tag: u32) {
+        let tag = tag.to_be_bytes();
         match self {
             JournalOp::Key { ledger, key } => {
-                append_record(out, &[&ledger.to_be_bytes(), key, &[KIND_KEY]])
+                append_record(out, &[&ledger.to_be_bytes(), key, &[KIND_KEY], &tag])
             }
             JournalOp::Entry {
                 ledger,
@@ -82,28 +87,35 @@ impl JournalOp {
                 crc,
             } => append_record_with_crc(
                 out,
-                crc32c::crc32c_append(*crc, &[KIND_ENTRY]),
+                crc32c::crc32c_append(crc32c::crc32c_append(*crc, &[KIND_ENTRY]), &tag),
                 &[
                     &ledger.to_be_bytes(),
                     &entry.to_be_bytes(),
                     data,
                     &[KIND_ENTRY],
+                    &tag,
                 ],
             ),
             JournalOp::Fence { ledger } => {
-                append_record(out, &[&ledger.to_be_bytes(), &[KIND_FENCE]])
+                append_record(out, &[&ledger.to_be_bytes(), &[KIND_FENCE], &tag])
             }
             JournalOp::Lac { ledger, lac } => {
-                append_record(out, &[&ledger.to_be_bytes(), lac, &[KIND_LAC]])
+                append_record(out, &[&ledger.to_be_bytes(), lac, &[KIND_LAC], &tag])
             }
             JournalOp::Delete { ledger } => {
-                append_record(out, &[&ledger.to_be_bytes(), &[KIND_DELETE]])
+                append_record(out, &[&ledger.to_be_bytes(), &[KIND_DELETE], &tag])
             }
         }
     }
 
-    /// Decodes a record body of journal format `version` (1: kind first, 2: kind last).
+    /// Decodes a record body of journal format `version` (1: kind first, 2: kind last, 3: kind
+    /// and tag last; the tag is checked by [`record_tag`], not here).
     pub(super) fn decode(body: &[u8], version: u32) -> std::result::Result<JournalOp, String> {
+        let body = if version >= 3 {
+            &body[..body.len().saturating_sub(TAG_LEN)]
+        } else {
+            body
+        };
         if body.len() < 9 {
             return Err(format!(
                 "journal record of {} bytes is too short",
@@ -151,6 +163,26 @@ impl JournalOp {
     }
 }
 
+/// Bytes of a format-3 record's tag.
+const TAG_LEN: usize = 4;
+
+/// The tag a record is written with in file `file_id`.
+pub(super) fn file_tag(file_id: u64) -> u32 {
+    // Truncation intended: ids grow by one per file, so two files whose tags agree are 2^32
+    // files apart, and a file is only ever reused by a newer one.
+    file_id as u32
+}
+
+/// The tag of a record body of format `version` (None before format 3, or if too short).
+pub(super) fn record_tag(body: &[u8], version: u32) -> Option<u32> {
+    if version < 3 || body.len() < TAG_LEN {
+        return None;
+    }
+    let mut tag = [0u8; TAG_LEN];
+    tag.copy_from_slice(&body[body.len() - TAG_LEN..]);
+    Some(u32::from_be_bytes(tag))
+}
+
 /// CRC32C of an entry's `[ledger][entry][data]`: its entry-log record's body checksum.
 pub fn entry_crc(ledger: u64, entry: u64, data: &[u8]) -> u32 {
     crc_of(&[&ledger.to_be_bytes(), &entry.to_be_bytes(), data])
@@ -183,13 +215,16 @@ mod tests {
     }
 
     #[test]
-    fn format_2_round_trips_and_entry_checksum_extends_the_entry_logs() {
+    fn format_3_round_trips_with_its_tag_and_entry_checksum_extends_the_entry_logs() {
+        let tag = 0x5eed_0007;
         for op in ops() {
             let mut out = Vec::new();
-            op.encode(&mut out);
+            op.encode(&mut out, tag);
             let body = &out[RECORD_HEADER_LEN..];
             assert_eq!(crc32c::crc32c(body), be_u32_at(&out, 4), "{op:?}");
-            let back = JournalOp::decode(body, 2).unwrap();
+            assert_eq!(record_tag(body, 3), Some(tag));
+            assert_eq!(record_tag(body, 2), None);
+            let back = JournalOp::decode(body, 3).unwrap();
             assert!(same(&op, &back), "{op:?} -> {back:?}");
             if let JournalOp::Entry {
                 ledger,
@@ -204,9 +239,27 @@ mod tests {
                     &[&ledger.to_be_bytes(), &entry.to_be_bytes(), data],
                 );
                 assert_eq!(be_u32_at(&log_record, 4), *crc);
-                assert_eq!(&body[..body.len() - 1], &log_record[RECORD_HEADER_LEN..]);
+                assert_eq!(
+                    &body[..body.len() - 1 - TAG_LEN],
+                    &log_record[RECORD_HEADER_LEN..]
+                );
             }
         }
+        assert_eq!(file_tag(0x1_0000_0002), 2);
+    }
+
+    #[test]
+    fn format_2_records_still_decode() {
+        let mut body = Vec::new();
+        body.extend_from_slice(&9u64.to_be_bytes());
+        body.extend_from_slice(&2u64.to_be_bytes());
+        body.extend_from_slice(b"two");
+        body.push(KIND_ENTRY);
+        let op = JournalOp::decode(&body, 2).unwrap();
+        assert!(same(
+            &op,
+            &JournalOp::entry(9, 2, Bytes::from_static(b"two"))
+        ));
     }
 
     #[test]

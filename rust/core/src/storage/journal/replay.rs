@@ -5,6 +5,7 @@ use std::io::{Seek, SeekFrom};
 use std::path::Path;
 
 use super::file::{journal_path, list_journal_ids, JOURNAL_MAGIC, JOURNAL_VERSION};
+use super::op::{file_tag, record_tag};
 use super::{JournalOp, Mark};
 use crate::error::{IoContext, Result, StorageError};
 use crate::fs;
@@ -71,13 +72,22 @@ pub fn replay(
         let mut reader = RecordReader::new(file, start, path.display().to_string());
         let mut batch: Vec<JournalOp> = Vec::new();
         let mut batch_bytes = 0usize;
+        // Where the data ends when the last record read is not part of it.
+        let mut ends_before: Option<u64> = None;
         let end = loop {
             match reader.next_record()? {
                 Ok(rec) => {
                     let size = rec.size as usize;
+                    if is_previous_life(rec.body, version, *id) {
+                        ends_before = Some(rec.offset);
+                        break ScanEnd::Clean;
+                    }
                     match JournalOp::decode(rec.body, version) {
                         Ok(op) => batch.push(op),
-                        Err(why) => break ScanEnd::Torn(why),
+                        Err(why) => {
+                            ends_before = Some(rec.offset);
+                            break ScanEnd::Torn(why);
+                        }
                     }
                     batch_bytes += size;
                 }
@@ -93,13 +103,14 @@ pub fn replay(
                 batch_bytes = 0;
             }
         };
+        let data_end = ends_before.unwrap_or_else(|| reader.offset());
         mark = Mark {
             file_id: *id,
-            offset: reader.offset(),
+            offset: data_end,
         };
         sink(&batch, mark)?;
         if let ScanEnd::Torn(why) = end {
-            let at = reader.offset();
+            let at = data_end;
             if newest {
                 log::warn!(
                     "journal {}: cutting a torn tail at offset {at} ({why})",
@@ -140,7 +151,7 @@ pub fn scan_file(path: &Path) -> Result<(Vec<RecordInfo>, u64, String)> {
     let mut header = [0u8; FILE_HEADER_LEN];
     std::io::Read::read_exact(&mut file, &mut header)
         .ctx(|| format!("reading the header of {}", path.display()))?;
-    check_file_header(&header, JOURNAL_MAGIC, JOURNAL_VERSION, "journal")?;
+    let id = check_file_header(&header, JOURNAL_MAGIC, JOURNAL_VERSION, "journal")?;
     let version = be_u32(&header[8..12]);
     // A tool may scan the journal a bookie is writing with direct I/O, which rewrites the last
     // partial block; a page this read caches while such a write is in flight could keep the
@@ -150,7 +161,7 @@ pub fn scan_file(path: &Path) -> Result<(Vec<RecordInfo>, u64, String)> {
         .ctx(|| format!("opening {} again", path.display()))?;
     let mut reader = RecordReader::new(file, FILE_HEADER_LEN as u64, path.display().to_string());
     let mut out = Vec::new();
-    let reason = loop {
+    let (end, reason) = loop {
         let next = reader.next_record();
         if next.is_err() {
             fs::advise_dont_need(&pages, 0, 0);
@@ -158,6 +169,12 @@ pub fn scan_file(path: &Path) -> Result<(Vec<RecordInfo>, u64, String)> {
         match next? {
             Ok(rec) => {
                 let (offset, size) = (rec.offset, rec.size);
+                if is_previous_life(rec.body, version, id) {
+                    break (
+                        offset,
+                        "end of written data (older records of a reused file follow)".to_string(),
+                    );
+                }
                 match JournalOp::decode(rec.body, version) {
                     Ok(op) => out.push(RecordInfo {
                         offset,
@@ -169,14 +186,21 @@ pub fn scan_file(path: &Path) -> Result<(Vec<RecordInfo>, u64, String)> {
                             _ => None,
                         },
                     }),
-                    Err(why) => break why,
+                    Err(why) => break (offset, why),
                 }
             }
-            Err(ScanEnd::Clean) => break "end of written data".to_string(),
-            Err(ScanEnd::EndOfFile) => break "end of file".to_string(),
-            Err(ScanEnd::Torn(why)) => break why,
+            Err(ScanEnd::Clean) => break (reader.offset(), "end of written data".to_string()),
+            Err(ScanEnd::EndOfFile) => break (reader.offset(), "end of file".to_string()),
+            Err(ScanEnd::Torn(why)) => break (reader.offset(), why),
         }
     };
     fs::advise_dont_need(&pages, 0, 0);
-    Ok((out, reader.offset(), reason))
+    Ok((out, end, reason))
+}
+
+/// Whether a record read from journal `file_id` (format `version`) belongs to the file's
+/// previous life: a reused file keeps its old records after the new ones, whole and with valid
+/// checksums, tagged with the id it had then.
+fn is_previous_life(body: &[u8], version: u32, file_id: u64) -> bool {
+    version >= 3 && record_tag(body, version) != Some(file_tag(file_id))
 }

@@ -11,8 +11,12 @@ use std::time::Instant;
 
 use crate::queue::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 
-use super::file::{Chunk, OpenJournal};
-use super::{Completion, Failure, Group, JournalOp, JournalStats, Msg, Request, RETRY_INTERVAL};
+use parking_lot::Mutex;
+
+use super::file::{list_journal_ids, Chunk, OpenJournal};
+use super::{
+    Completion, Failure, Group, JournalOp, JournalStats, Msg, OldFiles, Request, RETRY_INTERVAL,
+};
 use crate::config::JournalConfig;
 use crate::error::StorageError;
 use crate::metrics::{self, micros};
@@ -49,6 +53,8 @@ pub(super) struct Writer {
     pub(super) rx: Receiver<Msg>,
     pub(super) to_sync: Option<Sender<Group>>,
     pub(super) syncer: Option<JoinHandle<()>>,
+    /// The files a checkpoint let go, for a rollover to reuse (`journalReuseFiles`).
+    pub(super) old_files: Arc<Mutex<OldFiles>>,
     pub(super) failure: Arc<Failure>,
     pub(super) stats: Arc<JournalStats>,
     pub(super) file: OpenJournal,
@@ -220,11 +226,11 @@ impl Writer {
         } else if let Some(key) = req.key {
             if self.keyed.insert(ledger) {
                 let op = JournalOp::Key { ledger, key };
-                op.encode(self.file.records());
+                self.file.append(&op);
                 self.ops.push(op);
             }
         }
-        req.op.encode(self.file.records());
+        self.file.append(&req.op);
         let is_entry = if let JournalOp::Entry { data, .. } = &req.op {
             self.entries_since_flush += 1;
             self.stats.write_bytes.add(data.len() as u64);
@@ -358,17 +364,22 @@ impl Writer {
         }
     }
 
-    /// Starts the next journal file. A failure (a full disk) keeps the current file, which
-    /// stays valid; the next group tries again.
+    /// Starts the next journal file: an old one reused if allowed and there is one, else a new
+    /// one. A failure (a full disk) keeps the current file, which stays valid; the next group
+    /// tries again.
     fn roll_over(&mut self) -> bool {
         let creating = metrics::start();
-        let created = OpenJournal::create(
-            &self.dir,
-            self.file.file.id + 1,
-            self.cfg.prealloc_size,
-            self.cfg.direct_io,
-            self.cfg.write_buffer_size,
-        );
+        let id = self.file.file.id + 1;
+        let created = match self.reuse_old_file(id) {
+            Some(file) => Ok(file),
+            None => OpenJournal::create(
+                &self.dir,
+                id,
+                self.cfg.prealloc_size,
+                self.cfg.direct_io,
+                self.cfg.write_buffer_size,
+            ),
+        };
         self.stats.creation.record_since(created.is_ok(), creating);
         match created {
             Ok(file) => {
@@ -379,6 +390,41 @@ impl Writer {
             Err(e) => {
                 log::error!("journal {}: rollover failed: {e}", self.dir.display());
                 false
+            }
+        }
+    }
+
+    /// Journal `id` made of the oldest file a checkpoint let go, with `journalReuseFiles`; None
+    /// when there is none or reusing it failed (then a new file is created, as without reuse).
+    fn reuse_old_file(&self, id: u64) -> Option<OpenJournal> {
+        if !self.cfg.reuse_files {
+            return None;
+        }
+        let old_files = self.old_files.lock();
+        let ids = list_journal_ids(&self.dir)
+            .map_err(|e| log::warn!("journal {}: {e}", self.dir.display()))
+            .ok()?;
+        let old_id = old_files.reusable(&ids)?;
+        match OpenJournal::reuse(
+            &self.dir,
+            old_id,
+            id,
+            self.cfg.direct_io,
+            self.cfg.write_buffer_size,
+        ) {
+            Ok(file) => {
+                log::debug!(
+                    "journal {}: reusing {old_id:x}.txn as {id:x}.txn",
+                    self.dir.display()
+                );
+                Some(file)
+            }
+            Err(e) => {
+                log::warn!(
+                    "journal {}: reusing {old_id:x}.txn failed ({e}); creating a new file",
+                    self.dir.display()
+                );
+                None
             }
         }
     }
@@ -442,7 +488,7 @@ impl Writer {
         };
         let written = self.file.rewind(start).and_then(|_| {
             for op in &held.ops {
-                op.encode(self.file.records());
+                self.file.append(op);
             }
             self.file.write_pending(self.cfg.prealloc_size)
         });
