@@ -18,7 +18,7 @@ replication workers), less the time the same shell takes to start and list the b
 rests on a few dozen slow adds and moves a lot from run to run on a shared machine.
 
     python bench/recovery_speed.py [--megabytes 512] [--entry-size 65536] [--ledgers 64] [--java]
-        [--rate-mb MB] [--parallel N] [--rounds N] [--cold]
+        [--rate-mb MB] [--parallel N] [--rounds N] [--cold] [--set KEY=VALUE ...]
 """
 
 from __future__ import annotations
@@ -215,7 +215,9 @@ def run_in(
     total = args.megabytes * MB
     zk_uri = f"zk+hierarchical://{zk}/bench-{uuid.uuid4().hex[:12]}/ledgers" if zk else None
     with (
-        Sandbox(args.bookies, directory=base / "sandbox", zk_uri=zk_uri) as sandbox,
+        Sandbox(
+            args.bookies, directory=base / "sandbox", zk_uri=zk_uri, conf=args.settings
+        ) as sandbox,
         BookKeeper(sandbox.metadata_uri) as bk,
     ):
         started = time.monotonic()
@@ -299,6 +301,7 @@ def run_in(
         "p99_during_over_before": round(during[0] / p99_before, 2),
         "rate_limit_mb_s": args.rate_mb if system == "pybkx" else None,
         "cold": args.cold,
+        "settings": args.set,
         # CPU seconds by role over the 3 s before and while healing, and the wall seconds they
         # were counted over: "machine" / "wall" is how many cores were busy on average.
         "cpu_s_before": cpu_before.used,
@@ -339,11 +342,24 @@ def main() -> int:
         action="store_true",
         help="drop the bookies' files from the page cache before healing (the data is old)",
     )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a setting for every bookie (e.g. journalMaxSizeMB=64; repeatable)",
+    )
     parser.add_argument("--dir", type=Path, default=None)
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
+    args.settings = {}
+    for pair in args.set:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            parser.error(f"--set wants KEY=VALUE, got {pair!r}")
+        args.settings[key] = value
     systems = ("pybkx", "java") if args.java else ("pybkx",)
     results: list[dict] = []
     with contextlib.ExitStack() as stack:
