@@ -9,6 +9,16 @@ use crate::config::{ClientConfig, JournalConfig, ServerConfig, StorageConfig};
 use crate::server::BookieServer;
 use crate::storage::LedgerStorage;
 
+/// Descriptors of this process open on `path` after it was unlinked (`/proc/self/fd`).
+pub fn open_descriptors_of_deleted(path: &Path) -> usize {
+    let gone = format!("{} (deleted)", path.display());
+    std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())
+        .filter(|target| target.to_string_lossy() == gone)
+        .count()
+}
+
 pub fn journal_config() -> JournalConfig {
     JournalConfig {
         max_group_wait: Duration::from_millis(2),

@@ -15,6 +15,7 @@ pub mod entrylog;
 pub mod index;
 pub mod journal;
 mod readahead;
+mod release;
 mod stats;
 #[cfg(test)]
 mod tests;

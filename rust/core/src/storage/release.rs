@@ -1,14 +1,16 @@
-//! Frees the disk blocks of removed entry logs gradually, off the thread that removed them.
+//! Frees the disk blocks of removed storage files gradually, off the thread that removed them:
+//! entry logs (garbage collection, compaction, a tier move's source) and index segments (merged
+//! away).
 //!
-//! A removed log (garbage collection, compaction, a tier move's source) is unlinked at once, as
-//! before, but one descriptor is kept open past the unlink: the file system frees a file's
-//! blocks when its last descriptor closes, and freeing a whole 1 GiB log in one go holds up
-//! every fsync on the file system meanwhile (the journal's included, see `fs::cut_in_steps`). A
-//! single worker thread, started when work arrives and gone when there is none, waits until no
-//! reader holds the log (a read that found it before the removal still reads it whole), then
-//! cuts the file down in steps and closes it. Bounded: at most [`MAX_PENDING`] logs wait; past
-//! that one is closed at once, as an unlink alone would.
+//! A removed file is unlinked at once, but one descriptor is kept open past the unlink: the file
+//! system frees a file's blocks when its last descriptor closes, and freeing a whole 1 GiB file
+//! in one go holds up every fsync on the file system meanwhile (the journal's included, see
+//! `fs::cut_in_steps`). A worker thread per releaser, started when work arrives and gone when
+//! there is none, waits until no reader holds the file (a read that found it before the removal
+//! still reads it whole), then cuts it down in steps and closes it. Bounded: at most
+//! [`MAX_PENDING`] files wait; past that one is closed at once, as an unlink alone would.
 
+use std::any::Any;
 use std::collections::VecDeque;
 use std::fs::File;
 use std::path::PathBuf;
@@ -17,26 +19,26 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use super::LogFile;
 use crate::fs;
 
-/// Logs waiting to be freed, at most.
+/// Files waiting to be freed, at most (per releaser).
 const MAX_PENDING: usize = 64;
-/// How long the worker waits for a log's readers before it closes its own descriptors uncut
+/// How long the worker waits for a file's readers before it closes its own descriptors uncut
 /// (the last reader's close then frees the blocks at once).
 const READERS_WAIT: Duration = Duration::from_secs(30);
 const READERS_POLL: Duration = Duration::from_millis(5);
 
-/// One unlinked log: a descriptor open for writing, and the readers' shared handle if the log
-/// was open for reads.
+/// One unlinked file: a descriptor open for writing, and the handle readers share if it was
+/// open for reads (the file is cut once this is the last reference to it).
 pub(super) struct Unlinked {
     pub(super) file: File,
     pub(super) path: PathBuf,
-    pub(super) readers: Option<Arc<LogFile>>,
+    pub(super) readers: Option<Arc<dyn Any + Send + Sync>>,
 }
 
-#[derive(Default)]
 pub(super) struct Releaser {
+    /// The worker thread's name.
+    name: &'static str,
     state: Arc<Mutex<State>>,
 }
 
@@ -47,30 +49,41 @@ struct State {
 }
 
 impl Releaser {
-    /// Frees `log` in the background (or now, when too many wait or no thread can start).
-    pub(super) fn release(&self, log: Unlinked) {
+    /// A releaser whose worker thread is called `name`.
+    pub(super) fn new(name: &'static str) -> Releaser {
+        Releaser {
+            name,
+            state: Arc::default(),
+        }
+    }
+
+    /// Frees `file` in the background (or now, when too many wait or no thread can start).
+    pub(super) fn release(&self, file: Unlinked) {
         let mut st = self.state.lock();
         if st.pending.len() >= MAX_PENDING {
-            return; // `log` drops here: closed now, freed at once
+            return; // `file` drops here: closed now, freed at once
         }
-        st.pending.push_back(log);
+        st.pending.push_back(file);
         if st.working {
             return;
         }
         let state = self.state.clone();
         let spawned = std::thread::Builder::new()
-            .name("pybkx-entrylog-release".to_string())
+            .name(self.name.to_string())
             .spawn(move || work(&state));
         match spawned {
             Ok(_) => st.working = true,
             Err(e) => {
-                log::warn!("no thread to free removed entry logs in steps: {e}");
+                log::warn!(
+                    "no thread ({}) to free removed files in steps: {e}",
+                    self.name
+                );
                 st.pending.clear();
             }
         }
     }
 
-    /// Logs waiting or being freed.
+    /// Files waiting or being freed.
     #[cfg(test)]
     pub(super) fn pending(&self) -> usize {
         let st = self.state.lock();
@@ -83,7 +96,7 @@ fn work(state: &Mutex<State>) {
         let next = {
             let mut st = state.lock();
             match st.pending.pop_front() {
-                Some(log) => log,
+                Some(file) => file,
                 None => {
                     st.working = false;
                     return;
@@ -106,7 +119,7 @@ fn work(state: &Mutex<State>) {
             }
         }
         if let Err(e) = fs::cut_in_steps(&file, &path, fs::FREE_STEP, fs::FREE_PAUSE, None) {
-            log::warn!("freeing removed entry log {}: {e}", path.display());
+            log::warn!("freeing removed file {}: {e}", path.display());
         }
     }
 }

@@ -242,6 +242,54 @@ fn entries_move_from_the_write_cache_to_segments_and_merge_without_loss() {
     assert_eq!(read_all(&s, 2).len(), 200);
 }
 
+/// Segments merged away are unlinked at once, but a lookup that holds them keeps reading them
+/// whole; their blocks are freed (in steps, by the releaser) only after it lets go.
+#[test]
+fn merged_away_segments_are_freed_once_lookups_let_go() {
+    use crate::testing::open_descriptors_of_deleted;
+    let dir = tempfile::tempdir().unwrap();
+    let s = LedgerStorage::open(small_cache_config(dir.path())).unwrap();
+    let segments = &s.inner.shared.segments;
+    let mut round = 0u64;
+    let add_round = |round: &mut u64| {
+        for e in *round * 10..*round * 10 + 10 {
+            add(&s, 1, e, &entry_payload(1, e, 0)).unwrap();
+        }
+        s.checkpoint().unwrap();
+        *round += 1;
+    };
+    while segments.snapshot().len() < 2 {
+        add_round(&mut round);
+    }
+    let held = segments.snapshot(); // a lookup in progress
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while held.iter().all(|g| g.path().exists()) {
+        assert!(std::time::Instant::now() < deadline, "no merge took them");
+        add_round(&mut round);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let gone: Vec<_> = held
+        .iter()
+        .filter(|g| !g.path().exists())
+        .map(|g| g.path().to_path_buf())
+        .collect();
+    // The segment's own descriptor and the releaser's stay open while the lookup holds it.
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    for path in &gone {
+        assert_eq!(open_descriptors_of_deleted(path), 2, "{}", path.display());
+    }
+    drop(held);
+    while gone.iter().any(|p| open_descriptors_of_deleted(p) > 0) || segments.releasing() > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "a merged-away segment is still open"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let entries = round * 10;
+    assert_eq!(s.entry_ids(1).unwrap(), (0..entries).collect::<Vec<_>>());
+}
+
 /// Every entry of the ledger from 0 by one unbounded range read.
 fn read_all(s: &LedgerStorage, ledger: u64) -> Vec<Bytes> {
     let unbounded = RangeLimits {

@@ -10,8 +10,8 @@ mod ledgers_map;
 mod location;
 mod log;
 mod moves;
-mod release;
 
+use std::any::Any;
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::path::PathBuf;
@@ -31,6 +31,7 @@ use crate::fs;
 use crate::metrics::Counter;
 use crate::record::{append_record_with_crc, be_u64, verify_record, RECORD_HEADER_LEN};
 use crate::storage::dirs::{Heat, LedgerDirs};
+use crate::storage::release::{Releaser, Unlinked};
 use log::ActiveLog;
 
 /// Bytes of a record before the entry data: frame header plus ledger and entry ids.
@@ -142,7 +143,7 @@ pub struct EntryLogger {
     /// finding an entry's location and reading it sees this change and looks again.
     removals: AtomicU64,
     /// Frees removed logs' blocks in steps once their readers are done.
-    releaser: release::Releaser,
+    releaser: Releaser,
     pub rollovers: Counter,
     /// Entry data appended to logs.
     pub written_bytes: Counter,
@@ -201,7 +202,7 @@ impl EntryLogger {
             files: RwLock::new(HashMap::new()),
             logs: RwLock::new(logs),
             pinned: Mutex::new(HashSet::new()),
-            releaser: release::Releaser::default(),
+            releaser: Releaser::new("pybkx-entrylog-release"),
             removals: AtomicU64::new(0),
             rollovers: Counter::default(),
             written_bytes: Counter::default(),
@@ -514,10 +515,10 @@ impl EntryLogger {
         let held = fs::open_write(&path).ok();
         fs::remove_file(&path)?;
         if let Some(file) = held {
-            self.releaser.release(release::Unlinked {
+            self.releaser.release(Unlinked {
                 file,
                 path,
-                readers,
+                readers: readers.map(|r| r as Arc<dyn Any + Send + Sync>),
             });
         }
         Ok(size)
@@ -666,17 +667,9 @@ mod tests {
     }
 
     /// Descriptors of this process open on `path` after its unlink.
-    fn open_descriptors_of_deleted(path: &std::path::Path) -> usize {
-        let gone = format!("{} (deleted)", path.display());
-        std::fs::read_dir("/proc/self/fd")
-            .unwrap()
-            .filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())
-            .filter(|target| target.to_string_lossy() == gone)
-            .count()
-    }
-
     #[test]
     fn a_removed_log_is_freed_in_steps_once_its_readers_let_go() {
+        use crate::testing::open_descriptors_of_deleted;
         let d = tempfile::tempdir().unwrap();
         let el =
             EntryLogger::open(dirs_of(&[d.path().to_path_buf()]), 1 << 20, 4096, false).unwrap();

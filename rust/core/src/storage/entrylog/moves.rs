@@ -16,6 +16,7 @@
 //! a copy that never committed and is removed. A `kill -9` at any point therefore leaves
 //! exactly one complete `X.log` in use.
 
+use std::any::Any;
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
@@ -24,6 +25,7 @@ use std::time::Duration;
 use super::{log_name, EntryLogger, LogFile};
 use crate::error::{IoContext, Result, StorageError};
 use crate::fs;
+use crate::storage::release::Unlinked;
 
 /// Suffix of a copy being made (step 1).
 const MOVING: &str = ".log.moving";
@@ -250,10 +252,10 @@ impl EntryLogger {
         fs::remove_file(&old)?;
         fs::sync_dir(src_dir)?;
         if let Some(file) = held {
-            self.releaser.release(super::release::Unlinked {
+            self.releaser.release(Unlinked {
                 file,
                 path: old,
-                readers: source_readers,
+                readers: source_readers.map(|r| r as Arc<dyn Any + Send + Sync>),
             });
         }
         Ok(Some(len))

@@ -7,6 +7,7 @@
 //! merged into one of the next level in their place. Every entry is rewritten once per level,
 //! and the list stays short (under `MERGE_FANIN` per level).
 
+use std::any::Any;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -18,6 +19,7 @@ use super::SegmentRef;
 use crate::error::Result;
 use crate::fs;
 use crate::storage::entrylog::Location;
+use crate::storage::release::{Releaser, Unlinked};
 
 /// Adjacent segments of one level merged together.
 pub const MERGE_FANIN: usize = 6;
@@ -27,6 +29,8 @@ pub struct SegmentSet {
     dir: PathBuf,
     list: RwLock<Arc<Vec<Arc<Segment>>>>,
     pub cache: BlockCache,
+    /// Frees merged-away segments in steps once no lookup holds them.
+    releaser: Releaser,
 }
 
 impl SegmentSet {
@@ -47,6 +51,7 @@ impl SegmentSet {
             dir: dir.to_path_buf(),
             list: RwLock::new(Arc::new(list)),
             cache: BlockCache::new(cache_bytes),
+            releaser: Releaser::new("pybkx-segment-release"),
         })
     }
 
@@ -238,14 +243,30 @@ impl SegmentSet {
             .collect()
     }
 
-    /// Deletes merged-away segment files (readers still holding them keep reading: the
-    /// descriptor stays valid) and drops their cached blocks.
+    /// Deletes merged-away segment files and drops their cached blocks. Lookups still holding
+    /// one keep reading it (the descriptor stays valid); its blocks are freed in steps once they
+    /// let go (see `release`), not at once by whichever of them closes it last.
     pub fn remove_files(&self, inputs: &[Arc<Segment>]) {
         for s in inputs {
             self.cache.forget_segment(s.seq);
+            let held = fs::open_write(s.path()).ok();
             if let Err(e) = fs::remove_file(s.path()) {
                 log::warn!("removing merged index segment: {e}");
+                continue;
+            }
+            if let Some(file) = held {
+                self.releaser.release(Unlinked {
+                    file,
+                    path: s.path().to_path_buf(),
+                    readers: Some(s.clone() as Arc<dyn Any + Send + Sync>),
+                });
             }
         }
+    }
+
+    /// Merged-away segments waiting to be freed, or being freed.
+    #[cfg(test)]
+    pub fn releasing(&self) -> usize {
+        self.releaser.pending()
     }
 }
