@@ -97,21 +97,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--rounds", type=int, default=4, help="rounds of each setting")
     parser.add_argument("--rate-mb", type=float, default=100, help="the stream's MB/s")
-    parser.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="a bookie setting for both (e.g. journalDirectIO=false; repeatable)",
+    machine.add_settings_option(
+        parser, help="a bookie setting for both (e.g. journalDirectIO=false; repeatable)"
     )
     parser.add_argument("--json", default=None, help="also write the figures to this file")
     args = parser.parse_args(argv)
-    extra = {}
-    for pair in args.set:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            parser.error(f"--set wants KEY=VALUE, got {pair!r}")
-        extra[key] = value
+    extra = machine.settings_of(parser, args.set)
 
     rounds: dict[str, list[dict[str, float]]] = {"reuse": [], "new_files": []}
     for r in range(args.rounds):

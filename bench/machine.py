@@ -8,6 +8,7 @@ only reads /proc of the processes it is given.
 
 from __future__ import annotations
 
+import argparse
 import json
 import mmap
 import os
@@ -222,3 +223,19 @@ def report_figures(figures: dict[str, object], json_path: str | None) -> int:
     if json_path:
         Path(json_path).write_text(text + "\n")
     return 0
+
+
+def add_settings_option(parser: argparse.ArgumentParser, help: str) -> None:
+    """Adds ``--set KEY=VALUE`` (repeatable) for bookie settings to ``parser``."""
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help=help)
+
+
+def settings_of(parser: argparse.ArgumentParser, pairs: list[str]) -> dict[str, str]:
+    """The ``--set`` pairs as a mapping; a malformed one ends the program with a usage error."""
+    settings = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            parser.error(f"--set wants KEY=VALUE, got {pair!r}")
+        settings[key] = value
+    return settings

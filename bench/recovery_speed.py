@@ -342,24 +342,15 @@ def main() -> int:
         action="store_true",
         help="drop the bookies' files from the page cache before healing (the data is old)",
     )
-    parser.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="a setting for every bookie (e.g. journalMaxSizeMB=64; repeatable)",
+    machine.add_settings_option(
+        parser, help="a setting for every bookie (e.g. journalMaxSizeMB=64; repeatable)"
     )
     parser.add_argument("--dir", type=Path, default=None)
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
-    args.settings = {}
-    for pair in args.set:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            parser.error(f"--set wants KEY=VALUE, got {pair!r}")
-        args.settings[key] = value
+    args.settings = machine.settings_of(parser, args.set)
     systems = ("pybkx", "java") if args.java else ("pybkx",)
     results: list[dict] = []
     with contextlib.ExitStack() as stack:

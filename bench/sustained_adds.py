@@ -53,22 +53,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ledgers", type=int, default=16)
     parser.add_argument("--in-flight", type=int, default=1000)
     parser.add_argument("--other", type=Path, default=None, help="another built source tree")
-    parser.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="a bookie setting on top of the group-commit defaults (repeatable)",
+    machine.add_settings_option(
+        parser, help="a bookie setting on top of the group-commit defaults (repeatable)"
     )
     parser.add_argument("--json", default=None, help="also write the figures to this file")
     args = parser.parse_args(argv)
 
-    settings = dict(GROUP_COMMIT)
-    for pair in args.set:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            parser.error(f"--set wants KEY=VALUE, got {pair!r}")
-        settings[key] = value
+    settings = {**GROUP_COMMIT, **machine.settings_of(parser, args.set)}
     conf = "".join(f"{k}={v}\n" for k, v in settings.items())
     runs: list[dict[str, float]] = []
     with tempfile.TemporaryDirectory(prefix="pybkx-sustained-") as tmp:

@@ -215,7 +215,8 @@ impl OpenJournal {
     ///
     /// Crash-safe at every step: until the rename the file keeps its old name, below the
     /// checkpoint's mark, and no replay reads it; after it, the file reads as a journal `id` with
-    /// no records. On failure the file keeps its old name (it may be reused or removed later).
+    /// no records. A failure before the rename leaves the file under its old name (reused or
+    /// removed later); after it, the file is removed, so that a new one can take `id` at once.
     pub(super) fn reuse(
         dir: &Path,
         old_id: u64,
@@ -235,8 +236,14 @@ impl OpenJournal {
         fs::fdatasync(&file, &old)?;
         let path = journal_path(dir, id);
         fs::rename(&old, &path)?;
-        fs::sync_dir(dir)?;
-        Self::opened(&path, id, file, len, true, direct_io, buffer)
+        let opened = fs::sync_dir(dir)
+            .and_then(|()| Self::opened(&path, id, file, len, true, direct_io, buffer));
+        if opened.is_err() {
+            if let Err(e) = fs::remove_file(&path) {
+                log::warn!("removing the unfinished journal {}: {e}", path.display());
+            }
+        }
+        opened
     }
 
     /// The writer's state for journal `id` just created or reused (`reused`) at `path`, its
