@@ -944,4 +944,43 @@ mod tests {
             .collect();
         assert_eq!(numbers, vec![100, 101, 102, 200]);
     }
+
+    /// A journal of format 2 (no tags) reused after an upgrade: its old records end with a kind
+    /// byte after the entry's data. Entries whose data ends in zeros end like a small id would;
+    /// the tag is mixed so that they are not taken for records of the reused file.
+    #[test]
+    fn a_reused_format_2_file_ends_where_its_new_records_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut old = crate::record::file_header(file::JOURNAL_MAGIC, 2, 1).to_vec();
+        for e in 0..10u64 {
+            let mut data = vec![2u8; 97]; // read as format 3, the kind byte is a 2: an entry
+            data.extend_from_slice(&[0, 0, 0]);
+            crate::record::append_record(
+                &mut old,
+                &[&5u64.to_be_bytes(), &e.to_be_bytes(), &data, &[2]],
+            );
+        }
+        std::fs::write(journal_path(dir.path(), 1), &old).unwrap();
+
+        let mut reused = OpenJournal::reuse(dir.path(), 1, 2, false, 1 << 16).unwrap();
+        // New records as long as the old ones, so that the old ones start where the new end.
+        let op = |e: u64| JournalOp::entry(5, e, Bytes::from(vec![9u8; 96]));
+        for e in 100..103 {
+            reused.append(&op(e));
+        }
+        reused.write_pending(0).unwrap();
+        let end = reused.written as usize;
+        drop(reused);
+        let record = (end - crate::record::FILE_HEADER_LEN) / 3;
+        assert_eq!((old.len() - crate::record::FILE_HEADER_LEN) % record, 0);
+        // The crash: the end mark is lost, an old record follows whole.
+        let path = journal_path(dir.path(), 2);
+        let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        std::os::unix::fs::FileExt::write_all_at(&f, &old[end..end + 8], end as u64).unwrap();
+        let numbers: Vec<u64> = replayed_entries(dir.path(), Mark::default())
+            .iter()
+            .map(|(e, _)| *e)
+            .collect();
+        assert_eq!(numbers, vec![100, 101, 102]);
+    }
 }

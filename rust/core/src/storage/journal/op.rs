@@ -5,7 +5,7 @@
 //! `[ledger][fields...][kind][tag]`, so that an entry record's body starts with exactly the body
 //! of its entry-log record (`[ledger][entry][data]`) and the journal's checksum extends the
 //! entry's own by five bytes: a large entry is checksummed once, not once per file. The tag is
-//! the low 32 bits of the id of the file the record was written to: a reused journal file
+//! made from the id of the file the record was written to ([`file_tag`]): a reused journal file
 //! (`journalReuseFiles`) still holds the records of its previous life after the new ones, whole
 //! and with valid checksums, and their tag is what tells them apart. Formats 2 (kind last, no
 //! tag) and 1 (kind first) are still replayed.
@@ -73,7 +73,7 @@ impl JournalOp {
         }
     }
 
-    /// Appends the record (format 3) for a file whose id's low 32 bits are `tag`.
+    /// Appends the record (format 3) for a file whose tag ([`file_tag`]) is `tag`.
     pub(super) fn encode(&self, out: &mut impl RecordSink, tag: u32) {
         let tag = tag.to_be_bytes();
         match self {
@@ -166,11 +166,12 @@ impl JournalOp {
 /// Bytes of a format-3 record's tag.
 const TAG_LEN: usize = 4;
 
-/// The tag a record is written with in file `file_id`.
+/// The tag a record is written with in file `file_id`: the id's low 32 bits, mixed by an odd
+/// multiplier (a bijection, so files fewer than 2^32 ids apart never share a tag; ids grow by
+/// one per file) so that tags do not look like record contents: a reused file of format 2 ends
+/// its records with a kind byte after ids and data, which small ids would resemble.
 pub(super) fn file_tag(file_id: u64) -> u32 {
-    // Truncation intended: ids grow by one per file, so two files whose tags agree are 2^32
-    // files apart, and a file is only ever reused by a newer one.
-    file_id as u32
+    (file_id as u32).wrapping_mul(0x9E37_79B1) ^ 0x5042_4B58
 }
 
 /// The tag of a record body of format `version` (None before format 3, or if too short).
@@ -192,6 +193,7 @@ pub fn entry_crc(ledger: u64, entry: u64, data: &[u8]) -> u32 {
 mod tests {
     use super::*;
     use crate::record::RECORD_HEADER_LEN;
+    use std::collections::HashSet;
 
     fn ops() -> Vec<JournalOp> {
         vec![
@@ -245,7 +247,9 @@ mod tests {
                 );
             }
         }
-        assert_eq!(file_tag(0x1_0000_0002), 2);
+        assert_eq!(file_tag(0x1_0000_0002), file_tag(2));
+        let tags: HashSet<u32> = (1..10_000u64).map(file_tag).collect();
+        assert_eq!(tags.len(), 9_999);
     }
 
     #[test]
