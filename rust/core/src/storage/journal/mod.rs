@@ -188,12 +188,16 @@ struct OldFiles {
 }
 
 impl OldFiles {
-    /// The file the writer should reuse: the oldest covered by the checkpoint and not being
-    /// removed (so the files kept as backups are the pool, as in BookKeeper).
-    fn reusable(&self, ids: &[u64]) -> Option<u64> {
-        ids.iter()
-            .copied()
-            .find(|id| *id < self.mark_file_id && !self.removing.contains(id))
+    /// The file the writer should reuse: the oldest covered by the checkpoint, not being
+    /// removed, and at most `max_len` bytes long (so the files kept as backups are the pool, as
+    /// in BookKeeper). A longer file, written under a larger `journalMaxSizeMB`, would keep its
+    /// size for ever: it is left to be removed once newer backups push it out.
+    fn reusable(&self, dir: &std::path::Path, ids: &[u64], max_len: u64) -> Option<u64> {
+        ids.iter().copied().find(|id| {
+            *id < self.mark_file_id
+                && !self.removing.contains(id)
+                && std::fs::metadata(journal_path(dir, *id)).is_ok_and(|m| m.len() <= max_len)
+        })
     }
 }
 
@@ -982,5 +986,46 @@ mod tests {
             .map(|(e, _)| *e)
             .collect();
         assert_eq!(numbers, vec![100, 101, 102]);
+    }
+
+    /// Files written under a larger `journalMaxSizeMB` are not reused after it was lowered
+    /// (each would keep its old size for ever); they wait to be removed as backups.
+    #[test]
+    fn files_longer_than_the_limit_allows_are_not_reused() {
+        let dir = tempfile::tempdir().unwrap();
+        let start = |max_file_size: u64, first: u64| {
+            let c = JournalConfig {
+                max_file_size,
+                prealloc_size: 0,
+                ..cfg()
+            };
+            let applier = Arc::new(Collect::default());
+            let j = Journal::start(0, dir.path().into(), c, first, applier.clone()).unwrap();
+            (j, applier)
+        };
+        let (j, applier) = start(64 << 10, 1);
+        for e in 0..100 {
+            add(&j, 1, e, &[1u8; 3000]).recv().unwrap().unwrap();
+        }
+        j.shutdown();
+        let big: Vec<u64> = list_journal_ids(dir.path()).unwrap();
+        assert!(big.len() >= 4, "{big:?}");
+        let big_inodes: HashSet<u64> = big
+            .iter()
+            .map(|id| inode(&journal_path(dir.path(), *id)))
+            .collect();
+        let next = applier.0.lock().last().unwrap().1.file_id + 1;
+
+        let (j, _) = start(4096, next);
+        j.remove_old_files(next, 10, true).unwrap();
+        for e in 100..120 {
+            add(&j, 1, e, &[1u8; 3000]).recv().unwrap().unwrap();
+        }
+        j.shutdown();
+        let ids = list_journal_ids(dir.path()).unwrap();
+        assert!(ids.len() > big.len() + 3, "expected rollovers: {ids:?}");
+        for id in ids.iter().filter(|id| **id >= next) {
+            assert!(!big_inodes.contains(&inode(&journal_path(dir.path(), *id))));
+        }
     }
 }

@@ -404,7 +404,10 @@ impl Writer {
         let ids = list_journal_ids(&self.dir)
             .map_err(|e| log::warn!("journal {}: {e}", self.dir.display()))
             .ok()?;
-        let old_id = old_files.reusable(&ids)?;
+        // A file written under this limit rolls over after the group that crossed it, and is
+        // preallocated a step ahead: twice the limit and a step bound it.
+        let max_len = 2 * self.cfg.max_file_size + self.cfg.prealloc_size;
+        let old_id = old_files.reusable(&self.dir, &ids, max_len)?;
         match OpenJournal::reuse(
             &self.dir,
             old_id,
