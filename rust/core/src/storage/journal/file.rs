@@ -53,6 +53,9 @@ pub(super) struct JournalFile {
     reused: bool,
 }
 
+/// The page size the page cache reads and writes in (4 KiB on the platforms pybkx runs on).
+const PAGE_SIZE: usize = 4096;
+
 /// Pending records that make a direct write before their group ends (as the entry log's).
 const DIRECT_WRITE_BYTES: usize = 1 << 20;
 
@@ -87,6 +90,16 @@ impl JournalFile {
         let logical = bytes.len();
         if self.reused {
             bytes.extend_from_slice(&END_MARK);
+            if self.direct_writes().is_none() {
+                // Through the page cache, a write that covers only part of a page the cache
+                // does not hold first reads that page from the disk; a new file's preallocated
+                // blocks read as zeros without I/O, a reused file's do not. Zeros to the end of
+                // the last page make it whole (the next write covers them; the page is written
+                // back either way).
+                let end = at + bytes.len() as u64;
+                let page = PAGE_SIZE as u64;
+                bytes.resize_zeroed(bytes.len() + (end.div_ceil(page) * page - end) as usize);
+            }
         }
         let written = self.write_at_as_is(bytes, at);
         bytes.truncate(logical);

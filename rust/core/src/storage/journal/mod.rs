@@ -924,9 +924,16 @@ mod tests {
         drop(reused);
         let (recs, scanned_end, why) = scan_file(&path).unwrap();
         assert_eq!((recs.len(), scanned_end as usize), (3, end), "{why}");
-        // The crash: the bytes after the new records are the old file's again.
+        // Through the page cache the write ends with zeros to a page boundary: an end mark,
+        // then padding that makes its last page whole (no read of the old page first).
+        let after = std::fs::read(&path).unwrap();
+        assert!(after[end..end.div_ceil(4096) * 4096]
+            .iter()
+            .all(|b| *b == 0));
+        // The crash: what the write put after the new records (end mark, padding) was lost,
+        // and the old file's bytes are there again.
         let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
-        std::os::unix::fs::FileExt::write_all_at(&f, &old_bytes[end..end + 8], end as u64).unwrap();
+        std::os::unix::fs::FileExt::write_all_at(&f, &old_bytes[end..], end as u64).unwrap();
         let len = std::fs::metadata(&path).unwrap().len();
         let entries = replayed_entries(dir.path(), Mark::default());
         let numbers: Vec<u64> = entries.iter().map(|(e, _)| *e).collect();
@@ -977,10 +984,10 @@ mod tests {
         drop(reused);
         let record = (end - crate::record::FILE_HEADER_LEN) / 3;
         assert_eq!((old.len() - crate::record::FILE_HEADER_LEN) % record, 0);
-        // The crash: the end mark is lost, an old record follows whole.
+        // The crash: the end mark is lost, the old records follow whole.
         let path = journal_path(dir.path(), 2);
         let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
-        std::os::unix::fs::FileExt::write_all_at(&f, &old[end..end + 8], end as u64).unwrap();
+        std::os::unix::fs::FileExt::write_all_at(&f, &old[end..], end as u64).unwrap();
         let numbers: Vec<u64> = replayed_entries(dir.path(), Mark::default())
             .iter()
             .map(|(e, _)| *e)
