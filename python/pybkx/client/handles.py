@@ -14,6 +14,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from pybkx import errors
@@ -91,6 +92,16 @@ def new_writer(
         recovery=recovery,
         throttle=bk.config.throttle,
     )
+
+
+@dataclass(frozen=True)
+class _Chunk:
+    """One read of an iteration in flight: entries ``first..last``, sent batched or not."""
+
+    first: int
+    last: int
+    batched: bool
+    future: Future
 
 
 class ReadHandle:
@@ -223,6 +234,22 @@ class ReadHandle:
         entries, batch_ok = self.read_entries(first, last, batch=batch).result()
         if batch:
             self._note_batch_support(batch_ok)
+        return list(entries)
+
+    def _read_chunk(self, first: int, last: int) -> _Chunk:
+        """Starts reading one chunk of an iteration, batched while the bookies allow it."""
+        batched = self._batch_supported
+        return _Chunk(first, last, batched, self.read_entries(first, last, batch=True))
+
+    def _read_again_singly(self, chunk: _Chunk, in_flight: list[Future]) -> list[LedgerEntry]:
+        """Reads a chunk whose batched read failed again, with single reads, once the reads
+        still in flight are done. Bookies without BP-62 close the connection on a batch request,
+        so the batch requests of an iteration's other chunks can close the connections that this
+        chunk's own fall-back to single reads was using (every replica of an entry, with a few
+        chunks in flight). Raises as ``read`` if it fails again."""
+        for other in in_flight:
+            other.exception()  # waits; its outcome is taken in its turn
+        entries, _ = self.read_entries(chunk.first, chunk.last, batch=False).result()
         return list(entries)
 
     def _note_batch_support(self, batch_ok: bool) -> None:
@@ -400,20 +427,27 @@ class ReadHandle:
                 f"entries up to {last} requested, but the last confirmed is "
                 f"{self.last_add_confirmed}"
             )
-        window: deque[Future] = deque()
+        window: deque[_Chunk] = deque()
         next_first = start
 
         def fill() -> None:
             nonlocal next_first
             while next_first <= last and len(window) <= read_ahead:
                 chunk_last = min(next_first + batch_entries - 1, last)
-                window.append(self.read_entries(next_first, chunk_last, batch=True))
+                window.append(self._read_chunk(next_first, chunk_last))
                 next_first = chunk_last + 1
 
         fill()
         while window:
-            entries, batch_ok = window.popleft().result()
-            self._note_batch_support(batch_ok)
+            chunk = window.popleft()
+            try:
+                entries, batch_ok = chunk.future.result()
+            except errors.ReadException:
+                if not chunk.batched:
+                    raise
+                entries = self._read_again_singly(chunk, [c.future for c in window])
+            else:
+                self._note_batch_support(batch_ok)
             fill()
             yield from entries
 
@@ -435,15 +469,25 @@ class ReadHandle:
             raise errors.IncorrectParameterException(
                 f"bad iteration {start}..{last} (LAC {self.last_add_confirmed})"
             )
-        window: deque[Future] = deque()
+        window: deque[_Chunk] = deque()
         next_first = start
         while next_first <= last or window:
             while next_first <= last and len(window) <= read_ahead:
                 chunk_last = min(next_first + batch_entries - 1, last)
-                window.append(self.read_entries(next_first, chunk_last, batch=True))
+                window.append(self._read_chunk(next_first, chunk_last))
                 next_first = chunk_last + 1
-            entries, batch_ok = await window.popleft()
-            self._note_batch_support(batch_ok)
+            chunk = window.popleft()
+            try:
+                entries, batch_ok = await chunk.future
+            except errors.ReadException:
+                if not chunk.batched:
+                    raise
+                in_flight = [c.future for c in window]
+                entries = await run_blocking(
+                    self.bk.executor, self._read_again_singly, chunk, in_flight
+                )
+            else:
+                self._note_batch_support(batch_ok)
             for entry in entries:
                 yield entry
 
