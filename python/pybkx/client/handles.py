@@ -242,11 +242,11 @@ class ReadHandle:
         return _Chunk(first, last, batched, self.read_entries(first, last, batch=True))
 
     def _read_again_singly(self, chunk: _Chunk, in_flight: list[Future]) -> list[LedgerEntry]:
-        """Reads a chunk whose batched read failed again, with single reads, once the reads
-        still in flight are done. Bookies without BP-62 close the connection on a batch request,
-        so the batch requests of an iteration's other chunks can close the connections that this
-        chunk's own fall-back to single reads was using (every replica of an entry, with a few
-        chunks in flight). Raises as ``read`` if it fails again."""
+        """Reads a failed chunk of an iteration again, with single reads, once the reads still
+        in flight are done. Bookies without BP-62 close the connection on a batch request, so
+        the batch requests of an iteration's other chunks can close the connections that this
+        chunk's single reads (its own fall-back, or all it sent) were using, on every replica of
+        an entry. Raises as ``read`` if it fails again."""
         for other in in_flight:
             other.exception()  # waits; its outcome is taken in its turn
         entries, _ = self.read_entries(chunk.first, chunk.last, batch=False).result()
@@ -429,12 +429,16 @@ class ReadHandle:
             )
         window: deque[_Chunk] = deque()
         next_first = start
+        # Whether a chunk went out batched: its batch requests may close connections that the
+        # single reads of other chunks use (bookies without BP-62).
+        sent_batched = False
 
         def fill() -> None:
-            nonlocal next_first
+            nonlocal next_first, sent_batched
             while next_first <= last and len(window) <= read_ahead:
                 chunk_last = min(next_first + batch_entries - 1, last)
                 window.append(self._read_chunk(next_first, chunk_last))
+                sent_batched |= window[-1].batched
                 next_first = chunk_last + 1
 
         fill()
@@ -443,7 +447,7 @@ class ReadHandle:
             try:
                 entries, batch_ok = chunk.future.result()
             except errors.ReadException:
-                if not chunk.batched:
+                if not sent_batched:
                     raise
                 entries = self._read_again_singly(chunk, [c.future for c in window])
             else:
@@ -471,16 +475,18 @@ class ReadHandle:
             )
         window: deque[_Chunk] = deque()
         next_first = start
+        sent_batched = False  # as in `entries`
         while next_first <= last or window:
             while next_first <= last and len(window) <= read_ahead:
                 chunk_last = min(next_first + batch_entries - 1, last)
                 window.append(self._read_chunk(next_first, chunk_last))
+                sent_batched |= window[-1].batched
                 next_first = chunk_last + 1
             chunk = window.popleft()
             try:
                 entries, batch_ok = await chunk.future
             except errors.ReadException:
-                if not chunk.batched:
+                if not sent_batched:
                     raise
                 in_flight = [c.future for c in window]
                 entries = await run_blocking(
