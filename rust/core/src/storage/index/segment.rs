@@ -30,8 +30,9 @@ const SEGMENT_MAGIC: &[u8; 8] = b"PBKXISEG";
 const SEGMENT_VERSION: u32 = 1;
 const TRAILER_MAGIC: &[u8; 8] = b"PBKXIEND";
 const TRAILER_LEN: usize = 16;
-/// A block closes at this many entries or encoded bytes, whichever comes first: lookups
-/// binary-search a decoded block, so its size bounds their cost and the cache's unit.
+/// A block closes at the first run's end past this many entries or encoded bytes: lookups
+/// binary-search a decoded block, so its size bounds their cost and the cache's unit. (Ending
+/// runs at the limit instead made misses 1.2x faster and hits 1.2x slower: not taken.)
 const BLOCK_MAX_ENTRIES: usize = 1024;
 const BLOCK_MAX_BYTES: usize = 8 << 10;
 const RUN_MAX_ENTRIES: usize = 4096;
@@ -163,7 +164,10 @@ impl Run {
 
 fn decode_block(body: &[u8], what: &dyn Fn() -> String) -> Result<Block> {
     let bad = || StorageError::Corruption(format!("{}: malformed block", what()));
-    let mut entries = Vec::new();
+    // Sized once from the body (every entry takes at least two of its bytes): growing by
+    // doubling copied the entries over and over, a quarter of a cache miss's time (a block
+    // ends at a run's end, so it may hold a whole run past BLOCK_MAX_ENTRIES).
+    let mut entries = Vec::with_capacity(body.len() / 2 + 1);
     let mut at = 0usize;
     while at < body.len() {
         let head = body.get(at..at + 24).ok_or_else(bad)?;
@@ -198,6 +202,11 @@ fn decode_block(body: &[u8], what: &dyn Fn() -> String) -> Result<Block> {
     }
     if entries.windows(2).any(|w| w[0].key() >= w[1].key()) {
         return Err(bad());
+    }
+    // The cache charges a block by its capacity: entries of two-byte lengths leave a third
+    // of the estimate unused.
+    if entries.capacity() - entries.len() > entries.len() / 4 {
+        entries.shrink_to_fit();
     }
     Ok(Block { entries })
 }
