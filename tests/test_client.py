@@ -278,3 +278,38 @@ def test_appends_block_beyond_the_throttle_until_bookies_answer(cluster: Sandbox
         assert [f.result(10) for f in futures] == list(range(5))
         assert sixth and sixth[0].result(10) == 5  # type: ignore[attr-defined]
         lh.close()
+
+
+def test_an_ensemble_change_whose_answer_was_lost_is_not_made_twice(tmp_path: Path) -> None:
+    """ZooKeeper's client retries a write whose connection dropped; when the first try had
+    taken effect the retry finds its own version and the change is tried again on top of
+    itself. It must keep the bookie it chose, not replace that one too."""
+    with (
+        Sandbox(5, directory=tmp_path / "sandbox") as sb,
+        client(sb) as bk,
+    ):
+        lh = bk.create_ledger(3, 2, 2)
+        lh.append_many([payload(lh.ledger_id, e) for e in range(10)])
+        before = lh.metadata.last_ensemble
+        sb.kill_bookie(index_of(sb, bk.address_of(before[1])))
+        written: list[tuple[str, ...]] = []
+        write = bk.store.write_ledger_metadata
+
+        def answer_lost(ledger_id, metadata, expected_version):  # type: ignore[no-untyped-def]
+            result = write(ledger_id, metadata, expected_version)
+            if not written:
+                written.append(metadata.last_ensemble)
+                raise errors.MetadataVersionException("the answer was lost; the retry lost")
+            return result
+
+        bk.store.write_ledger_metadata = answer_lost  # type: ignore[method-assign]
+        lh.append_many([payload(lh.ledger_id, e) for e in range(10, 20)])
+        after = bk.store.read_ledger_metadata(lh.ledger_id).value
+        assert written, "no ensemble change was written"
+        assert after.last_ensemble == written[0], (before, written[0], after.last_ensemble)
+        assert [i for i in range(3) if after.last_ensemble[i] != before[i]] == [1]
+        assert lh.metadata.last_ensemble == written[0]
+        lh.append(payload(lh.ledger_id, 20))
+        lh.close()
+        got = [e.payload for e in lh.read(0, 20)]
+        assert got == [payload(lh.ledger_id, e) for e in range(21)]

@@ -769,6 +769,12 @@ class LedgerHandle(ReadHandle):
                 )
             if md.is_closed:
                 raise errors.LedgerClosedException(f"ledger {self.ledger_id} is closed")
+            if self._landed(md, first, current, failed):
+                # This change's own write took effect but its answer was lost (ZooKeeper's
+                # connection dropped, and the retried write found its own version): choosing
+                # again would replace the bookies just chosen.
+                chosen[:] = md.last_ensemble
+                return None
             ids = replacement_ensemble(self.bk, self.ledger_id, md, failed, reasons, no_return)
             chosen[:] = ids
             if list(ids) == list(md.last_ensemble):
@@ -788,6 +794,19 @@ class LedgerHandle(ReadHandle):
         self._writer.change_ensemble(first, [self.bk.address_of(b) for b in chosen])
         if chosen != before:
             count_ensemble_change()
+
+    @staticmethod
+    def _landed(
+        md: LedgerMetadata, first: int, before: Sequence[str], failed: Sequence[int]
+    ) -> bool:
+        """True if ``md`` already holds an ensemble change from ``first`` that replaced
+        every ``failed`` index of ``before`` and nothing else. Only this writer changes an open
+        ledger's ensemble (anyone else fences it first), so that change is this one."""
+        if md.last_segment_start != first:
+            return False
+        now = md.last_ensemble
+        bad = set(failed)
+        return all((now[i] != before[i]) == (i in bad) for i in range(len(before)))
 
     @staticmethod
     def _qa_met_without(md: LedgerMetadata, failed: Sequence[int]) -> bool:
