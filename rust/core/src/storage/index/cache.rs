@@ -143,7 +143,7 @@ mod tests {
                 at: Location::new(1, 32, 16),
             });
         }
-        Arc::new(Block { entries })
+        Arc::new(Block::from_entries(&entries).unwrap())
     }
 
     #[test]

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-pub use super::block::{Block, IndexEntry};
+pub use super::block::{Block, Cursor, IndexEntry, Spot};
 use super::cache::{BlockCache, BlockKey};
 use crate::error::{Result, StorageError};
 use crate::fs;
@@ -164,10 +164,9 @@ impl Run {
 
 fn decode_block(body: &[u8], what: &dyn Fn() -> String) -> Result<Block> {
     let bad = || StorageError::Corruption(format!("{}: malformed block", what()));
-    // Sized once from the body (every entry takes at least two of its bytes): growing by
-    // doubling copied the entries over and over, a quarter of a cache miss's time (a block
-    // ends at a run's end, so it may hold a whole run past BLOCK_MAX_ENTRIES).
-    let mut entries = Vec::with_capacity(body.len() / 2 + 1);
+    // Sized once from the body (an entry takes at least two of its bytes, a run at least 26):
+    // growing by doubling copied the entries over and over, a quarter of a cache miss's time.
+    let mut block = Block::with_capacity(body.len() / 2 + 1, body.len() / 26 + 1);
     let mut at = 0usize;
     while at < body.len() {
         let head = body.get(at..at + 24).ok_or_else(bad)?;
@@ -175,40 +174,34 @@ fn decode_block(body: &[u8], what: &dyn Fn() -> String) -> Result<Block> {
         let ledger = be_u64(&head[0..8]);
         let first = be_u64(&head[8..16]);
         let log_id = be_u32(&head[16..20]);
-        let mut offset = be_u32(&head[20..24]) as u64;
+        let first_offset = be_u32(&head[20..24]);
         let count = get_varint(body, &mut at).ok_or_else(bad)? as usize;
         if count == 0 || count > RUN_MAX_ENTRIES {
             return Err(bad());
         }
-        let base = entries.len();
-        let mut entry = first;
+        // A run stores its ids, then its lengths: the ids go in first, their spots after.
+        block.start_run(ledger, log_id);
+        let mut id = first;
         for i in 0..count {
             if i > 0 {
                 let d = get_varint(body, &mut at).ok_or_else(bad)?;
-                entry = entry.checked_add(d).ok_or_else(bad)?;
+                id = id.checked_add(d).ok_or_else(bad)?;
             }
-            entries.push(IndexEntry {
-                ledger,
-                entry,
-                at: Location { loc: 0, len: 0 },
-            });
+            block.push(id, 0, 0).map_err(|_| bad())?;
         }
-        for e in &mut entries[base..] {
+        let mut offset = u64::from(first_offset);
+        for spot in block.run_spots_mut() {
             let len =
                 u32::try_from(get_varint(body, &mut at).ok_or_else(bad)?).map_err(|_| bad())?;
-            e.at = Location::new(log_id, offset, len);
+            *spot = Spot {
+                offset: u32::try_from(offset).map_err(|_| bad())?,
+                len,
+            };
             offset += (RECORD_HEADER_LEN + len as usize) as u64;
         }
     }
-    if entries.windows(2).any(|w| w[0].key() >= w[1].key()) {
-        return Err(bad());
-    }
-    // The cache charges a block by its capacity: entries of two-byte lengths leave a third
-    // of the estimate unused.
-    if entries.capacity() - entries.len() > entries.len() / 4 {
-        entries.shrink_to_fit();
-    }
-    Ok(Block { entries })
+    block.trim();
+    Ok(block)
 }
 
 /// Writes a segment from entries given in ascending (ledger, entry) order.
@@ -565,8 +558,7 @@ impl Segment {
         let Some(i) = self.block_for((ledger, entry)) else {
             return Ok(None);
         };
-        let block = self.block(i, cache)?;
-        Ok(block.find(ledger, entry).map(|j| block.entries[j].at))
+        Ok(self.block(i, cache)?.find(ledger, entry))
     }
 
     /// Calls `f` with the entries of `ledger` from `from` on, ascending, until it returns false.
@@ -586,9 +578,9 @@ impl Segment {
                 break;
             }
             let block = self.block(i, cache)?;
-            let j = block.entries.partition_point(|e| e.key() < (ledger, from));
-            for e in &block.entries[j..] {
-                if e.ledger != ledger || !f(e) {
+            let mut at = block.seek(ledger, from);
+            while let Some(e) = block.next(&mut at) {
+                if e.ledger != ledger || !f(&e) {
                     return Ok(());
                 }
             }
@@ -601,7 +593,8 @@ impl Segment {
         SegmentIter {
             seg: self.clone(),
             block: 0,
-            entries: Vec::new().into_iter(),
+            entries: Block::default(),
+            at: Cursor::default(),
         }
     }
 }
@@ -610,19 +603,21 @@ impl Segment {
 pub struct SegmentIter {
     seg: Arc<Segment>,
     block: usize,
-    entries: std::vec::IntoIter<IndexEntry>,
+    entries: Block,
+    at: Cursor,
 }
 
 impl SegmentIter {
     pub fn next_entry(&mut self) -> Result<Option<IndexEntry>> {
         loop {
-            if let Some(e) = self.entries.next() {
+            if let Some(e) = self.entries.next(&mut self.at) {
                 return Ok(Some(e));
             }
             if self.block >= self.seg.dir.len() {
                 return Ok(None);
             }
-            self.entries = self.seg.read_block(self.block)?.entries.into_iter();
+            self.entries = self.seg.read_block(self.block)?;
+            self.at = Cursor::default();
             self.block += 1;
         }
     }
