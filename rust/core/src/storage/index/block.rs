@@ -69,13 +69,9 @@ impl Block {
         };
         // A run left empty is replaced, so that every run holds an entry (lookups read a
         // run's last one).
-        let last_start = self
-            .runs
-            .len()
-            .checked_sub(2)
-            .map_or(0, |i| self.runs[i].end);
+        let empty = !self.runs.is_empty() && self.last_run_start() == self.ids.len();
         match self.runs.last_mut() {
-            Some(last) if last.end == last_start => *last = run,
+            Some(last) if empty => *last = run,
             _ => self.runs.push(run),
         }
     }
@@ -100,12 +96,13 @@ impl Block {
     /// The spots of the current run's entries, to fill in after their ids were pushed (a
     /// segment stores a run's ids, then their lengths).
     pub fn run_spots_mut(&mut self) -> &mut [Spot] {
-        let start = self
-            .runs
-            .len()
-            .checked_sub(2)
-            .map_or(0, |i| self.runs[i].end as usize);
+        let start = self.last_run_start();
         &mut self.spots[start..]
+    }
+
+    /// Where the last run's entries start in `ids` (0 with no run).
+    fn last_run_start(&self) -> usize {
+        self.run_start(self.runs.len().saturating_sub(1))
     }
 
     /// Gives back unused room when more than a quarter of it is left (the cache charges a block
@@ -122,7 +119,8 @@ impl Block {
     }
 
     /// A block of `entries`, which must be in ascending (ledger, entry) order; a run starts
-    /// wherever the ledger or the log changes.
+    /// wherever the ledger or the log changes. (Tests build blocks so; segments decode theirs.)
+    #[cfg(test)]
     pub fn from_entries(entries: &[IndexEntry]) -> Result<Block, OutOfOrder> {
         let mut block = Block::with_capacity(entries.len(), 1);
         let mut current = None;
@@ -138,12 +136,9 @@ impl Block {
     }
 
     /// Entries held.
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub fn entry_count(&self) -> usize {
         self.ids.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.ids.is_empty()
     }
 
     /// Memory a cached block is charged for.
@@ -255,7 +250,7 @@ mod tests {
             e(4, 0, 3, 32),
         ];
         let block = Block::from_entries(&all).unwrap();
-        assert_eq!(block.len(), all.len());
+        assert_eq!(block.entry_count(), all.len());
         for x in &all {
             assert_eq!(block.find(x.ledger, x.entry), Some(x.at));
         }
