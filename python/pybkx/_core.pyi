@@ -523,8 +523,10 @@ class ReadPlan:
         flags: int = 0,
         master_key: bytes | None = None,
         window: int = 64,
+        held_by: list[int] = ...,
     ) -> Future:
-        """Read and verify entries ``first..last``; the future gives ``(entries, batch_ok)``.
+        """Read and verify entries ``first..last`` (with ``held_by``, only those whose write set
+        holds one of those ensemble positions); the future gives ``(entries, batch_ok)``.
 
         With ``batch``: BATCH_READ_ENTRY where one bookie holds every entry of a segment
         (E == Qw), strided batch reads per write-set start where entries are striped (E > Qw;
@@ -533,7 +535,8 @@ class ReadPlan:
         that returns a verified copy, ``avoid`` last. ``batch_ok`` is False once the bookies
         dropped the connection on every batch request (a pre-BP-62 bookie). Raises at
         once IncorrectParameterException for a bad range (more than MAX_READ_ENTRIES entries
-        too); through the future NoSuchEntryException (no replica has an entry), ReadException,
+        too); through the future IncorrectParameterException (a ``held_by`` position outside
+        the ledger's ensembles), NoSuchEntryException (no replica has an entry), ReadException,
         DigestMatchException (every copy corrupt, naming the bookies).
         """
 

@@ -218,9 +218,13 @@ class ReadHandle:
         batch: bool = False,
         flags: int = 0,
         key: bytes | None = None,
+        held_by: Sequence[int] = (),
     ) -> Future:
         """Start reading entries ``first..last`` whatever the LAC; the future gives
-        ``(entries, batch_ok)``. Raises IncorrectParameterException for a bad range."""
+        ``(entries, batch_ok)``. With ``held_by`` (ensemble positions), only the entries whose
+        write set holds one of them: what a copy of lost bookies needs; on a striped ledger
+        (E > Qw) the other entries are not read at all. Raises IncorrectParameterException for
+        a bad range (through the future for a position outside the ensembles)."""
         return self._read_plan().read(
             first,
             last,
@@ -228,6 +232,7 @@ class ReadHandle:
             avoid=self._avoided(),
             flags=flags,
             master_key=key,
+            held_by=list(held_by),
         )
 
     def _read(self, first: int, last: int, batch: bool) -> list[LedgerEntry]:

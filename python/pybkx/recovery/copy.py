@@ -1,7 +1,7 @@
-"""Copying one fragment: read its entries from the surviving replicas (batched reads, verified
-digests) and write each onto the bookie that replaces the lost one at its ensemble index, with
-recovery adds, pipelined: the next chunk is read while the last one is written, and the adds go
-out through a small sliding window of bytes in flight."""
+"""Copying one fragment: read the entries the lost bookies held from the surviving replicas
+(batched reads, verified digests) and write each onto the bookie that replaces the lost one at its
+ensemble index, with recovery adds, pipelined: the next chunk is read while the last one is
+written, and the adds go out through a small sliding window of bytes in flight."""
 
 from __future__ import annotations
 
@@ -71,8 +71,13 @@ def copy_fragment(
     holders = [[i for i in md.write_set(start) if i in lost] for start in range(md.ensemble_size)]
     per_chunk = _entries_per_chunk(md.length, md.last_entry_id)
 
+    # Only the entries the lost bookies held: on a striped ledger the other write-set starts
+    # are not read at all (a third of the reads with E=3, Qw=2; three fifths with E=5, Qw=2).
+    held_by = sorted(lost)
+
     def read(first: int) -> Future:
-        return handle.read_entries(first, min(fragment.last, first + per_chunk - 1), batch=True)
+        last = min(fragment.last, first + per_chunk - 1)
+        return handle.read_entries(first, last, batch=True, held_by=held_by)
 
     written = total = 0
     window = _Window(IN_FLIGHT_BYTES, on_copied)
@@ -173,8 +178,10 @@ class _Window:
 
 
 def _entries_per_chunk(length: int, last_entry_id: int) -> int:
-    """Entries per chunk so that a chunk holds about CHUNK_BYTES (from the ledger's mean entry
-    size; the metadata of a closed ledger gives both)."""
+    """Entries per chunk so that a chunk's range holds about CHUNK_BYTES (from the ledger's
+    mean entry size; the metadata of a closed ledger gives both). Of a striped ledger's range
+    only the lost bookies' entries are read, so each source bookie's answers stay as small as
+    when every entry was read."""
     count = last_entry_id + 1
     mean = max(1, length // count) if count > 0 else 1
     return max(1, min(MAX_CHUNK_ENTRIES, CHUNK_BYTES // mean))

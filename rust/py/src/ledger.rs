@@ -488,11 +488,13 @@ impl PyReadPlan {
         verify(py, self.plan.digest(), entry, entry_id)
     }
 
-    /// Reads and verifies entries `first..=last`; the future gives `(entries, batch_ok)`.
-    /// Raises IncorrectParameterException at once for a bad range.
+    /// Reads and verifies entries `first..=last` (with `held_by`, only those whose write set
+    /// holds one of those ensemble positions); the future gives `(entries, batch_ok)`.
+    /// Raises IncorrectParameterException at once for a bad range, and through the future for
+    /// a position outside the ledger's ensembles.
     #[pyo3(signature = (
         first, last, *, batch = true, avoid = Vec::new(), flags = 0, master_key = None,
-        window = 64
+        window = 64, held_by = Vec::new()
     ))]
     #[allow(clippy::too_many_arguments)]
     fn read(
@@ -505,8 +507,12 @@ impl PyReadPlan {
         flags: i64,
         master_key: Option<&[u8]>,
         window: usize,
+        held_by: Vec<usize>,
     ) -> PyResult<Py<Future>> {
-        let opts = read_options(first, last, batch, avoid, flags, master_key, window)?;
+        let mut opts = read_options(first, last, batch, avoid, window)?;
+        opts.flags = flags_of(flags)?;
+        opts.master_key = master_key.map(Bytes::copy_from_slice);
+        opts.held_by = held_by;
         self.spawn_read(py, first, last, opts, |ledger, entries, batch_ok| {
             Ok(ReadResult {
                 ledger,
@@ -530,7 +536,7 @@ impl PyReadPlan {
         avoid: Vec<String>,
         window: usize,
     ) -> PyResult<Py<Future>> {
-        let opts = read_options(first, last, batch, avoid, 0, None, window)?;
+        let opts = read_options(first, last, batch, avoid, window)?;
         self.spawn_read(py, first, last, opts, |_, entries, batch_ok| {
             Ok(ColumnsResult {
                 columns: columns::pack(&entries)?,
@@ -564,22 +570,20 @@ impl PyReadPlan {
 }
 
 /// The options of one read; raises IncorrectParameterException at once for a bad range.
+/// The options of a plain read of `first..=last` (no flags, key or position filter).
 fn read_options(
     first: i64,
     last: i64,
     batch: bool,
     avoid: Vec<String>,
-    flags: i64,
-    master_key: Option<&[u8]>,
     window: usize,
 ) -> PyResult<ReadOptions> {
     check_range(first, last).map_err(BkError::from)?;
     Ok(ReadOptions {
         batch,
         avoid: avoid.into_iter().collect::<HashSet<_>>(),
-        flags: flags_of(flags)?,
-        master_key: master_key.map(Bytes::copy_from_slice),
         window,
+        ..ReadOptions::default()
     })
 }
 

@@ -63,6 +63,10 @@ pub struct ReadOptions {
     pub master_key: Option<Bytes>,
     /// Single reads (and runs of a striped read) in flight at once.
     pub window: usize,
+    /// Only the entries whose write set holds one of these ensemble positions (what a copy of
+    /// lost bookies needs); empty: every entry. On a striped segment the other write-set
+    /// starts are not read at all.
+    pub held_by: Vec<usize>,
 }
 
 /// A verified entry.
@@ -181,6 +185,28 @@ impl ReadPlan {
     fn striped(&self, entry: i64) -> bool {
         self.segment_of(entry).1.ensemble.len() != self.qw
     }
+
+    /// Whether `entry` is one the read wants: its write set holds a position of `held_by`
+    /// (empty: every entry).
+    fn wanted(&self, entry: i64, held_by: &[usize]) -> bool {
+        if held_by.is_empty() {
+            return true;
+        }
+        let e = self.segment_of(entry).1.ensemble.len();
+        write_set(entry, e, self.qw.min(e)).any(|i| held_by.contains(&i))
+    }
+
+    /// Checks that `held_by` names positions of every ensemble of the plan.
+    fn check_held_by(&self, held_by: &[usize]) -> Result<(), LedgerError> {
+        let smallest = self.segments.iter().map(|s| s.ensemble.len()).min();
+        match held_by.iter().find(|i| smallest.is_some_and(|e| **i >= e)) {
+            Some(i) => Err(LedgerError::InvalidArgument(format!(
+                "ensemble position {i} is outside the ledger's ensembles of {} bookies",
+                smallest.unwrap_or(0)
+            ))),
+            None => Ok(()),
+        }
+    }
 }
 
 /// Checks a read range: `0 <= first <= last` and at most [`MAX_READ_ENTRIES`] entries.
@@ -198,9 +224,10 @@ pub fn check_range(first: i64, last: i64) -> Result<(), LedgerError> {
     Ok(())
 }
 
-/// Reads entries `first..=last`: batched where possible (BP-62 where a bookie holds a whole
-/// segment, [`striped`] reads elsewhere), otherwise one READ per entry with up to
-/// `opts.window` in flight. Returns the entries and whether batch reads still look supported:
+/// Reads entries `first..=last` (those `opts.held_by` wants): batched where possible (BP-62
+/// where a bookie holds a whole segment, [`striped`] reads elsewhere), otherwise one READ per
+/// entry with up to `opts.window` in flight. Returns the entries in order and whether batch
+/// reads still look supported:
 /// false once the bookies dropped the connection on every BATCH_READ_ENTRY, as a bookie without
 /// BP-62 does (the caller should then stop batching for good).
 pub async fn read_range(
@@ -226,6 +253,7 @@ async fn read_range_untimed(
     last: i64,
 ) -> Result<(Vec<ReadEntry>, bool), LedgerError> {
     check_range(first, last)?;
+    plan.check_held_by(&opts.held_by)?;
     let mut out = Vec::with_capacity(((last - first + 1) as usize).min(INITIAL_CAPACITY));
     let mut next = first;
     let mut batch_ok = opts.batch;
@@ -234,9 +262,15 @@ async fn read_range_untimed(
         if batch_ok && plan.striped(next) {
             let before = out.len();
             batch_ok = striped::read(client, plan, opts, next, segment_last, &mut out).await?;
-            next += (out.len() - before) as i64;
+            next = if batch_ok {
+                segment_last + 1
+            } else {
+                // A prefix of the wanted entries was read; singles take the rest.
+                out[before..].last().map_or(next, |e| e.entry_id + 1)
+            };
             continue;
         }
+        // Not striped: every write set is the whole ensemble, so every entry is wanted.
         if batch_ok {
             match read_batch(client, plan, opts, next, segment_last).await {
                 BatchOutcome::Entries(entries) => {
@@ -348,7 +382,9 @@ async fn read_singles(
     first: i64,
     last: i64,
 ) -> Result<Vec<ReadEntry>, LedgerError> {
-    let each = (first..=last).map(|e| (e, plan.replicas(e, &opts.avoid)));
+    let each = (first..=last)
+        .filter(|e| plan.wanted(*e, &opts.held_by))
+        .map(|e| (e, plan.replicas(e, &opts.avoid)));
     let capacity = ((last - first + 1).max(0) as usize).min(INITIAL_CAPACITY);
     read_each(client, plan, opts, each, capacity).await
 }

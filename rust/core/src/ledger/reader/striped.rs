@@ -44,7 +44,7 @@ pub(super) async fn read(
     let mut start = first;
     while start <= last {
         let end = last.min(start + WINDOW_ENTRIES - 1);
-        let mut window = Window::new(start, end);
+        let mut window = Window::new(start, end, |e| plan.wanted(e, &opts.held_by));
         let mut requests = Requests::default();
         ctx.strided(stride, &mut window, &mut failing, &mut requests)
             .await?;
@@ -111,6 +111,10 @@ impl Ctx<'_> {
         let last = window.last();
         let mut tasks = Vec::new();
         for (start, stream_last) in stream_bounds(window.first, last, stride) {
+            // Within a segment every entry of a start has the same write set.
+            if !window.wants(start) {
+                continue;
+            }
             let replicas: Vec<String> = self
                 .order(start, failing)
                 .into_iter()
@@ -264,15 +268,20 @@ impl Requests {
 struct Window {
     first: i64,
     slots: Vec<Option<ReadEntry>>,
+    /// Per slot, whether the read wants that entry; the others are neither read nor kept.
+    wanted: Vec<bool>,
     /// Entry -> bookies that returned a copy failing its digest check.
     corrupt: HashMap<i64, Vec<String>>,
 }
 
 impl Window {
-    fn new(first: i64, last: i64) -> Window {
+    /// A window over `first..=last` keeping the entries `wants`.
+    fn new(first: i64, last: i64, wants: impl Fn(i64) -> bool) -> Window {
+        let slots = (last - first + 1).max(0) as usize;
         Window {
             first,
-            slots: vec![None; (last - first + 1).max(0) as usize],
+            slots: vec![None; slots],
+            wanted: (first..=last).map(wants).collect(),
             corrupt: HashMap::new(),
         }
     }
@@ -281,21 +290,32 @@ impl Window {
         self.first + self.slots.len() as i64 - 1
     }
 
-    /// Keeps a verified entry if it belongs here and is not in yet.
+    fn wants(&self, entry: i64) -> bool {
+        usize::try_from(entry - self.first)
+            .ok()
+            .and_then(|i| self.wanted.get(i).copied())
+            .unwrap_or(false)
+    }
+
+    /// Keeps a verified entry if the window wants it and it is not in yet.
     fn offer(&mut self, entry: ReadEntry) {
         let Ok(i) = usize::try_from(entry.entry_id - self.first) else {
             return;
         };
+        if self.wanted.get(i) != Some(&true) {
+            return;
+        }
         if let Some(slot @ None) = self.slots.get_mut(i) {
             *slot = Some(entry);
         }
     }
 
+    /// The wanted entries not read yet, ascending.
     fn missing(&self) -> Vec<i64> {
         let first = self.first;
         (first..)
-            .zip(&self.slots)
-            .filter_map(|(e, slot)| slot.is_none().then_some(e))
+            .zip(self.slots.iter().zip(&self.wanted))
+            .filter_map(|(e, (slot, wanted))| (*wanted && slot.is_none()).then_some(e))
             .collect()
     }
 
@@ -317,12 +337,13 @@ impl Window {
         requests.dropped += got.requests.dropped;
     }
 
-    /// The entries in order; every slot must be filled.
+    /// The wanted entries in order; every one must be filled.
     fn into_entries(self, ledger: i64) -> Result<Vec<ReadEntry>, LedgerError> {
         let first = self.first;
         (first..)
-            .zip(self.slots)
-            .map(|(entry, slot)| {
+            .zip(self.slots.into_iter().zip(self.wanted))
+            .filter(|(_, (_, wanted))| *wanted)
+            .map(|(entry, (slot, _))| {
                 slot.ok_or_else(|| LedgerError::ReadFailed {
                     ledger,
                     entry,
@@ -524,7 +545,7 @@ mod tests {
             length: 0,
             payload: Bytes::from_static(payload),
         };
-        let mut w = Window::new(10, 13);
+        let mut w = Window::new(10, 13, |_| true);
         assert_eq!(w.missing(), vec![10, 11, 12, 13]);
         w.offer(entry(12, b"a"));
         w.offer(entry(12, b"b"));
@@ -549,7 +570,7 @@ mod tests {
         assert!(w.returned_corrupt(11, "b1") && !w.returned_corrupt(11, "b0"));
         assert!(failing.contains("b2") && requests.all_dropped());
         assert!(matches!(
-            Window::new(10, 13).into_entries(1),
+            Window::new(10, 13, |_| true).into_entries(1),
             Err(LedgerError::ReadFailed { entry: 10, .. })
         ));
         w.offer(entry(11, b"e"));
@@ -760,5 +781,101 @@ mod tests {
         assert!(read_all(&client, &plan, 200));
         assert_eq!(b.requests(), (0, 6));
         assert_eq!(batch_and_single!(b.servers[3].1.stats()).1, 1);
+    }
+
+    #[test]
+    fn a_window_neither_wants_nor_keeps_the_entries_it_was_not_asked_for() {
+        let entry = |id: i64| ReadEntry {
+            entry_id: id,
+            lac: id - 1,
+            length: 0,
+            payload: Bytes::new(),
+        };
+        let mut w = Window::new(10, 15, |e| e % 3 != 0);
+        assert!(!w.wants(12) && w.wants(13) && !w.wants(9) && !w.wants(16));
+        assert_eq!(w.missing(), vec![10, 11, 13, 14]);
+        for id in 10..=15 {
+            w.offer(entry(id));
+        }
+        let ids: Vec<i64> = w
+            .into_entries(1)
+            .unwrap()
+            .iter()
+            .map(|e| e.entry_id)
+            .collect();
+        assert_eq!(ids, vec![10, 11, 13, 14]);
+    }
+
+    /// Reads `first..=last` keeping the entries held by `held_by`, checking their payloads.
+    fn read_held(
+        client: &Arc<BookieClient>,
+        plan: &ReadPlan,
+        batch: bool,
+        held_by: &[usize],
+        (first, last): (i64, i64),
+    ) -> Vec<i64> {
+        let opts = ReadOptions {
+            batch,
+            window: 16,
+            held_by: held_by.to_vec(),
+            ..ReadOptions::default()
+        };
+        let (entries, _) = runtime()
+            .unwrap()
+            .block_on(read_range(client, plan, &opts, first, last))
+            .unwrap();
+        for e in &entries {
+            assert_eq!(e.payload, payload(e.entry_id), "entry {}", e.entry_id);
+        }
+        entries.iter().map(|e| e.entry_id).collect()
+    }
+
+    #[test]
+    fn a_copy_of_a_lost_bookie_reads_only_the_write_sets_it_held() {
+        let b = bookies(5);
+        let client = Arc::new(BookieClient::new(client_config()));
+        write(&client, &b.addrs, 2, 1000);
+        let plan = read_plan(2, vec![(0, b.addrs.clone())]);
+        // E=5, Qw=2: position 1 is in the write sets of starts 0 and 1 only.
+        let held: Vec<i64> = (0..1000).filter(|e| e % 5 <= 1).collect();
+        assert_eq!(read_held(&client, &plan, true, &[1], (0, 999)), held);
+        assert_eq!(b.requests(), (0, 2));
+        // Two lost positions, a range not starting at 0, and single reads alike.
+        let held: Vec<i64> = (3..=904).filter(|e| [1, 2, 3].contains(&(e % 5))).collect();
+        assert_eq!(read_held(&client, &plan, true, &[2, 3], (3, 904)), held);
+        assert_eq!(b.requests(), (0, 2 + 3));
+        let held: Vec<i64> = (3..=40).filter(|e| [1, 2, 3].contains(&(e % 5))).collect();
+        assert_eq!(read_held(&client, &plan, false, &[2, 3], (3, 40)), held);
+        assert_eq!(b.requests(), (held.len() as u64, 5));
+        // Bookies that ignore strides: runs of the held starts (0 and 1 of every 5, on
+        // position 1's bookie), one request each.
+        for a in &b.addrs {
+            client.note_strides_ignored(a);
+        }
+        let held: Vec<i64> = (0..1000).filter(|e| e % 5 <= 1).collect();
+        assert_eq!(read_held(&client, &plan, true, &[1], (0, 999)), held);
+        assert_eq!(b.requests(), (held.len() as u64, 5 + 200));
+        // A position outside the ensemble is refused before anything is sent.
+        let opts = ReadOptions {
+            batch: true,
+            held_by: vec![5],
+            ..ReadOptions::default()
+        };
+        let refused = runtime()
+            .unwrap()
+            .block_on(read_range(&client, &plan, &opts, 0, 9));
+        assert!(matches!(refused, Err(LedgerError::InvalidArgument(_))));
+    }
+
+    #[test]
+    fn every_entry_of_a_segment_that_is_not_striped_is_held_by_each_position() {
+        let b = bookies(2);
+        let client = Arc::new(BookieClient::new(client_config()));
+        write(&client, &b.addrs, 2, 50);
+        let plan = read_plan(2, vec![(0, b.addrs.clone())]);
+        assert_eq!(
+            read_held(&client, &plan, true, &[0], (0, 49)),
+            (0..50).collect::<Vec<_>>()
+        );
     }
 }
