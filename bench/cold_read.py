@@ -69,7 +69,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--write-cache-mb", type=int, default=None)
     parser.add_argument(
-        "--direct-reads", action="store_true", help="entryLogDirectReads=true (O_DIRECT reads)"
+        "--buffered-reads",
+        dest="direct_reads",
+        action="store_false",
+        help="entryLogDirectReads=false (reads through the page cache; direct is the default)",
     )
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
@@ -89,8 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     if args.write_cache_mb:
         cfg["dbStorage_writeCacheMaxSizeMb"] = args.write_cache_mb
-    if args.direct_reads:
-        cfg["entryLogDirectReads"] = True
+    cfg["entryLogDirectReads"] = args.direct_reads
     out: dict[str, Any] = {
         "ledgers": args.ledgers,
         "entries_per_ledger": args.entries_per_ledger,

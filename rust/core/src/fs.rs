@@ -82,6 +82,8 @@ struct Rule {
     ops: u32,
     action: FaultAction,
     left: Option<u64>,
+    /// Calls it applied to.
+    hits: u64,
 }
 
 static ACTIVE: AtomicBool = AtomicBool::new(false);
@@ -98,6 +100,7 @@ pub fn inject_fault(fault: Fault) -> u64 {
         ops: fault.ops.iter().fold(0, |m, op| m | op.bit()),
         action: fault.action,
         left: fault.times,
+        hits: 0,
     });
     ACTIVE.store(true, Ordering::Release);
     id
@@ -108,6 +111,16 @@ pub fn remove_fault(id: u64) {
     let mut rules = RULES.write();
     rules.retain(|r| r.id != id);
     ACTIVE.store(!rules.is_empty(), Ordering::Release);
+}
+
+/// How many calls the injected fault `id` has applied to so far (0 once it is gone): with
+/// `FaultAction::Delay(Duration::ZERO)`, a count of the calls a test causes.
+pub fn fault_hits(id: u64) -> u64 {
+    RULES
+        .read()
+        .iter()
+        .find(|r| r.id == id)
+        .map_or(0, |r| r.hits)
 }
 
 /// Removes every injected fault.
@@ -135,6 +148,7 @@ fn check(op: Op, path: &Path) -> io::Result<()> {
                 }
                 *left -= 1;
             }
+            rule.hits += 1;
             match rule.action {
                 FaultAction::Delay(d) => delay += d,
                 FaultAction::Fail(errno) => fail = fail.or(Some(errno)),

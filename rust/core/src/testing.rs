@@ -49,7 +49,7 @@ pub fn storage_config(dir: &Path) -> StorageConfig {
         log_size_limit: 1 << 30,
         entry_log_write_buffer: 64 * 1024,
         entry_log_direct_io: true,
-        entry_log_direct_reads: false,
+        entry_log_direct_reads: true,
         flush_interval: Duration::ZERO,
         write_cache_bytes: 16 << 20,
         index_cache_bytes: 16 << 20,

@@ -40,6 +40,13 @@ pub const ENTRY_RECORD_OVERHEAD: usize = RECORD_HEADER_LEN + 16;
 const MAX_READ_BYTES: u64 = 4 << 20;
 /// Bytes between two wanted records that one read may take along rather than split in two.
 const MAX_SKIPPED_BYTES: u64 = 4 << 10;
+/// The same with direct reads on. Skipped bytes read directly cost the device's time and no
+/// CPU, and a run of wanted records with the records between them is large enough to be read
+/// directly, where records read one by one (a strided read takes every other record of a
+/// bookie holding two write sets of a striped ledger) would each go through the page cache.
+/// Measured while healing a lost bookie: the source bookies' CPU 3.2–5.1 s → 2.0–2.2 s for
+/// 0.9 GB copied (docs/performance.md).
+const MAX_SKIPPED_BYTES_DIRECT: u64 = 256 << 10;
 
 /// With `entryLogDirectReads`, reads of at least this many bytes go around the page cache: a
 /// scan's large reads then cost no page allocation and no copy out of the cache, which on a cold
@@ -420,6 +427,11 @@ impl EntryLogger {
         items: &[(u64, Location)],
     ) -> (Vec<Bytes>, Option<StorageError>) {
         let mut out = Vec::with_capacity(items.len());
+        let max_skipped = if self.direct_reads {
+            MAX_SKIPPED_BYTES_DIRECT
+        } else {
+            MAX_SKIPPED_BYTES
+        };
         let mut i = 0;
         while i < items.len() {
             let first = items[i].1;
@@ -428,7 +440,7 @@ impl EntryLogger {
             while j < items.len()
                 && items[j].1.log_id() == first.log_id()
                 && items[j].1.offset() >= end
-                && items[j].1.offset() - end <= MAX_SKIPPED_BYTES
+                && items[j].1.offset() - end <= max_skipped
                 && end - first.offset() < MAX_READ_BYTES
             {
                 end = items[j].1.offset() + (RECORD_HEADER_LEN as u64) + items[j].1.len as u64;
@@ -1034,6 +1046,52 @@ mod tests {
             for (e, at) in locs.iter().enumerate() {
                 assert_eq!(&el.read(5, e as u64, *at).unwrap()[..], &data[e][..]);
             }
+        }
+    }
+
+    /// A strided read wants every other record. Through the page cache each is read alone;
+    /// with direct reads the records between are read along, so that the run is one read large
+    /// enough to go around the page cache.
+    #[test]
+    fn direct_reads_take_the_records_between_wanted_ones_along() {
+        for direct_reads in [false, true] {
+            let d = tempfile::tempdir().unwrap();
+            let el = EntryLogger::open(dirs_of(&[d.path().to_path_buf()]), 1 << 30, 4096, true)
+                .unwrap()
+                .with_direct_reads(direct_reads);
+            let data = |e: u64| vec![(e % 251) as u8; 20_000];
+            let mut locs = Vec::new();
+            for e in 0..20 {
+                el.append([(5u64, e, &data(e)[..])], &mut locs).unwrap();
+            }
+            el.flush().unwrap();
+            let path = d.path().join(log_name(locs[0].log_id()));
+            let direct = direct_reads && fs::open_direct_read(&path).unwrap().is_some();
+            let wanted: Vec<(u64, Location)> =
+                (0..20).step_by(2).map(|e| (e, locs[e as usize])).collect();
+            let reads = fs::inject_fault(fs::Fault {
+                path_prefix: path.clone(),
+                ops: vec![fs::Op::Read],
+                action: fs::FaultAction::Delay(std::time::Duration::ZERO),
+                times: None,
+            });
+            let (got, err) = el.read_run(5, &wanted);
+            let calls = fs::fault_hits(reads);
+            fs::remove_fault(reads);
+            assert!(err.is_none(), "{err:?}");
+            assert_eq!(got.len(), wanted.len());
+            for ((e, _), g) in wanted.iter().zip(&got) {
+                assert_eq!(
+                    &g[..],
+                    &data(*e)[..],
+                    "entry {e}, direct reads {direct_reads}"
+                );
+            }
+            assert_eq!(
+                calls,
+                if direct { 1 } else { 10 },
+                "direct reads {direct_reads}"
+            );
         }
     }
 
