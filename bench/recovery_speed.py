@@ -318,7 +318,7 @@ def main() -> int:
     parser.add_argument("--ledgers", type=int, default=64)
     parser.add_argument("--rate-mb", type=float, default=None, help="replicationRateByBytes")
     parser.add_argument(
-        "--parallel", type=int, default=4, help="ledgers copied at once (shell recover's -p)"
+        "--parallel", type=int, default=6, help="ledgers copied at once (shell recover's -p)"
     )
     parser.add_argument(
         "--java",

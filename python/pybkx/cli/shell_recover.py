@@ -37,7 +37,7 @@ __all__ = ["RECOVERY_COMMANDS"]
 @click.option(
     "-p",
     "--parallel",
-    default=4,
+    default=6,
     show_default=True,
     type=click.IntRange(1, 64),
     help="Ledgers copied at once.",

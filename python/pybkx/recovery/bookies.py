@@ -53,7 +53,10 @@ class RecoveryOptions:
     skip_unrecoverable_ledgers: bool = False
     dry_run: bool = False
     target: str | None = None
-    parallel_ledgers: int = 4
+    #: Ledgers copied at once. Six: on the benchmark's machine healing then ran at 0.49-0.57 of
+    #: the disk's write limit with clients' add p99 within 1.9x (four: 0.42-0.47, 1.5x; eight:
+    #: 0.63-0.65, up to 2.5x; docs/performance.md).
+    parallel_ledgers: int = 6
     rate_bytes_per_s: int | None = None
 
 
