@@ -300,6 +300,7 @@ def run_in(
         "client_add_p99_ms_during": round(during[0], 2),
         "p99_during_over_before": round(during[0] / p99_before, 2),
         "rate_limit_mb_s": args.rate_mb if system == "pybkx" else None,
+        "parallel_ledgers": args.parallel if system == "pybkx" else None,
         "cold": args.cold,
         "settings": args.set,
         # CPU seconds by role over the 3 s before and while healing, and the wall seconds they
