@@ -1,12 +1,15 @@
 """AutoRecovery with real bookie processes that run it (``autoRecoveryDaemonEnabled=true``), on
 the embedded store and on a real ZooKeeper: the auditor's own bookie is killed for good, another
 bookie takes over as auditor, and every ledger it held (closed, and open with a live writer, fenced
-after the grace period) ends up on Qw live bookies of each write set with no marker left. Also
+after the grace period) ends up on Qw live bookies of each write set with no marker left; a
+worker killed while it holds a ledger's lock leaves that ledger to another. Also
 the under-replication contract on both stores, and its ZooKeeper layout as BookKeeper's."""
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -86,6 +89,64 @@ def test_a_killed_auditor_is_replaced_and_its_ledgers_heal(cluster: Sandbox) -> 
         with pytest.raises((errors.LedgerFencedException, errors.LedgerClosedException)):
             open_ledger.append(b"late")
         assert store.read_ledger_metadata(open_ledger.ledger_id).value.last_entry_id == 199
+
+
+#: A replication worker in a process of its own: marks a ledger under-replicated, takes the
+#: marker's lock as a worker starting its copy would, says so, and waits to be killed.
+DOOMED_WORKER = """
+import sys, time
+from pybkx.meta import open_metadata_store
+store = open_metadata_store(sys.argv[1], zkTimeout=2000)
+ledger = int(sys.argv[2])
+store.mark_ledger_underreplicated(ledger, [sys.argv[3]])
+assert store.lock_underreplicated_ledger(ledger, "doomed-worker") is not None
+print("locked", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_worker_killed_holding_its_lock_leaves_the_ledger_to_another(
+    cluster: Sandbox,
+) -> None:
+    with BookKeeper(cluster.metadata_uri, **FAST) as bk:
+        store = bk.store
+        election = store.auditor_election("test-observer")
+        wait_for("an auditor", lambda: election.leader() is not None)
+        victim = next(b for b in cluster.bookie_addresses if b != election.leader())
+        ledger = create_on(bk, (3, 2, 2), {victim}, 600)
+        ledger.close()
+        # Copying paused while the victim dies, so that the doomed worker takes the lock first.
+        store.set_replication_enabled(False)
+        cluster.kill_bookie(cluster.bookie_addresses.index(victim))
+        worker = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                DOOMED_WORKER,
+                cluster.metadata_uri,
+                str(ledger.ledger_id),
+                victim,
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert worker.stdout is not None
+            assert worker.stdout.readline().strip() == "locked"
+            # Held: no one else may take it while its holder lives.
+            assert store.lock_underreplicated_ledger(ledger.ledger_id, "test") is None
+        finally:
+            worker.kill()  # SIGKILL: the lock is never given back, only its session lapses
+            worker.wait(timeout=30)
+        store.set_replication_enabled(True)
+
+        def healed() -> bool:
+            md = store.read_ledger_metadata(ledger.ledger_id).value
+            in_use = {b for ens in md.ensembles.values() for b in ens}
+            return victim not in in_use and not store.underreplicated_ledgers()
+
+        wait_for("the ledger healed by another worker and unmarked", healed)
+        assert_replicated(bk, ledger.ledger_id, {victim})
 
 
 def contract_store(request: pytest.FixtureRequest, tmp_path: Path) -> MetadataStore:
