@@ -8,6 +8,7 @@ the under-replication contract on both stores, and its ZooKeeper layout as BookK
 from __future__ import annotations
 
 import os
+import select
 import subprocess
 import sys
 import time
@@ -132,6 +133,8 @@ def test_a_worker_killed_holding_its_lock_leaves_the_ledger_to_another(
         )
         try:
             assert worker.stdout is not None
+            ready, _, _ = select.select([worker.stdout], [], [], 60.0)
+            assert ready, "the doomed worker did not take the lock within 60 s"
             assert worker.stdout.readline().strip() == "locked"
             # Held: no one else may take it while its holder lives.
             assert store.lock_underreplicated_ledger(ledger.ledger_id, "test") is None

@@ -99,9 +99,8 @@ def copy_fragment(
             reading = read(next_first) if next_first <= fragment.last else None
             next_first += per_chunk
             for entry in entries:
+                # The read gave only entries a lost position held: `indexes` is never empty.
                 indexes = holders[entry.entry_id % md.ensemble_size]
-                if not indexes:
-                    continue
                 # Its own LAC and length: the bytes are the ones its writer sent.
                 packaged = entry.packaged(digest)
                 for index in indexes:

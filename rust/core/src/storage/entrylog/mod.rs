@@ -40,7 +40,7 @@ pub const ENTRY_RECORD_OVERHEAD: usize = RECORD_HEADER_LEN + 16;
 const MAX_READ_BYTES: u64 = 4 << 20;
 /// Bytes between two wanted records that one read may take along rather than split in two.
 const MAX_SKIPPED_BYTES: u64 = 4 << 10;
-/// The same with direct reads on. Skipped bytes read directly cost the device's time and no
+/// The same where the log reads directly (`entryLogDirectReads`). Skipped bytes read directly cost the device's time and no
 /// CPU, and a run of wanted records with the records between them is large enough to be read
 /// directly, where records read one by one (a strided read takes every other record of a
 /// bookie holding two write sets of a striped ledger) would each go through the page cache.
@@ -427,14 +427,16 @@ impl EntryLogger {
         items: &[(u64, Location)],
     ) -> (Vec<Bytes>, Option<StorageError>) {
         let mut out = Vec::with_capacity(items.len());
-        let max_skipped = if self.direct_reads {
-            MAX_SKIPPED_BYTES_DIRECT
-        } else {
-            MAX_SKIPPED_BYTES
-        };
         let mut i = 0;
         while i < items.len() {
             let first = items[i].1;
+            // Skipped bytes are worth reading along only where the run will be read directly:
+            // through the page cache they would be copied out for nothing.
+            let max_skipped = if i + 1 < items.len() && self.reads_directly(first.log_id()) {
+                MAX_SKIPPED_BYTES_DIRECT
+            } else {
+                MAX_SKIPPED_BYTES
+            };
             let mut end = first.offset() + (RECORD_HEADER_LEN as u64) + first.len as u64;
             let mut j = i + 1;
             while j < items.len()
@@ -473,6 +475,15 @@ impl EntryLogger {
                 fs::advise_will_need(&log.file, offset, len);
             }
         }
+    }
+
+    /// Whether large reads of log `log_id` go around the page cache (direct reads on, and the
+    /// file system takes them). A log that cannot be opened says no: the read reports it.
+    fn reads_directly(&self, log_id: u32) -> bool {
+        self.direct_reads
+            && self
+                .file(log_id)
+                .is_ok_and(|log| log.direct_for(DIRECT_READ_MIN_BYTES).is_some())
     }
 
     fn pread(&self, log_id: u32, offset: u64, len: u64) -> Result<Bytes> {
