@@ -9,6 +9,7 @@ while the bookies are stopped.
 
 from __future__ import annotations
 
+import time
 import urllib.request
 from pathlib import Path
 
@@ -39,6 +40,21 @@ def corrupt_copy(bookie_dir: Path, data: bytes) -> Path:
             log.write_bytes(bytes(content))
             return log
     pytest.fail(f"no entry log under {bookie_dir} holds the entry")
+
+
+def corruption_lines(log_path: Path, awaited: str) -> list[str]:
+    """The bookie log's corrupt-copy lines, once one naming ``awaited`` is there (at most 30 s).
+
+    Rust's records reach the log file through a queue the bookie drains when it holds the GIL,
+    so a line may be written a moment after the read that logged it was answered.
+    """
+    deadline = time.monotonic() + 30
+    while True:
+        text = log_path.read_text(errors="replace")
+        lines = [line for line in text.splitlines() if "corrupt entry copy" in line]
+        if any(awaited in line for line in lines) or time.monotonic() > deadline:
+            return lines
+        time.sleep(0.05)
 
 
 def metric(admin_url: str, name: str) -> float:
@@ -91,8 +107,9 @@ def test_corrupt_copies_are_logged_counted_and_named_by_the_client(tmp_path: Pat
         # Each bookie logged each corrupt record once (file, offset, ledger, entry) and counted
         # every read that met one.
         for index, admin_url in enumerate(sandbox.admin_urls):
-            log = sandbox.log_path(index).read_text(errors="replace")
-            lines = [line for line in log.splitlines() if "corrupt entry copy" in line]
+            lines = corruption_lines(
+                sandbox.log_path(index), f"entry {ALL_BAD_COPIES} of ledger {ledger_id}"
+            )
             expected = 2 if index == 0 else 1
             assert len(lines) <= expected, "\n".join(lines)
             seven = [
