@@ -35,7 +35,10 @@ def drop_cache(root: Path) -> None:
     """Evict the files under ``root`` from the page cache (written data is synced first)."""
     for path in root.rglob("*"):
         if path.is_file():
-            fd = os.open(path, os.O_RDONLY)
+            try:
+                fd = os.open(path, os.O_RDONLY)
+            except FileNotFoundError:
+                continue  # removed since listed (an open storage merges its index files)
             try:
                 os.fsync(fd)
                 os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
@@ -74,6 +77,18 @@ def main(argv: list[str] | None = None) -> int:
         action="store_false",
         help="entryLogDirectReads=false (reads through the page cache; direct is the default)",
     )
+    parser.add_argument(
+        "--read-ahead-threads",
+        type=int,
+        default=None,
+        help="entryLogReadAheadThreads (default: the bookie's default)",
+    )
+    parser.add_argument(
+        "--read-ahead-cache-mb",
+        type=int,
+        default=None,
+        help="dbStorage_readAheadCacheMaxSizeMb (default: the bookie's default)",
+    )
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
 
@@ -93,6 +108,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.write_cache_mb:
         cfg["dbStorage_writeCacheMaxSizeMb"] = args.write_cache_mb
     cfg["entryLogDirectReads"] = args.direct_reads
+    if args.read_ahead_cache_mb is not None:
+        cfg["dbStorage_readAheadCacheMaxSizeMb"] = args.read_ahead_cache_mb
+    if args.read_ahead_threads is not None:
+        cfg["entryLogReadAheadThreads"] = args.read_ahead_threads
     out: dict[str, Any] = {
         "ledgers": args.ledgers,
         "entries_per_ledger": args.entries_per_ledger,
@@ -100,6 +119,8 @@ def main(argv: list[str] | None = None) -> int:
         "layout": f"journal apart, in {args.journal_dir}" if args.journal_dir else "one disk",
         "write_cache_mb": args.write_cache_mb or 64,
         "entry_log_direct_reads": args.direct_reads,
+        "read_ahead_threads": cfg.get("entryLogReadAheadThreads", "default"),
+        "read_ahead_cache_mb": cfg.get("dbStorage_readAheadCacheMaxSizeMb", "default"),
     }
     try:
         storage = open_ledger_storage(**cfg)

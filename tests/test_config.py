@@ -486,6 +486,7 @@ def test_storage_settings_carry_every_storage_key_and_no_server_key() -> None:
         "dbStorage_rocksDB_blockCacheSize",
         "dbStorage_readAheadCacheMaxSizeMb",
         "dbStorage_readAheadCacheBatchSize",
+        "entryLogReadAheadThreads",
         "gcWaitTime",
         "minorCompactionThreshold",
         "minorCompactionInterval",

@@ -332,6 +332,13 @@ class ServerConfig(KeyedConfig):
         "dbStorage_readAheadCacheBatchSize", 100, integer(0), storage=True
     )
     """Entries read in the same I/O after a read that missed every cache (0 or 1: off)."""
+    entry_log_read_ahead_threads: int = setting(
+        "entryLogReadAheadThreads", 4, integer(0, 64), storage=True
+    )
+    """Threads that read a scanned ledger's next entries ahead of the scan, several reads at
+    once, where entry logs are read directly (``entryLogDirectReads``); the entries wait in the
+    read-ahead cache, whose size bounds how far ahead they read. pybkx's key; 0 turns them off
+    (a scan then reads ahead only within its own reads, one at a time)."""
 
     # --- server limits
     netty_max_frame_size_bytes: int = setting("nettyMaxFrameSizeBytes", 5 * MIB, integer(64))

@@ -71,6 +71,10 @@ pub struct StorageConfig {
     /// Entries read ahead after a missed read (`dbStorage_readAheadCacheBatchSize`); 0 or 1
     /// turns read-ahead off.
     pub read_ahead_batch: usize,
+    /// `entryLogReadAheadThreads` (pybkx's key): threads that read a scanned ledger's next
+    /// entries from logs read directly, ahead of the scan and several at once; 0: a scan reads
+    /// ahead only within its own I/O.
+    pub read_ahead_threads: usize,
     /// Entry-log garbage collection period (`gcWaitTime`); zero turns the timer off.
     pub gc_wait: Duration,
     /// `isForceGCAllowWhenNoSpace`: with ledger directories (almost) full, compact at once

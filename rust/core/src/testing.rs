@@ -55,6 +55,7 @@ pub fn storage_config(dir: &Path) -> StorageConfig {
         index_cache_bytes: 16 << 20,
         read_ahead_cache_bytes: 16 << 20,
         read_ahead_batch: 100,
+        read_ahead_threads: 4,
         gc_wait: Duration::ZERO,
         force_gc_when_no_space: false,
         minor_compaction_threshold: 0.2,

@@ -93,6 +93,8 @@ struct StorageAttrs {
     read_ahead_cache_mb: usize,
     #[pyo3(attribute("db_storage_read_ahead_cache_batch_size"))]
     read_ahead_batch: usize,
+    #[pyo3(attribute("entry_log_read_ahead_threads"))]
+    read_ahead_threads: usize,
     #[pyo3(attribute("gc_wait_time_ms"))]
     gc_wait_ms: u64,
     #[pyo3(attribute("is_force_gc_allow_when_no_space"))]
@@ -142,6 +144,7 @@ pub(crate) fn storage_config(obj: &Bound<'_, PyAny>) -> PyResult<StorageConfig> 
         index_cache_bytes: a.index_cache_bytes,
         read_ahead_cache_bytes: a.read_ahead_cache_mb.saturating_mul(1 << 20),
         read_ahead_batch: a.read_ahead_batch,
+        read_ahead_threads: a.read_ahead_threads,
         gc_wait: Duration::from_millis(a.gc_wait_ms),
         force_gc_when_no_space: a.force_gc_when_no_space,
         minor_compaction_threshold: a.minor_compaction_threshold,

@@ -7,6 +7,7 @@
 //! with the journal marks, and remove journals they cover; on open, the journal after the last
 //! checkpoint is replayed. Reads look in the write cache, the read-ahead cache, then the index.
 
+mod ahead;
 mod apply;
 mod checkpoint;
 mod compaction;
@@ -38,6 +39,7 @@ use crate::error::{IoContext, Result, StorageError};
 use crate::fs;
 use crate::metrics::{self, Metric};
 use crate::record;
+use ahead::AheadQueue;
 use apply::{Flusher, Shared, Wake};
 pub use compaction::CompactionReport;
 use dirs::LedgerDirs;
@@ -88,6 +90,11 @@ const MAX_READ_AHEAD_BYTES: usize = 1 << 20;
 /// runs), are hinted to the kernel for asynchronous read-ahead (runs read directly are not).
 const PREFETCH_BYTES: u64 = 4 << 20;
 const PREFETCH_RUNS: usize = 4;
+/// The same where the read-ahead threads read the runs (logs read directly, no kernel
+/// read-ahead behind them): a window deep enough to keep several reads in flight while the scan
+/// takes the middle of it, runs of a ledger written among many others being a few hundred KiB.
+const PREFETCH_DIRECT_BYTES: u64 = 8 << 20;
+const PREFETCH_DIRECT_RUNS: usize = 32;
 /// A batch read takes the rest of the run it ends in only when that rest is at least this large:
 /// the I/O saved is then worth the read-ahead cache's work per entry (for runs of small entries
 /// a second, small read costs less than caching each entry; warm 100-byte batch reads ran 30%
@@ -154,8 +161,11 @@ struct Inner {
     stats: StorageStats,
     /// A checkpoint added a segment: the merge thread looks for work.
     merges_wanted: AtomicBool,
-    /// Per ledger, the window last hinted for kernel read-ahead.
+    /// Per ledger, the window last hinted for kernel read-ahead (or handed to the read-ahead
+    /// threads).
     prefetched: Mutex<HashMap<u64, PrefetchWindow>>,
+    /// The read-ahead threads' queue, where logs are read directly and threads are configured.
+    ahead: Option<AheadQueue>,
     /// One entry-log garbage collection at a time.
     gc_lock: Mutex<()>,
     /// Per ledger (striped): an add's fence check and journal submission, or a fence's flag
@@ -315,6 +325,12 @@ impl LedgerStorage {
                 Journal::start(j, dir, cfg.journal.clone(), next_ids[j], applier.clone())
             })
             .collect::<Result<Vec<_>>>()?;
+        let (ahead, ahead_jobs) = if cfg.entry_log_direct_reads && cfg.read_ahead_threads > 0 {
+            let (queue, jobs) = AheadQueue::new(cfg.read_ahead_threads);
+            (Some(queue), Some(jobs))
+        } else {
+            (None, None)
+        };
         let inner = Arc::new(Inner {
             cfg,
             shared,
@@ -323,6 +339,7 @@ impl LedgerStorage {
             stats: StorageStats::default(),
             merges_wanted: AtomicBool::new(true),
             prefetched: Mutex::new(HashMap::new()),
+            ahead,
             gc_lock: Mutex::new(()),
             admission: (0..ADMISSION_STRIPES).map(|_| Mutex::new(())).collect(),
             disk_pressure: std::sync::atomic::AtomicU8::new(DiskPressure::Normal as u8),
@@ -345,6 +362,28 @@ impl LedgerStorage {
         threads.push(spawn("pybkx-index-merge", Inner::run_merger)?);
         if inner.shared.entrylog.dirs().tier_count() > 1 {
             threads.push(spawn("pybkx-tier-mover", Inner::run_mover)?);
+        }
+        if let Some(jobs) = ahead_jobs {
+            for i in 0..inner.cfg.read_ahead_threads {
+                let (reader, jobs) = (inner.clone(), jobs.clone());
+                let name = format!("pybkx-read-ahead-{i}");
+                let thread = std::thread::Builder::new()
+                    .name(name.clone())
+                    .spawn(move || reader.run_read_ahead(jobs))
+                    .ctx(|| format!("spawning the {name} thread"));
+                match thread {
+                    Ok(t) => threads.push(t),
+                    Err(e) => {
+                        // The threads started so far must not outlive a storage never returned.
+                        let storage = LedgerStorage {
+                            inner,
+                            threads: Mutex::new(threads),
+                        };
+                        drop(storage.close());
+                        return Err(e);
+                    }
+                }
+            }
         }
         Ok(LedgerStorage {
             inner,
@@ -686,7 +725,15 @@ impl LedgerStorage {
         if let Some(data) = shared.cache.get(ledger, entry) {
             return Ok(Some(Found::Cached(data)));
         }
-        if let Some(data) = shared.read_ahead.take(ledger, entry) {
+        if let Some(data) = shared
+            .read_ahead
+            .take_or_wait(ledger, entry, ahead::READ_AHEAD_WAIT)
+        {
+            if self.inner.ahead.is_some() {
+                // A scan served by the read-ahead threads never misses while they keep up:
+                // this is where it asks for the next window once past the middle of the last.
+                self.prefetch(ledger, entry, since);
+            }
             return Ok(Some(Found::Cached(data)));
         }
         Ok(shared
@@ -848,15 +895,19 @@ impl LedgerStorage {
         result
     }
 
-    /// Hints the kernel to read ahead the ledger's entries after `after` that live in entry
-    /// logs: up to `PREFETCH_BYTES` over at most `PREFETCH_RUNS` runs of back-to-back records,
-    /// found through the index (a block walk per run, no per-entry search).
+    /// Reads ahead the ledger's entries after `after` that live in entry logs: up to
+    /// `PREFETCH_BYTES` over at most `PREFETCH_RUNS` runs of back-to-back records, found through
+    /// the index (a block walk per run, no per-entry search). Runs of logs read through the
+    /// page cache are hinted to the kernel; runs of logs read directly are handed to the
+    /// read-ahead threads (`ahead`), up to `PREFETCH_DIRECT_BYTES` over `PREFETCH_DIRECT_RUNS`
+    /// and half the ledger's share of the read-ahead cache.
     ///
-    /// A scan calls this on every read; it hints again only once the reads have passed the
-    /// middle of the window hinted last, continuing where that window ended, so the index walk
-    /// and the system calls are paid once per window, not per read.
+    /// A scan calls this on every read; it reads ahead again only once the reads have passed
+    /// the middle of the window taken last, continuing where that window ended, so the index
+    /// walk and the system calls are paid once per window, not per read.
     fn prefetch(&self, ledger: u64, after: u64, since: u64) {
         let shared = &self.inner.shared;
+        let generation = shared.read_ahead.generation();
         // `start`: where this scan's chain of windows began (a read before it is another scan).
         let (start, from) = {
             let mut hinted = self.inner.prefetched.lock();
@@ -873,29 +924,55 @@ impl LedgerStorage {
         };
         let mut next = from.saturating_add(1);
         let mut last = from;
+        // Set by the first run: whether this window goes to the read-ahead threads.
+        let mut directly: Option<bool> = None;
         let mut budget = PREFETCH_BYTES;
-        for _ in 0..PREFETCH_RUNS {
+        let mut runs = PREFETCH_RUNS;
+        let mut run: Vec<(u64, Location)> = Vec::new();
+        while runs > 0 {
+            runs -= 1;
             if budget == 0 || next > MAX_ID || shared.cache.get(ledger, next).is_some() {
                 break;
             }
             let Ok(Some((at, seg))) = shared.segments.find(ledger, next, since) else {
                 break;
             };
+            let direct = *directly.get_or_insert_with(|| {
+                let direct = self.inner.reads_ahead_directly(at.log_id());
+                if direct {
+                    budget =
+                        PREFETCH_DIRECT_BYTES.min(shared.read_ahead.ledger_budget() as u64 / 2);
+                    runs = PREFETCH_DIRECT_RUNS - 1;
+                }
+                direct
+            });
             let start = at.offset();
             let mut end = start + (record::RECORD_HEADER_LEN + at.len as usize) as u64;
-            last = next;
+            run.clear();
+            run.push((next, at));
             let scanned = seg.scan_ledger(ledger, next + 1, &shared.segments.cache, &mut |e| {
                 if e.at.log_id() != at.log_id() || e.at.offset() != end || end - start >= budget {
                     return false;
                 }
                 end += (record::RECORD_HEADER_LEN + e.at.len as usize) as u64;
-                last = e.entry;
+                run.push((e.entry, e.at));
                 true
             });
             if scanned.is_err() {
                 break;
             }
-            shared.entrylog.prefetch(at.log_id(), start, end - start);
+            if direct {
+                let handed = self.inner.read_ahead_run(ledger, generation, &run);
+                if handed > 0 {
+                    last = run[handed - 1].0;
+                }
+                if handed < run.len() {
+                    break; // the queue is full: the scan reads the rest itself
+                }
+            } else {
+                shared.entrylog.prefetch(at.log_id(), start, end - start);
+                last = run[run.len() - 1].0;
+            }
             budget = budget.saturating_sub(end - start);
             next = last.saturating_add(1);
         }
@@ -1236,14 +1313,7 @@ impl LedgerStorage {
         if self.inner.closed.swap(true, Ordering::SeqCst) {
             return Ok(());
         }
-        self.inner.shared.wake.lock().stop = true;
-        self.inner.shared.wake_signal.notify_all();
-        self.inner.wake_mover();
-        for t in self.threads.lock().drain(..) {
-            if t.join().is_err() {
-                log::error!("a storage thread panicked");
-            }
-        }
+        self.stop_threads();
         for j in &self.inner.journals {
             j.shutdown();
         }
@@ -1253,6 +1323,26 @@ impl LedgerStorage {
             .and_then(|_| self.inner.shared.entrylog.close());
         self.inner.locks.lock().clear();
         result
+    }
+}
+
+impl LedgerStorage {
+    /// Tells the storage's threads to stop and waits for them (`closed` is already set).
+    fn stop_threads(&self) {
+        self.inner.shared.wake.lock().stop = true;
+        self.inner.shared.wake_signal.notify_all();
+        self.inner.wake_mover();
+        if let Some(ahead) = &self.inner.ahead {
+            for _ in 0..ahead.threads {
+                // Each thread takes one and ends; jobs queued before it are read first.
+                let _ = ahead.jobs.send(ahead::AheadJob::Stop);
+            }
+        }
+        for t in self.threads.lock().drain(..) {
+            if t.join().is_err() {
+                log::error!("a storage thread panicked");
+            }
+        }
     }
 }
 

@@ -1,13 +1,16 @@
 //! The read-ahead cache (`dbStorage_readAheadCacheMaxSizeMb`): entries read along with a
-//! missed entry or after the last entry of a batch read, in the same I/O, kept for the reads that
-//! follow in a sequential scan. Bounded in bytes; the oldest insertions go first. It never reads
-//! a file itself.
+//! missed entry or after the last entry of a batch read, in the same I/O, or read ahead of a
+//! scan by the read-ahead threads, kept for the reads that follow in a sequential scan. Bounded
+//! in bytes; the oldest insertions go first. It never reads a file itself, but knows which
+//! entries are on their way, so that a read reaching them waits for them instead of reading
+//! them a second time.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 
 const SHARDS: usize = 8;
 
@@ -24,6 +27,9 @@ pub struct ReadAheadCache {
     shard_budget: usize,
     /// Ledgers forgotten so far: entries read before a deletion are not put in after it.
     forgotten: AtomicU64,
+    /// Entries being read ahead: (ledger, first entry, last entry) of each read in flight.
+    on_the_way: Mutex<Vec<(u64, u64, u64)>>,
+    arrived: Condvar,
 }
 
 impl ReadAheadCache {
@@ -32,6 +38,66 @@ impl ReadAheadCache {
             shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
             shard_budget: (budget_bytes / SHARDS).max(1),
             forgotten: AtomicU64::new(0),
+            on_the_way: Mutex::new(Vec::new()),
+            arrived: Condvar::new(),
+        }
+    }
+
+    /// The bytes one ledger's entries may take here (a scan's entries share one shard): what
+    /// is read ahead of a scan beyond it would evict entries before the scan reaches them.
+    pub fn ledger_budget(&self) -> usize {
+        self.shard_budget
+    }
+
+    /// Notes that entries `first..=last` of `ledger` are being read ahead; false (and nothing
+    /// noted) when a read in flight already covers some of them.
+    pub fn expect(&self, ledger: u64, first: u64, last: u64) -> bool {
+        let mut reads = self.on_the_way.lock();
+        if reads
+            .iter()
+            .any(|&(l, f, t)| l == ledger && f <= last && first <= t)
+        {
+            return false;
+        }
+        reads.push((ledger, first, last));
+        true
+    }
+
+    /// The read ahead of `first..=last` of `ledger` ended (its entries were put, or it failed):
+    /// wakes the reads waiting for them.
+    pub fn arrived(&self, ledger: u64, first: u64, last: u64) {
+        let mut reads = self.on_the_way.lock();
+        if let Some(at) = reads.iter().position(|&r| r == (ledger, first, last)) {
+            reads.swap_remove(at);
+        }
+        drop(reads);
+        self.arrived.notify_all();
+    }
+
+    /// Waits, at most `timeout`, while a read ahead covering the entry is in flight; then takes
+    /// the entry out if it is here. A read ahead that failed, or did not end in time, leaves the
+    /// entry to the caller's own read.
+    pub fn take_or_wait(&self, ledger: u64, entry: u64, timeout: Duration) -> Option<Bytes> {
+        if let Some(data) = self.take(ledger, entry) {
+            return Some(data);
+        }
+        let deadline = Instant::now() + timeout;
+        let mut reads = self.on_the_way.lock();
+        let mut waited = false;
+        while reads
+            .iter()
+            .any(|&(l, f, t)| l == ledger && f <= entry && entry <= t)
+        {
+            waited = true;
+            if self.arrived.wait_until(&mut reads, deadline).timed_out() {
+                break;
+            }
+        }
+        drop(reads);
+        if waited {
+            self.take(ledger, entry)
+        } else {
+            None
         }
     }
 
@@ -133,5 +199,39 @@ mod tests {
         assert!(c.take(1, 0).is_none());
         c.put(1, c.generation(), [(0, Bytes::from_static(b"fresh"))]);
         assert_eq!(c.take(1, 0).as_deref(), Some(&b"fresh"[..]));
+    }
+
+    /// A read reaching entries on their way waits for them, then takes them; entries nobody is
+    /// reading are not waited for; overlapping reads ahead are refused.
+    #[test]
+    fn reads_wait_for_entries_on_their_way() {
+        let c = std::sync::Arc::new(ReadAheadCache::new(SHARDS * 1000));
+        let long = Duration::from_secs(10);
+        assert!(c.expect(1, 10, 19));
+        assert!(!c.expect(1, 15, 25), "overlaps the read in flight");
+        assert!(c.expect(2, 15, 25), "another ledger");
+        assert!(
+            c.take_or_wait(1, 30, long).is_none(),
+            "not on its way: no wait"
+        );
+        let reader = {
+            let c = c.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(50));
+                c.put(1, c.generation(), [(12, Bytes::from_static(b"twelve"))]);
+                c.arrived(1, 10, 19);
+            })
+        };
+        let started = Instant::now();
+        assert_eq!(c.take_or_wait(1, 12, long).as_deref(), Some(&b"twelve"[..]));
+        assert!(started.elapsed() < long);
+        reader.join().unwrap();
+        // A read ahead that failed leaves its entries to the caller.
+        assert!(c.take_or_wait(1, 13, long).is_none());
+        assert!(c.expect(1, 15, 25), "the first read ended");
+        // One that does not end in time is not waited for beyond the timeout.
+        let started = Instant::now();
+        assert!(c.take_or_wait(2, 20, Duration::from_millis(30)).is_none());
+        assert!(started.elapsed() >= Duration::from_millis(30));
     }
 }

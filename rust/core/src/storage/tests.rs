@@ -172,11 +172,7 @@ impl LedgerStorage {
     /// flushed or checkpointed, buffered entry-log bytes are lost, the locks are released.
     fn crash(self) {
         self.inner.closed.store(true, Ordering::SeqCst);
-        self.inner.shared.wake.lock().stop = true;
-        self.inner.shared.wake_signal.notify_all();
-        for t in self.threads.lock().drain(..) {
-            let _ = t.join();
-        }
+        self.stop_threads();
         for j in &self.inner.journals {
             j.shutdown();
         }
@@ -766,4 +762,165 @@ fn reads_racing_compaction(direct_reads: bool) {
     }
     assert!(compacted >= 20, "{compacted}");
     assert_eq!(s.inner.stats.corrupt_entries.get(), 0);
+}
+
+/// Ledgers 1..=3 written interleaved in `rounds` flushes of 20 entries of 8,000 bytes each (a
+/// 160 KB run per ledger per flush), entries telling their ledger and id; the storage closed.
+fn three_interleaved_ledgers(dir: &Path, threads: usize, rounds: u64) -> StorageConfig {
+    let cfg = crate::config::StorageConfig {
+        read_ahead_threads: threads,
+        log_size_limit: 64 << 20,
+        ..small_cache_config(dir)
+    };
+    let s = LedgerStorage::open(cfg.clone()).unwrap();
+    for round in 0..rounds {
+        for l in 1..=3u64 {
+            for e in round * 20..round * 20 + 20 {
+                add(&s, l, e, &scan_payload(l, e)).unwrap();
+            }
+        }
+        s.checkpoint().unwrap();
+    }
+    s.close().unwrap();
+    cfg
+}
+
+fn scan_payload(l: u64, e: u64) -> Vec<u8> {
+    format!("<ledger {l} entry {e:05}>")
+        .into_bytes()
+        .into_iter()
+        .cycle()
+        .take(8_000)
+        .collect()
+}
+
+fn batch_of(s: &LedgerStorage, ledger: u64, first: u64, count: usize) -> Result<Vec<Bytes>> {
+    let limits = RangeLimits {
+        max_count: count,
+        max_bytes: usize::MAX,
+        per_entry_overhead: 0,
+        stride: 1,
+    };
+    s.read_range(ledger, first, limits)
+}
+
+/// Whether this machine's file system takes direct reads of the storage's first entry log (the
+/// read-ahead threads read only logs that are read directly).
+fn reads_directly(s: &LedgerStorage) -> bool {
+    s.inner.shared.entrylog.reads_directly(0) || s.inner.shared.entrylog.reads_directly(1)
+}
+
+/// With direct reads the kernel reads nothing ahead: the read-ahead threads read a scanned
+/// ledger's next runs (each in another place, between the other ledgers' runs) into the
+/// read-ahead cache while the scan is served, and the scan takes them from there.
+#[test]
+fn a_scan_of_a_ledger_among_others_is_read_ahead_by_the_threads() {
+    for threads in [4, 0] {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = three_interleaved_ledgers(dir.path(), threads, 12);
+        let s = LedgerStorage::open(cfg).unwrap();
+        if !reads_directly(&s) {
+            eprintln!("this file system refuses O_DIRECT: nothing to read ahead directly");
+            return;
+        }
+        // One batch, exactly the first run (so nothing of the run is left to take along).
+        let first = batch_of(&s, 2, 0, 20).unwrap();
+        assert_eq!(first.len(), 20);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        if threads > 0 {
+            // The next runs arrive in the read-ahead cache, read by the threads.
+            while s.inner.stats.read_ahead_entries.get() < 40 {
+                assert!(std::time::Instant::now() < deadline, "nothing read ahead");
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+        } else {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            assert_eq!(s.inner.stats.read_ahead_entries.get(), 0, "no threads");
+        }
+        let mut got = first;
+        while got.len() < 240 {
+            let batch = batch_of(&s, 2, got.len() as u64, 20).unwrap();
+            assert!(!batch.is_empty());
+            got.extend(batch);
+        }
+        for (e, data) in (0..).zip(&got) {
+            assert_eq!(
+                &data[..],
+                &scan_payload(2, e)[..],
+                "entry {e}, {threads} threads"
+            );
+        }
+        if threads > 0 {
+            // Most of the scan came from the threads' reads, not the scan's own.
+            assert!(
+                s.inner.stats.read_ahead_entries.get() >= 160,
+                "{} entries read ahead",
+                s.inner.stats.read_ahead_entries.get()
+            );
+        }
+        // Single reads of another ledger: the same.
+        for e in 0..240 {
+            assert_eq!(&s.read_entry(3, e).unwrap()[..], &scan_payload(3, e)[..]);
+        }
+        assert_eq!(s.inner.stats.corrupt_entries.get(), 0);
+        // Closing with reads ahead in flight waits for them and ends the threads.
+        batch_of(&s, 1, 0, 20).unwrap();
+        s.close().unwrap();
+    }
+}
+
+/// A corrupt record among the entries read ahead: the thread keeps the entries before it and
+/// leaves the rest to the scan, whose own read finds the corruption, counts it and reports it.
+#[test]
+fn a_corrupt_record_met_reading_ahead_is_the_scan_s_to_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = three_interleaved_ledgers(dir.path(), 4, 6);
+    let bad = scan_payload(2, 50);
+    let mut corrupted = false;
+    for log in walk_files(&dir.path().join("l")) {
+        if log.extension().is_some_and(|x| x == "log") {
+            let mut content = std::fs::read(&log).unwrap();
+            if let Some(at) = content.windows(bad.len()).position(|w| w == bad) {
+                content[at + bad.len() / 2] ^= 0xFF;
+                std::fs::write(&log, content).unwrap();
+                corrupted = true;
+            }
+        }
+    }
+    assert!(
+        corrupted,
+        "entry 50 of ledger 2 not found in the entry logs"
+    );
+    let s = LedgerStorage::open(cfg).unwrap();
+    let mut next = 0u64;
+    let failure = loop {
+        match batch_of(&s, 2, next, 20) {
+            Ok(batch) => {
+                for data in &batch {
+                    assert_eq!(&data[..], &scan_payload(2, next)[..], "entry {next}");
+                    next += 1;
+                }
+            }
+            Err(e) => break e,
+        }
+    };
+    assert_eq!(next, 50, "every entry before the corrupt one was read");
+    assert!(matches!(failure, StorageError::Corruption(_)), "{failure}");
+    assert!(s.inner.stats.corrupt_entries.get() >= 1);
+    // The entries after it are still read.
+    let after = batch_of(&s, 2, 51, 20).unwrap();
+    assert_eq!(&after[0][..], &scan_payload(2, 51)[..]);
+}
+
+fn walk_files(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    for ent in std::fs::read_dir(dir).unwrap() {
+        let path = ent.unwrap().path();
+        if path.is_dir() {
+            files.extend(walk_files(&path));
+        } else {
+            files.push(path);
+        }
+    }
+    files
 }

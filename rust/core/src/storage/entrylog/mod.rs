@@ -479,7 +479,7 @@ impl EntryLogger {
 
     /// Whether large reads of log `log_id` go around the page cache (direct reads on, and the
     /// file system takes them). A log that cannot be opened says no: the read reports it.
-    fn reads_directly(&self, log_id: u32) -> bool {
+    pub fn reads_directly(&self, log_id: u32) -> bool {
         self.direct_reads
             && self
                 .file(log_id)
