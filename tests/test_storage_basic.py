@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -464,6 +465,37 @@ def test_entry_logs_are_read_directly_or_through_the_page_cache_as_configured(
         assert resident <= 64 * 1024, resident
     else:
         assert resident >= 400_000, resident
+
+
+@pytest.mark.parametrize("threads", [4, 0])
+def test_read_ahead_threads_read_a_scanned_ledger_ahead_as_configured(
+    tmp_path: Path, open_storage: OpenStorage, threads: int
+) -> None:
+    """entryLogReadAheadThreads: with direct reads, the threads read the runs after a scan's
+    first batch (each between another ledger's runs) into the read-ahead cache while the scan
+    goes on; with 0 nothing is read beyond what the scan asks for. The bytes are the same."""
+    if not _takes_direct_io(tmp_path):
+        pytest.skip(f"the file system of {tmp_path} refuses O_DIRECT (nothing read directly)")
+    config = storage_config(tmp_path, entryLogReadAheadThreads=threads)
+    rounds, per_run = 8, 50  # runs of about 100 KB, ledger 1's between ledger 2's
+    with open_storage(config) as storage:
+        for r in range(rounds):
+            for ledger in (LEDGER, LEDGER + 1):
+                add_range(storage, ledger, range(r * per_run, (r + 1) * per_run))
+            storage.checkpoint()
+    with open_ledger_storage(**config) as storage:
+        got = storage.read_range(LEDGER, 0, per_run, 1 << 30)
+        deadline = time.monotonic() + 20
+        if threads:
+            while storage.stats()["pybkx_storage_read_ahead_entries"] < per_run:
+                assert time.monotonic() < deadline, "nothing was read ahead"
+                time.sleep(0.01)
+        else:
+            time.sleep(0.2)
+            assert storage.stats()["pybkx_storage_read_ahead_entries"] == 0
+        while len(got) < rounds * per_run:
+            got.extend(storage.read_range(LEDGER, len(got), per_run, 1 << 30))
+        assert got == [payload(LEDGER, e) for e in range(rounds * per_run)]
 
 
 def test_stats_counts_journal_work(storage: LedgerStorage) -> None:
