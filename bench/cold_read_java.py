@@ -118,7 +118,11 @@ def main(argv: list[str] | None = None) -> int:
                     ):
                         drop_cache(data[system])
                         report = run_load(address, "read", ledger_id=target, count=entries, **kw)
-                        assert report["errors"] == 0 and report["entries"] == entries, report
+                        assert report["errors"] == 0 and report["entries"] == entries, (
+                            system,
+                            mode,
+                            report,
+                        )
                         rate = report["bytes"] / MIB / report["seconds"]
                         key = f"{system}_cold_{mode}_mb_s"
                         best[key] = max(best.get(key, 0.0), rate)
