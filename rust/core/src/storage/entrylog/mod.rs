@@ -40,10 +40,11 @@ pub const ENTRY_RECORD_OVERHEAD: usize = RECORD_HEADER_LEN + 16;
 const MAX_READ_BYTES: u64 = 4 << 20;
 /// Bytes between two wanted records that one read may take along rather than split in two.
 const MAX_SKIPPED_BYTES: u64 = 4 << 10;
-/// The same where the log reads directly (`entryLogDirectReads`). Skipped bytes read directly cost the device's time and no
-/// CPU, and a run of wanted records with the records between them is large enough to be read
-/// directly, where records read one by one (a strided read takes every other record of a
-/// bookie holding two write sets of a striped ledger) would each go through the page cache.
+/// The same where the log reads directly (`entryLogDirectReads`). Skipped bytes read directly
+/// cost the device's time and no CPU, and a run of wanted records with the records between them
+/// is large enough to be read directly, where records read one by one (a strided read takes
+/// every other record of a bookie holding two write sets of a striped ledger) would each go
+/// through the page cache.
 /// Measured while healing a lost bookie: the source bookies' CPU 3.2–5.1 s → 2.0–2.2 s for
 /// 0.9 GB copied (docs/performance.md).
 const MAX_SKIPPED_BYTES_DIRECT: u64 = 256 << 10;
