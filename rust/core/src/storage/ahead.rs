@@ -17,6 +17,7 @@ use std::time::Duration;
 use crossbeam_channel::{Receiver, Sender, TrySendError};
 
 use super::entrylog::Location;
+use super::readahead::ReadAheadCache;
 use super::Inner;
 use crate::record::RECORD_HEADER_LEN;
 
@@ -114,13 +115,34 @@ impl Inner {
                 return;
             };
             let (first, last) = (items[0].0, items[items.len() - 1].0);
+            // Even if the read panics, the entries stop being on their way: no scan waits for
+            // them again.
+            let _arrival = Arrival {
+                cache: &self.shared.read_ahead,
+                ledger,
+                first,
+                last,
+            };
             let (read, err) = self.shared.entrylog.read_run(ledger, &items);
             if let Some(e) = err {
                 log::debug!("reading ahead entries {first}..={last} of ledger {ledger}: {e}");
             }
             let n = read.len();
             self.keep_read_ahead(ledger, generation, &items[..n], read);
-            self.shared.read_ahead.arrived(ledger, first, last);
         }
+    }
+}
+
+/// Marks a read ahead as ended when dropped.
+struct Arrival<'a> {
+    cache: &'a ReadAheadCache,
+    ledger: u64,
+    first: u64,
+    last: u64,
+}
+
+impl Drop for Arrival<'_> {
+    fn drop(&mut self) {
+        self.cache.arrived(self.ledger, self.first, self.last);
     }
 }
