@@ -4,76 +4,83 @@ imports of the code. Owns no behaviour; it fails when an import crosses a line i
 from __future__ import annotations
 
 import ast
+import fnmatch
 import re
+from dataclasses import dataclass
 from pathlib import Path
-
-import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "python" / "pybkx"
 CORE = ROOT / "rust" / "core"
 
-# part -> the pybkx modules (prefixes) it may import; anything else of pybkx is forbidden.
-ALLOWED: dict[str, tuple[str, ...]] = {
-    "config": ("pybkx.config", "pybkx.errors"),
-    "errors": (),
-    "meta": ("pybkx.meta", "pybkx.config", "pybkx.errors"),
-    "placement": ("pybkx.placement", "pybkx.config", "pybkx.errors"),
-    "client": (
-        "pybkx.client",
-        "pybkx.meta",
-        "pybkx.placement",
-        "pybkx.config",
-        "pybkx.errors",
-        "pybkx._core",
-    ),
-    "recovery": (
-        "pybkx.recovery",
-        "pybkx.client",
-        "pybkx.meta",
-        "pybkx.placement",
-        "pybkx.config",
-        "pybkx.errors",
-        "pybkx._core",
-    ),
-    "spark": (
-        "pybkx.spark",
-        "pybkx.client",
-        "pybkx.meta",
-        "pybkx.config",
-        "pybkx.errors",
-    ),
-    "bookie": ("pybkx.bookie", "pybkx.meta", "pybkx.config", "pybkx.errors", "pybkx._core"),
-    "tools": (
-        "pybkx.tools",
-        "pybkx.client",
-        "pybkx.bookie",
-        "pybkx.meta",
-        "pybkx.config",
-        "pybkx.errors",
-        "pybkx._core",
-    ),
-    "admin": (
-        "pybkx.admin",
-        "pybkx.tools",
-        "pybkx.client",
-        "pybkx.bookie",
-        "pybkx.meta",
-        "pybkx.config",
-        "pybkx.errors",
-        "pybkx._core",
-    ),
-    "cli": (
-        "pybkx.cli",
-        "pybkx.recovery",
-        "pybkx.tools",
-        "pybkx.admin",
-        "pybkx.bookie",
-        "pybkx.config",
-        "pybkx.errors",
-        "pybkx._core",
-    ),
-}
+DOC = ROOT / "docs" / "architecture.md"
+
+
+@dataclass(frozen=True)
+class Part:
+    """One row of docs/architecture.md's parts table."""
+
+    name: str
+    paths: tuple[str, ...]
+    """Repository paths: folders end in ``/``; ``*`` matches within one folder."""
+    uses: tuple[str, ...]
+    """Names of the other parts it may import (normalised)."""
+
+
+def _norm(name: str) -> str:
+    name = re.sub(r"\(.*?\)", "", name).strip().lower()
+    return name.removeprefix("the ").strip()
+
+
+def parts_table() -> list[Part]:
+    """The parts and their allowed arrows, read from docs/architecture.md."""
+    text = DOC.read_text()
+    section = text.split("## The parts and the arrows allowed between them", 1)[1]
+    rows = [line for line in section.splitlines() if line.startswith("| ")]
+    assert rows[0].startswith("| Part | Folder | Owns | Uses |"), rows[0]
+    parts = []
+    for row in rows[1:]:
+        cells = [c.strip() for c in row.strip().strip("|").split("|")]
+        if len(cells) != 4:
+            break  # the next table
+        name, folder, _owns, uses = cells
+        paths = tuple(
+            p for p in re.findall(r"`([^`]+)`", folder) if p.startswith(("python/", "rust/"))
+        )
+        assert paths, f"row {name!r} names no path"
+        used = () if _norm(uses) == "nothing" else tuple(_norm(u) for u in uses.split(","))
+        parts.append(Part(_norm(name), paths, used))
+    names = {p.name for p in parts}
+    for p in parts:
+        unknown = [u for u in p.uses if u not in names and u != "every core part"]
+        assert not unknown, f"{p.name} uses unknown parts {unknown}"
+    return parts
+
+
+def _matches(path: str, pattern: str) -> int:
+    """How specific the match of ``pattern`` to ``path`` is (0: none)."""
+    if pattern.endswith("/"):
+        return len(pattern) if path.startswith(pattern) else 0
+    return (
+        len(pattern)
+        if fnmatch.fnmatchcase(path, pattern)
+        and "/" not in path[len(pattern.rsplit("/", 1)[0]) + 1 :]
+        else 0
+    )
+
+
+def part_of(path: str, parts: list[Part]) -> Part | None:
+    """The part whose most specific path holds ``path`` (a repository path)."""
+    best = max(parts, key=lambda p: max(_matches(path, pat) for pat in p.paths))
+    return best if max(_matches(path, pat) for pat in best.paths) else None
+
+
+def allowed(part: Part, parts: list[Part]) -> set[str]:
+    if "every core part" in part.uses:
+        return {p.name for p in parts if any(x.startswith("rust/core/") for x in p.paths)} | {
+            part.name
+        }
+    return {part.name, *part.uses}
 
 
 def imports_of(path: Path) -> set[str]:
@@ -91,20 +98,76 @@ def imports_of(path: Path) -> set[str]:
     return found
 
 
-def part_files(part: str) -> list[Path]:
-    folder = PACKAGE / part
-    return sorted(folder.rglob("*.py")) if folder.is_dir() else [PACKAGE / f"{part}.py"]
+def module_file(module: str) -> str:
+    """The repository path of a pybkx module (a package's ``__init__.py``, the binding's stub)."""
+    base = "python/" + module.replace(".", "/")
+    for candidate in (base + ".py", base + ".pyi", base + "/__init__.py"):
+        if (ROOT / candidate).exists():
+            return candidate
+    raise AssertionError(f"no file for {module}")
 
 
-@pytest.mark.parametrize("part", sorted(ALLOWED))
-def test_python_parts_import_only_what_they_may(part: str) -> None:
-    allowed = ALLOWED[part]
-    bad = [
-        f"{path.relative_to(ROOT)} imports {module}"
-        for path in part_files(part)
-        for module in sorted(imports_of(path))
-        if not any(module == a or module.startswith(a + ".") for a in allowed)
+def python_files() -> list[Path]:
+    return sorted(p for p in PACKAGE.rglob("*.py*") if p.suffix in (".py", ".pyi"))
+
+
+def test_every_python_module_belongs_to_a_part() -> None:
+    parts = parts_table()
+    lost = [
+        str(p.relative_to(ROOT))
+        for p in python_files()
+        if not part_of(str(p.relative_to(ROOT)), parts)
     ]
+    assert not lost, f"no row of docs/architecture.md holds: {lost}"
+
+
+def test_python_parts_import_only_what_the_table_allows() -> None:
+    parts = parts_table()
+    bad = []
+    for path in python_files():
+        rel = str(path.relative_to(ROOT))
+        source = part_of(rel, parts)
+        assert source is not None, rel
+        may = allowed(source, parts)
+        for module in sorted(imports_of(path)):
+            target = part_of(module_file(module), parts)
+            if target is None or target.name not in may:
+                bad.append(f"{rel} ({source.name}) imports {module} ({target and target.name})")
+    assert not bad, "\n".join(bad)
+
+
+def core_modules() -> tuple[set[str], set[str]]:
+    """The core crate's top-level modules, and those compiled for tests only."""
+    lib = (CORE / "src" / "lib.rs").read_text()
+    modules = set(re.findall(r"^\s*(?:pub(?:\(crate\))? )?mod (\w+);", lib, re.M))
+    test_only = set(re.findall(r"#\[cfg\(test\)\]\s*(?:pub(?:\(crate\))? )?mod (\w+);", lib))
+    return modules, test_only
+
+
+def core_module_path(module: str) -> str:
+    folder = CORE / "src" / module
+    return f"rust/core/src/{module}/" if folder.is_dir() else f"rust/core/src/{module}.rs"
+
+
+def test_rust_parts_use_only_what_the_table_allows() -> None:
+    parts = parts_table()
+    modules, test_only = core_modules()
+    bad = []
+    for path in sorted((CORE / "src").rglob("*.rs")):
+        rel = str(path.relative_to(ROOT))
+        if rel == "rust/core/src/lib.rs" or any(
+            rel.startswith(core_module_path(m).removesuffix(".rs")) for m in test_only
+        ):
+            continue
+        source = part_of(rel, parts)
+        assert source is not None, f"no row of docs/architecture.md holds {rel}"
+        may = allowed(source, parts)
+        for used in sorted(set(re.findall(r"\bcrate::(\w+)", path.read_text()))):
+            if used not in modules or used in test_only:
+                continue  # a macro exported at the crate root, or test fixtures
+            target = part_of(core_module_path(used), parts)
+            if target is None or target.name not in may:
+                bad.append(f"{rel} ({source.name}) uses crate::{used} ({target and target.name})")
     assert not bad, "\n".join(bad)
 
 
@@ -126,22 +189,3 @@ def test_the_rust_core_has_no_python_in_it() -> None:
     sources = list((CORE / "src").rglob("*.rs"))
     assert sources
     assert not [p for p in sources if "pyo3" in p.read_text()]
-
-
-RUST_NEVER = {
-    "storage": ("server", "client", "ledger"),
-    "ledger": ("server", "storage"),
-    "client": ("server", "storage", "ledger"),
-    "protocol": ("server", "storage", "client", "ledger"),
-}
-
-
-@pytest.mark.parametrize("part", sorted(RUST_NEVER))
-def test_rust_parts_never_reach_upward(part: str) -> None:
-    pattern = re.compile(r"crate::(" + "|".join(RUST_NEVER[part]) + r")\b")
-    bad = [
-        f"{p.relative_to(ROOT)}: {m.group(0)}"
-        for p in sorted((CORE / "src" / part).rglob("*.rs"))
-        for m in pattern.finditer(p.read_text())
-    ]
-    assert not bad, "\n".join(bad)
