@@ -1,5 +1,6 @@
-"""The bookie process: cookie check, ledger storage, the Rust server, registration, stop.
-It decides, logs and reports; it must never read or write entries, frames or storage files."""
+"""The bookie process: ledger storage, the Rust server, read-only moves, stop; the metadata
+steps (cookie check, registration) are ``registration.py``'s. It decides, logs and reports; it
+must never read or write entries, frames or storage files."""
 
 from __future__ import annotations
 
@@ -9,18 +10,26 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from types import FrameType, TracebackType
-from typing import Protocol, TypeVar
+from typing import Protocol
 
 from pybkx import errors
 from pybkx._core import BookieServer, LedgerStorage
-from pybkx.bookie.cookies import check_and_stamp_cookie
 from pybkx.bookie.disks import DiskChecker, DiskThresholds, DiskVerdict
+from pybkx.bookie.events import log_event
+from pybkx.bookie.exceptions import BookieError
 from pybkx.bookie.gc import GarbageCollector
+from pybkx.bookie.registration import (
+    Registration,
+    StartInterrupted,
+    StartWait,
+    close_store_quietly,
+    join_cluster,
+)
 from pybkx.bookie.status import read_status, write_status
 from pybkx.config import ConfigError, ServerConfig
-from pybkx.meta import BookieServiceInfo, Endpoint, MetadataStore, open_metadata_store
+from pybkx.meta import Endpoint, MetadataStore
 
 __all__ = ["DRAIN_TIMEOUT_MS", "HALT_EXIT_CODE", "Bookie", "BookieError", "BookieService"]
 
@@ -34,21 +43,6 @@ DRAIN_TIMEOUT_MS = 10_000
 
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 _SIGNAL_POLL_S = 0.5
-#: The longest a failed start waits for the metadata store to close.
-_CLOSE_AFTER_FAILURE_S = 5.0
-#: How often a start waiting for the metadata store looks for a stop signal.
-_START_POLL_S = 0.05
-
-
-_T = TypeVar("_T")
-
-
-class _StartInterrupted(Exception):
-    """A stop signal arrived while the start waited for the metadata store."""
-
-
-class BookieError(Exception):
-    """The bookie could not start or stop cleanly; the message is one line for the operator."""
 
 
 class BookieService(Protocol):
@@ -66,16 +60,7 @@ class BookieService(Protocol):
 
 
 def _event(level: int, event: str, /, **fields: object) -> None:
-    """Log ``event key=value ...``; the fields also ride on the record as ``record.fields``."""
-
-    def text(value: object) -> str:
-        if isinstance(value, list | tuple):
-            return ",".join(str(v) for v in value)
-        s = str(value)
-        return repr(s) if not s or any(c.isspace() for c in s) else s
-
-    pairs = "".join(f" {key}={text(value)}" for key, value in fields.items())
-    logger.log(level, "%s%s", event, pairs, extra={"event": event, "fields": fields})
+    log_event(logger, level, event, **fields)
 
 
 def _stats(source: BookieServer | LedgerStorage) -> dict[str, int]:
@@ -96,42 +81,6 @@ def _pick_port(host: str) -> int:
             return port
     except OSError as exc:
         raise BookieError(f"cannot listen on {host}:0: {exc.strerror or exc}") from None
-
-
-def _bounded(what: str, step: Callable[[], object], timeout_s: float) -> bool:
-    """Run ``step`` on a daemon thread and wait at most ``timeout_s`` for it; True if it
-    finished without raising. A failure or a timeout is logged, never raised: a stopping bookie
-    must not wait on an unreachable metadata store (the abandoned thread dies with the process).
-    """
-    failure: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            step()
-        except BaseException as exc:
-            failure.append(exc)
-
-    thread = threading.Thread(target=run, name=f"pybkx-stop-{what}", daemon=True)
-    thread.start()
-    thread.join(timeout_s)
-    if thread.is_alive():
-        _event(
-            logging.WARNING,
-            f"{what} did not finish in time; going on without it",
-            timeout_ms=int(timeout_s * 1000),
-        )
-        return False
-    if failure:
-        exc = failure[0]
-        _event(logging.ERROR, f"{what} failed", error=f"{type(exc).__name__}: {exc}")
-        return False
-    return True
-
-
-def _close_store_quietly(store: MetadataStore) -> None:
-    """Close after a failed start: bounded, logged (a store that stopped answering must not
-    keep the bookie from exiting)."""
-    _bounded("closing metadata store", store.close, _CLOSE_AFTER_FAILURE_S)
 
 
 class Bookie:
@@ -158,11 +107,9 @@ class Bookie:
         self.services = tuple(services)
         self._storage: LedgerStorage | None = None
         self._server: BookieServer | None = None
-        self._store: MetadataStore | None = None
+        self._registration: Registration | None = None
         self._gc: GarbageCollector | None = None
         self._bookie_id: str | None = None
-        self._registered = False
-        self._endpoints: tuple[Endpoint, ...] = ()
         self._started_services: list[BookieService] = []
         self._stopping = False
         # Serialises read-only moves with stop(): the server mode and the registration move
@@ -172,8 +119,6 @@ class Bookie:
         self._disks: DiskChecker | None = None
         # Read-only because the disk checker found the disks full (it alone turns it back).
         self._disk_read_only = False
-        # The mode the registration shows (None: not registered); a failed move is retried.
-        self._registered_read_only: bool | None = None
         # Set when the bookie must stop by itself (disks full with readOnlyModeEnabled=false).
         self._halt = threading.Event()
         self._halt_reason = ""
@@ -202,7 +147,7 @@ class Bookie:
     @property
     def metadata_store(self) -> MetadataStore | None:
         """The cluster's metadata store while running with one; None when standalone."""
-        return self._store
+        return None if self._registration is None else self._registration.store
 
     @property
     def port(self) -> int:
@@ -269,6 +214,7 @@ class Bookie:
             raise BookieError(str(exc)) from None
         self._note_what_is_not_implemented()
         self._stopping = False
+        wait = StartWait(config.zk_timeout_ms, self._start_cancel)
 
         uri = config.metadata_uri()
         store: MetadataStore | None = None
@@ -278,8 +224,8 @@ class Bookie:
                 port = _pick_port(host)
             bookie_id = self._identity(port)
             try:
-                store = self._join_cluster(uri, bookie_id)
-            except _StartInterrupted:
+                store = join_cluster(config, uri, bookie_id, wait)
+            except StartInterrupted:
                 _event(logging.WARNING, "start interrupted by a stop request (cookie not checked)")
                 return
         try:
@@ -287,7 +233,7 @@ class Bookie:
             server = self._start_server(storage, host, port)
         except BaseException:
             if store is not None:
-                _close_store_quietly(store)
+                close_store_quietly(store)
             raise
 
         registration_error: BookieError | None = None
@@ -314,7 +260,7 @@ class Bookie:
                     server.stop(0)
                 self._close_storage_after_failure(storage)
                 if store is not None:
-                    _close_store_quietly(store)
+                    close_store_quietly(store)
                 raise BookieError(
                     "no writable ledger directory (disks past diskUsageThreshold) and "
                     "readOnlyModeEnabled=false"
@@ -326,7 +272,7 @@ class Bookie:
         self._restore_status(server)
         with self._state_lock:
             self._disks = disks
-            self._storage, self._server, self._store = storage, server, store
+            self._storage, self._server = storage, server
             if bookie_id is None:
                 try:
                     bookie_id = config.bookie_identity(server.port)
@@ -334,6 +280,7 @@ class Bookie:
                     bookie_id = f"{host}:{server.port}"
             self._bookie_id = bookie_id
             if store is not None:
+                self._registration = Registration(store, config, bookie_id, server.port)
                 self._gc = GarbageCollector(
                     storage,
                     store,
@@ -343,17 +290,20 @@ class Bookie:
                     over_replicated_interval_s=config.gc_overreplicated_ledger_wait_time_ms / 1000,
                 )
                 self._gc.start_periodic(config.gc_wait_time_ms / 1000.0)
+        endpoints: tuple[Endpoint, ...] = ()
         try:
-            self._start_services()
+            endpoints = self._start_services()
         except BookieError as exc:
             registration_error = exc
-        if registration_error is None and store is not None:
+        registration = self._registration
+        if registration_error is None and registration is not None:
+            registration.endpoints = endpoints
             with self._state_lock:
                 try:
-                    self._register(store, server.is_read_only(), during_start=True)
+                    registration.register(server.is_read_only(), wait)
                 except BookieError as exc:
                     registration_error = exc
-                except _StartInterrupted:
+                except StartInterrupted:
                     # run() stops the bookie next; the abandoned registration ends with the
                     # store's session when stop() closes it.
                     _event(logging.WARNING, "start interrupted by a stop request (not registered)")
@@ -396,9 +346,10 @@ class Bookie:
             if read_only and not self.config.read_only_mode_enabled:
                 raise BookieError("readOnlyModeEnabled=false: the bookie cannot go read-only")
             server.set_read_only(read_only)
-            if self._store is not None and self._registered:
+            registration = self._registration
+            if registration is not None and registration.registered:
                 try:
-                    self._register(self._store, read_only)
+                    registration.register(read_only)
                 except BookieError:
                     server.set_read_only(not read_only)
                     raise
@@ -479,14 +430,15 @@ class Bookie:
                     writable_dirs=verdict.writable_dirs,
                 )
             wanted = server.is_read_only()
+            registration = self._registration
             if (
                 not halt
-                and self._store is not None
-                and self._registered
-                and self._registered_read_only != wanted
+                and registration is not None
+                and registration.registered
+                and registration.shows_read_only != wanted
             ):
                 with contextlib.suppress(BookieError):  # logged; retried at the next check
-                    self._register(self._store, wanted)
+                    registration.register(wanted)
         if halt:
             self._request_halt(halt)
 
@@ -528,23 +480,18 @@ class Bookie:
         budget_s = self.config.bookie_shutdown_timeout_ms / 1000.0
         deadline = time.monotonic() + budget_s
         with self._state_lock:
-            server, storage, store = self._server, self._storage, self._store
-            self._server = self._storage = self._store = None
+            server, storage = self._server, self._storage
+            self._server = self._storage = None
+            registration, self._registration = self._registration, None
             gc, self._gc = self._gc, None
             disks, self._disks = self._disks, None
-            self._registered_read_only = None
-            registered, self._registered = self._registered, False
         if disks is not None:
             disks.stop()
         if gc is not None and not gc.stop_periodic(budget_s / 4):
             _event(logging.WARNING, "a garbage collection pass is still running at the stop")
         try:
-            if store is not None and registered:
-                bookie_id = self.bookie_id
-                if _bounded(
-                    "unregistering", lambda: store.unregister_bookie(bookie_id), budget_s / 3
-                ):
-                    _event(logging.INFO, "bookie unregistered", bookie_id=self._bookie_id)
+            if registration is not None:
+                registration.unregister(budget_s / 3)
             self._stop_services()
             if server is not None:
                 # Keep a quarter of the budget for closing the metadata store.
@@ -569,10 +516,8 @@ class Bookie:
                     ) from None
                 _event(logging.INFO, "ledger storage closed (checkpointed)", **counters)
         finally:
-            if store is not None:
-                left_s = max(budget_s / 4, deadline - time.monotonic())
-                if _bounded("closing metadata store", lambda: store.close(), left_s):
-                    _event(logging.INFO, "metadata store closed")
+            if registration is not None:
+                registration.close(max(budget_s / 4, deadline - time.monotonic()))
 
     def run(self) -> int:
         """Start, serve until SIGTERM or SIGINT, stop; return the exit code (0).
@@ -631,9 +576,9 @@ class Bookie:
         for note in self.config.notes():
             logger.warning("%s", note)
 
-    def _start_services(self) -> None:
-        """Start the services in order; the endpoints they publish join the registration.
-        Raises BookieError (those already started are stopped again)."""
+    def _start_services(self) -> tuple[Endpoint, ...]:
+        """Start the services in order; return the endpoints they publish (they join the
+        registration). Raises BookieError (those already started are stopped again)."""
         endpoints: list[Endpoint] = []
         for service in self.services:
             try:
@@ -644,7 +589,7 @@ class Bookie:
             self._started_services.append(service)
             if endpoint is not None:
                 endpoints.append(endpoint)
-        self._endpoints = tuple(endpoints)
+        return tuple(endpoints)
 
     def _stop_services(self) -> None:
         while self._started_services:
@@ -665,126 +610,6 @@ class Bookie:
             return self.config.bookie_identity(port)
         except ConfigError as exc:
             raise BookieError(str(exc)) from None
-
-    def _join_cluster(self, uri: str, bookie_id: str) -> MetadataStore:
-        """Open the store, initialise the cluster if it is new, check or stamp the cookie.
-        Raises BookieError (the store is closed again)."""
-        config = self.config
-        _event(
-            logging.INFO, "opening metadata store", metadata=uri, zk_timeout_ms=config.zk_timeout_ms
-        )
-        try:
-            store = open_metadata_store(uri, zkTimeout=config.zk_timeout_ms)
-        except ValueError as exc:
-            raise BookieError(f"invalid metadataServiceUri in {config.source}: {exc}") from None
-        except errors.BKException as exc:
-            raise BookieError(
-                f"cannot open the metadata store {uri}: {type(exc).__name__}: {exc}"
-            ) from None
-        try:
-            if not store.is_initialized():
-                # As BookKeeper: a bookie never creates a cluster, so a wrong root path fails
-                # here instead of starting an empty cluster of its own.
-                raise BookieError(
-                    f"the metadata at {uri} is not initialised (no cluster there): check "
-                    f"metadataServiceUri/zkLedgersRootPath in {config.source}, or create the "
-                    f"cluster with `pybkx shell initnewcluster --uri {uri}`"
-                )
-            check = self._wait_for(
-                "cookie check", lambda: check_and_stamp_cookie(store, config, bookie_id)
-            )
-        except errors.InvalidCookieException as exc:
-            _close_store_quietly(store)
-            raise BookieError(f"InvalidCookieException: {exc}") from None
-        except errors.BKException as exc:
-            _close_store_quietly(store)
-            raise BookieError(f"metadata store {uri} failed: {type(exc).__name__}: {exc}") from None
-        except OSError as exc:
-            _close_store_quietly(store)
-            raise BookieError(f"cannot write the cookie: {exc}") from None
-        except BaseException:
-            _close_store_quietly(store)
-            raise
-        _event(
-            logging.INFO,
-            "cookie stamped (new bookie)" if check.new_bookie else "cookie verified",
-            bookie_id=bookie_id,
-            instance_id=check.cookie.instance_id or "(none)",
-        )
-        return store
-
-    def _register(self, store: MetadataStore, read_only: bool, during_start: bool = False) -> None:
-        """Register (or move the registration of) this bookie. Raises BookieError.
-
-        ``during_start``: the call is bounded by ``zkTimeout`` (a store that stopped answering
-        would otherwise hold the start for ever: kazoo queues the request until it reconnects)
-        and a stop signal received meanwhile raises _StartInterrupted.
-        """
-        bookie_id = self.bookie_id
-        try:
-            host, _, port = self.config.bookie_address(self.port).rpartition(":")
-            info = BookieServiceInfo.for_address(host, int(port))
-            service = BookieServiceInfo(
-                endpoints=info.endpoints + self._endpoints, properties=info.properties
-            )
-            if during_start:
-                self._wait_for(
-                    "registration", lambda: store.register_bookie(bookie_id, read_only, service)
-                )
-            else:
-                store.register_bookie(bookie_id, read_only, service)
-        except (ConfigError, errors.BKException) as exc:
-            _event(
-                logging.ERROR,
-                "registration failed",
-                bookie_id=bookie_id,
-                read_only=read_only,
-                error=f"{type(exc).__name__}: {exc}",
-            )
-            raise BookieError(
-                f"cannot register bookie {bookie_id} in {store.uri}: {type(exc).__name__}: {exc}"
-            ) from None
-        self._registered = True
-        self._registered_read_only = read_only
-        _event(
-            logging.INFO,
-            "bookie registered",
-            bookie_id=bookie_id,
-            read_only=read_only,
-            metadata=store.uri,
-        )
-
-    def _wait_for(self, what: str, step: Callable[[], _T]) -> _T:
-        """Run a metadata step of the start on a daemon thread and return its result; wait for
-        it at most ``zkTimeout``, looking for a stop signal meanwhile (the main thread's signal
-        handler runs while it waits). Raises BookieError on the timeout, _StartInterrupted on a
-        stop signal, or what ``step`` raised."""
-        timeout_ms = self.config.zk_timeout_ms
-        failure: list[BaseException] = []
-        result: list[_T] = []
-        done = threading.Event()
-
-        def run() -> None:
-            try:
-                result.append(step())
-            except BaseException as exc:
-                failure.append(exc)
-            finally:
-                done.set()
-
-        threading.Thread(target=run, name=f"pybkx-start-{what}", daemon=True).start()
-        deadline = time.monotonic() + timeout_ms / 1000.0
-        while not done.wait(_START_POLL_S):
-            if self._start_cancel.is_set():
-                raise _StartInterrupted(what)
-            if time.monotonic() >= deadline:
-                raise BookieError(
-                    f"{what} in the metadata store got no answer within zkTimeout ({timeout_ms} "
-                    "ms): is the metadata store reachable?"
-                )
-        if failure:
-            raise failure[0]
-        return result[0]
 
     def _open_storage(self) -> LedgerStorage:
         config = self.config
