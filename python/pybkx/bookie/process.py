@@ -1,6 +1,7 @@
-"""The bookie process: ledger storage, the Rust server, read-only moves, stop; the metadata
-steps (cookie check, registration) are ``registration.py``'s. It decides, logs and reports; it
-must never read or write entries, frames or storage files."""
+"""The bookie process's life: start (cluster, storage, server, disk checker, GC, the services
+beside it, registration), run until a signal or a halt, stop within its budget. It orders the
+steps and logs them; it never reads or writes entries, frames or storage files, and leaves the
+read-only mode to ``readonly.py`` and the metadata steps to ``registration.py``."""
 
 from __future__ import annotations
 
@@ -11,15 +12,17 @@ import socket
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from types import FrameType, TracebackType
 from typing import Protocol
 
 from pybkx import errors
 from pybkx._core import BookieServer, LedgerStorage
-from pybkx.bookie.disks import DiskChecker, DiskThresholds, DiskVerdict
+from pybkx.bookie.disks import DiskChecker, DiskThresholds
 from pybkx.bookie.events import log_event
 from pybkx.bookie.exceptions import BookieError
 from pybkx.bookie.gc import GarbageCollector
+from pybkx.bookie.readonly import ReadOnlyMode
 from pybkx.bookie.registration import (
     Registration,
     StartInterrupted,
@@ -27,7 +30,6 @@ from pybkx.bookie.registration import (
     close_store_quietly,
     join_cluster,
 )
-from pybkx.bookie.status import read_status, write_status
 from pybkx.config import ConfigError, ServerConfig
 from pybkx.meta import Endpoint, MetadataStore
 
@@ -59,10 +61,6 @@ class BookieService(Protocol):
         """Stop; idempotent, never raises."""
 
 
-def _event(level: int, event: str, /, **fields: object) -> None:
-    log_event(logger, level, event, **fields)
-
-
 def _stats(source: BookieServer | LedgerStorage) -> dict[str, int]:
     """Counters for a log line; never fails (a closed object may refuse)."""
     try:
@@ -81,6 +79,29 @@ def _pick_port(host: str) -> int:
             return port
     except OSError as exc:
         raise BookieError(f"cannot listen on {host}:0: {exc.strerror or exc}") from None
+
+
+def _close_storage_after_failure(storage: LedgerStorage) -> None:
+    try:
+        storage.close()
+    except Exception as exc:
+        log_event(
+            logger, logging.ERROR, "closing storage failed", error=f"{type(exc).__name__}: {exc}"
+        )
+
+
+@dataclass(frozen=True)
+class _Running:
+    """What a running bookie holds: put in place whole by the start, taken whole by the stop."""
+
+    storage: LedgerStorage
+    server: BookieServer
+    mode: ReadOnlyMode
+    disks: DiskChecker
+    registration: Registration | None
+    """None when standalone."""
+    gc: GarbageCollector | None
+    """None when standalone."""
 
 
 class Bookie:
@@ -105,20 +126,13 @@ class Bookie:
         self.config = config
         self.drain_timeout_ms = drain_timeout_ms
         self.services = tuple(services)
-        self._storage: LedgerStorage | None = None
-        self._server: BookieServer | None = None
-        self._registration: Registration | None = None
-        self._gc: GarbageCollector | None = None
+        self._running: _Running | None = None
         self._bookie_id: str | None = None
         self._started_services: list[BookieService] = []
         self._stopping = False
-        # Serialises read-only moves with stop(): the server mode and the registration move
-        # together.
+        # Serialises the start's and the stop's swaps of what the bookie holds.
         self._state_lock = threading.Lock()
         self._stop_lock = threading.Lock()
-        self._disks: DiskChecker | None = None
-        # Read-only because the disk checker found the disks full (it alone turns it back).
-        self._disk_read_only = False
         # Set when the bookie must stop by itself (disks full with readOnlyModeEnabled=false).
         self._halt = threading.Event()
         self._halt_reason = ""
@@ -130,24 +144,23 @@ class Bookie:
 
     @property
     def running(self) -> bool:
-        return self._server is not None
+        return self._running is not None
 
     @property
     def storage(self) -> LedgerStorage:
-        if self._storage is None:
-            raise BookieError("the bookie is not running")
-        return self._storage
+        return self._parts().storage
 
     @property
     def server(self) -> BookieServer:
-        if self._server is None:
-            raise BookieError("the bookie is not running")
-        return self._server
+        return self._parts().server
 
     @property
     def metadata_store(self) -> MetadataStore | None:
         """The cluster's metadata store while running with one; None when standalone."""
-        return None if self._registration is None else self._registration.store
+        running = self._running
+        if running is None or running.registration is None:
+            return None
+        return running.registration.store
 
     @property
     def port(self) -> int:
@@ -173,16 +186,17 @@ class Bookie:
     @property
     def disk_checker(self) -> DiskChecker | None:
         """The disk checker while running."""
-        return self._disks
+        running = self._running
+        return None if running is None else running.disks
 
     @property
     def available_for_high_priority_writes(self) -> bool:
         """BookKeeper's ``availableForHighPriorityWrites``: a writable bookie, or a read-only
         one whose disks still have ``minUsableSizeForHighPriorityWrites`` free."""
-        server = self._server
-        if server is None or self._stopping:
+        running = self._running
+        if running is None or self._stopping:
             return False
-        return not server.is_read_only() or server.high_priority_writes()
+        return not running.server.is_read_only() or running.server.high_priority_writes()
 
     @property
     def halt_reason(self) -> str:
@@ -192,7 +206,14 @@ class Bookie:
     @property
     def garbage_collector(self) -> GarbageCollector | None:
         """The collector of ledgers whose metadata is gone; None when standalone."""
-        return self._gc
+        running = self._running
+        return None if running is None else running.gc
+
+    def _parts(self) -> _Running:
+        running = self._running
+        if running is None:
+            raise BookieError("the bookie is not running")
+        return running
 
     # --- life cycle
 
@@ -204,7 +225,7 @@ class Bookie:
         ``InvalidCookieException``), storage, listening or service failures. Nothing stays open
         after a failed start.
         """
-        if self._server is not None:
+        if self._running is not None:
             raise BookieError("the bookie is already running")
         config = self.config
         try:
@@ -226,8 +247,22 @@ class Bookie:
             try:
                 store = join_cluster(config, uri, bookie_id, wait)
             except StartInterrupted:
-                _event(logging.WARNING, "start interrupted by a stop request (cookie not checked)")
+                log_event(
+                    logger,
+                    logging.WARNING,
+                    "start interrupted by a stop request (cookie not checked)",
+                )
                 return
+        running = self._serve(host, port, store, bookie_id)
+        if self._announce(running, wait):
+            running.disks.start()
+            self._log_serving(running, f"{host}:{running.server.port}", uri)
+
+    def _serve(
+        self, host: str, port: int, store: MetadataStore | None, bookie_id: str | None
+    ) -> _Running:
+        """Open the storage, listen, check the disks, start the collector; put it all in place.
+        Raises BookieError (what was opened, ``store`` too, is closed again)."""
         try:
             storage = self._open_storage()
             server = self._start_server(storage, host, port)
@@ -235,8 +270,33 @@ class Bookie:
             if store is not None:
                 close_store_quietly(store)
             raise
+        if bookie_id is None:
+            bookie_id = self._standalone_identity(host, server.port)
+        registration = (
+            None if store is None else Registration(store, self.config, bookie_id, server.port)
+        )
+        mode = ReadOnlyMode(self.config, server, bookie_id, registration, self._request_halt)
+        try:
+            disks = self._first_disk_check(storage, mode)
+        except BookieError:
+            with contextlib.suppress(Exception):
+                server.stop(0)
+            _close_storage_after_failure(storage)
+            if store is not None:
+                close_store_quietly(store)
+            raise
+        mode.restore_persisted()
+        gc = None if store is None else self._start_gc(storage, store, bookie_id)
+        running = _Running(storage, server, mode, disks, registration, gc)
+        with self._state_lock:
+            self._running = running
+            self._bookie_id = bookie_id
+        return running
 
-        registration_error: BookieError | None = None
+    def _first_disk_check(self, storage: LedgerStorage, mode: ReadOnlyMode) -> DiskChecker:
+        """The disk checker (not started yet), its first check made: with full disks the bookie
+        starts read-only. Raises BookieError when it may not (``readOnlyModeEnabled=false``)."""
+        config = self.config
         disks = DiskChecker(
             storage,
             DiskThresholds(
@@ -247,85 +307,70 @@ class Bookie:
                 any_disk_full=config.read_only_mode_on_any_disk_full_enabled,
             ),
             config.disk_check_interval_ms,
-            self._on_disk_verdict,
+            mode.on_disk_verdict,
         )
         try:
             first = disks.check()
         except errors.BKException as exc:
             first = None
-            _event(logging.ERROR, "disk check failed", error=f"{type(exc).__name__}: {exc}")
-        if first is not None and not first.writable:
-            if not config.read_only_mode_enabled:
-                with contextlib.suppress(Exception):
-                    server.stop(0)
-                self._close_storage_after_failure(storage)
-                if store is not None:
-                    close_store_quietly(store)
-                raise BookieError(
-                    "no writable ledger directory (disks past diskUsageThreshold) and "
-                    "readOnlyModeEnabled=false"
-                )
-            server.set_read_only(True)
-            server.set_high_priority_writes(first.high_priority_writes)
-            self._disk_read_only = True
-            _event(logging.WARNING, "disks full: starting read-only")
-        self._restore_status(server)
-        with self._state_lock:
-            self._disks = disks
-            self._storage, self._server = storage, server
-            if bookie_id is None:
-                try:
-                    bookie_id = config.bookie_identity(server.port)
-                except ConfigError:  # resolution changed since the check above; keep serving
-                    bookie_id = f"{host}:{server.port}"
-            self._bookie_id = bookie_id
-            if store is not None:
-                self._registration = Registration(store, config, bookie_id, server.port)
-                self._gc = GarbageCollector(
-                    storage,
-                    store,
-                    minor_threshold=config.minor_compaction_threshold,
-                    major_threshold=config.major_compaction_threshold,
-                    bookie_id=bookie_id,
-                    over_replicated_interval_s=config.gc_overreplicated_ledger_wait_time_ms / 1000,
-                )
-                self._gc.start_periodic(config.gc_wait_time_ms / 1000.0)
-        endpoints: tuple[Endpoint, ...] = ()
+            log_event(
+                logger, logging.ERROR, "disk check failed", error=f"{type(exc).__name__}: {exc}"
+            )
+        mode.enter_if_disks_full(first)
+        return disks
+
+    def _start_gc(
+        self, storage: LedgerStorage, store: MetadataStore, bookie_id: str
+    ) -> GarbageCollector:
+        config = self.config
+        gc = GarbageCollector(
+            storage,
+            store,
+            minor_threshold=config.minor_compaction_threshold,
+            major_threshold=config.major_compaction_threshold,
+            bookie_id=bookie_id,
+            over_replicated_interval_s=config.gc_overreplicated_ledger_wait_time_ms / 1000,
+        )
+        gc.start_periodic(config.gc_wait_time_ms / 1000.0)
+        return gc
+
+    def _announce(self, running: _Running, wait: StartWait) -> bool:
+        """Start the services, then register with the endpoints they publish. False when a stop
+        signal arrived meanwhile (``run()`` stops the bookie next; the abandoned registration
+        ends with the store's session when ``stop()`` closes it). Raises BookieError (the bookie
+        is stopped again)."""
         try:
             endpoints = self._start_services()
-        except BookieError as exc:
-            registration_error = exc
-        registration = self._registration
-        if registration_error is None and registration is not None:
-            registration.endpoints = endpoints
-            with self._state_lock:
-                try:
-                    registration.register(server.is_read_only(), wait)
-                except BookieError as exc:
-                    registration_error = exc
-                except StartInterrupted:
-                    # run() stops the bookie next; the abandoned registration ends with the
-                    # store's session when stop() closes it.
-                    _event(logging.WARNING, "start interrupted by a stop request (not registered)")
-                    return
-        if registration_error is not None:
+            if running.registration is not None:
+                running.registration.endpoints = endpoints
+                running.mode.register(wait)
+        except BookieError:
             with contextlib.suppress(BookieError):
                 self.stop()
-            raise registration_error
-        disks.start()
-        _event(
+            raise
+        except StartInterrupted:
+            log_event(
+                logger, logging.WARNING, "start interrupted by a stop request (not registered)"
+            )
+            return False
+        return True
+
+    def _log_serving(self, running: _Running, listen: str, uri: str | None) -> None:
+        config = self.config
+        log_event(
+            logger,
             logging.INFO,
             "bookie serving",
             bookie_id=self._bookie_id,
-            listen=f"{host}:{server.port}",
-            read_only=server.is_read_only(),
-            ledgers=_stats(storage).get("bookie_gc_ACTIVE_LEDGER_TOTAL", "?"),
+            listen=listen,
+            read_only=running.server.is_read_only(),
+            ledgers=_stats(running.storage).get("bookie_gc_ACTIVE_LEDGER_TOTAL", "?"),
             max_frame_size=config.netty_max_frame_size_bytes,
             max_pending_adds=config.max_pending_add_requests_per_thread,
             max_pending_reads=config.max_pending_read_requests_per_thread,
             max_batch_read_size=config.max_batch_read_size_bytes,
             metadata=uri or "(standalone)",
-            registered="yes" if store is not None else "no",
+            registered="yes" if running.registration is not None else "no",
             config=config.source,
         )
 
@@ -337,110 +382,7 @@ class Bookie:
         ``forceReadOnlyBookie``, when entering is forbidden by ``readOnlyModeEnabled=false``, or
         when the registration cannot be moved (the server mode is then restored).
         """
-        with self._state_lock:
-            server = self.server
-            if server.is_read_only() == read_only:
-                return
-            if not read_only and self.config.force_read_only_bookie:
-                raise BookieError("forceReadOnlyBookie=true: the bookie stays read-only")
-            if read_only and not self.config.read_only_mode_enabled:
-                raise BookieError("readOnlyModeEnabled=false: the bookie cannot go read-only")
-            server.set_read_only(read_only)
-            registration = self._registration
-            if registration is not None and registration.registered:
-                try:
-                    registration.register(read_only)
-                except BookieError:
-                    server.set_read_only(not read_only)
-                    raise
-            self._disk_read_only = False  # an operator's choice: the disk checker keeps it
-            self._persist_status(read_only, manual=True)
-            _event(
-                logging.INFO,
-                "bookie is read-only" if read_only else "bookie is writable",
-                bookie_id=self._bookie_id,
-            )
-
-    def _restore_status(self, server: BookieServer) -> None:
-        """With ``persistBookieStatusEnabled``, start read-only when the persisted state says so
-        (as BookKeeper's state manager; ``forceReadOnlyBookie`` already decided otherwise). A
-        state the disk checker set may be undone by it once the disks have room; an operator's
-        stays until an operator changes it."""
-        config = self.config
-        if not config.persist_bookie_status_enabled or config.force_read_only_bookie:
-            return
-        saved = read_status(config.ledger_directories)
-        if saved is None or not saved.read_only or not config.read_only_mode_enabled:
-            return
-        server.set_read_only(True)
-        self._disk_read_only = not saved.manual
-        _event(
-            logging.WARNING,
-            "starting read-only as persisted in BOOKIE_STATUS",
-            set_by="operator" if saved.manual else "disk checker",
-        )
-
-    def _persist_status(self, read_only: bool, manual: bool) -> None:
-        """Record a change of state with ``persistBookieStatusEnabled`` (best effort, logged)."""
-        if self.config.persist_bookie_status_enabled:
-            write_status(self.config.ledger_directories, read_only, manual)
-
-    def _on_disk_verdict(self, verdict: DiskVerdict) -> None:
-        """Act on a disk check (on the checker's thread): turn read-only when the disks are full
-        (or stop, with ``readOnlyModeEnabled=false``), writable again when they have room and
-        the checker was what made the bookie read-only. A registration that could not be moved
-        is moved at a later check. Never raises."""
-        halt = ""
-        with self._state_lock:
-            server = self._server
-            if server is None or self._stopping:
-                return
-            server.set_high_priority_writes(verdict.high_priority_writes)
-            read_only = server.is_read_only()
-            if not verdict.writable and not read_only:
-                if not self.config.read_only_mode_enabled:
-                    halt = (
-                        "every ledger directory is full and readOnlyModeEnabled=false: "
-                        "shutting down"
-                    )
-                else:
-                    server.set_read_only(True)
-                    self._disk_read_only = True
-                    self._persist_status(True, manual=False)
-                    _event(
-                        logging.WARNING,
-                        "disks full: bookie is read-only",
-                        bookie_id=self._bookie_id,
-                        writable_dirs=verdict.writable_dirs,
-                        high_priority_writes=verdict.high_priority_writes,
-                    )
-            elif (
-                verdict.writable
-                and read_only
-                and self._disk_read_only
-                and not self.config.force_read_only_bookie
-            ):
-                server.set_read_only(False)
-                self._disk_read_only = False
-                self._persist_status(False, manual=False)
-                _event(
-                    logging.INFO,
-                    "disks have room again: bookie is writable",
-                    bookie_id=self._bookie_id,
-                    writable_dirs=verdict.writable_dirs,
-                )
-            wanted = server.is_read_only()
-            registration = self._registration
-            if (
-                not halt
-                and registration is not None
-                and registration.registered
-                and registration.shows_read_only != wanted
-            ):
-                with contextlib.suppress(BookieError):  # logged; retried at the next check
-                    registration.register(wanted)
-        if halt:
-            self._request_halt(halt)
+        self._parts().mode.set(read_only)
 
     def _request_halt(self, reason: str) -> None:
         """Stop the bookie from inside (as BookKeeper's shutdown on a fatal condition): ``run()``
@@ -448,7 +390,7 @@ class Bookie:
         if self._halt.is_set():
             return
         self._halt_reason = reason
-        _event(logging.ERROR, reason, bookie_id=self._bookie_id)
+        log_event(logger, logging.ERROR, reason, bookie_id=self._bookie_id)
         self._halt.set()
         if not self._in_run:
             threading.Thread(target=self._halt_stop, name="pybkx-halt", daemon=True).start()
@@ -457,7 +399,7 @@ class Bookie:
         try:
             self.stop()
         except BookieError as exc:
-            _event(logging.ERROR, "stopping after a halt failed", error=str(exc))
+            log_event(logger, logging.ERROR, "stopping after a halt failed", error=str(exc))
 
     def stop(self) -> None:
         """Unregister, stop serving (draining in-flight requests), close the storage (which
@@ -480,44 +422,53 @@ class Bookie:
         budget_s = self.config.bookie_shutdown_timeout_ms / 1000.0
         deadline = time.monotonic() + budget_s
         with self._state_lock:
-            server, storage = self._server, self._storage
-            self._server = self._storage = None
-            registration, self._registration = self._registration, None
-            gc, self._gc = self._gc, None
-            disks, self._disks = self._disks, None
-        if disks is not None:
-            disks.stop()
-        if gc is not None and not gc.stop_periodic(budget_s / 4):
-            _event(logging.WARNING, "a garbage collection pass is still running at the stop")
+            running, self._running = self._running, None
+        if running is None:
+            self._stop_services()
+            return
+        running.mode.close()  # a move in progress ends first; none after
+        running.disks.stop()
+        if running.gc is not None and not running.gc.stop_periodic(budget_s / 4):
+            log_event(
+                logger, logging.WARNING, "a garbage collection pass is still running at the stop"
+            )
+        registration = running.registration
         try:
             if registration is not None:
                 registration.unregister(budget_s / 3)
             self._stop_services()
-            if server is not None:
-                # Keep a quarter of the budget for closing the metadata store.
-                left_ms = int((deadline - time.monotonic() - budget_s / 4) * 1000)
-                drain_ms = max(0, min(self.drain_timeout_ms, left_ms))
-                _event(logging.INFO, "stopping server", drain_timeout_ms=drain_ms)
-                try:
-                    server.stop(drain_ms)
-                except Exception as exc:  # the storage must still be closed
-                    _event(
-                        logging.ERROR, "server stop failed", error=f"{type(exc).__name__}: {exc}"
-                    )
-                else:
-                    _event(logging.INFO, "server stopped", **_stats(server))
-            if storage is not None:
-                counters = _stats(storage)
-                try:
-                    storage.close()
-                except Exception as exc:
-                    raise BookieError(
-                        f"cannot close ledger storage cleanly: {type(exc).__name__}: {exc}"
-                    ) from None
-                _event(logging.INFO, "ledger storage closed (checkpointed)", **counters)
+            # Keep a quarter of the budget for closing the metadata store.
+            left_ms = int((deadline - time.monotonic() - budget_s / 4) * 1000)
+            self._stop_server(running.server, max(0, min(self.drain_timeout_ms, left_ms)))
+            self._close_storage(running.storage)
         finally:
             if registration is not None:
                 registration.close(max(budget_s / 4, deadline - time.monotonic()))
+
+    def _stop_server(self, server: BookieServer, drain_ms: int) -> None:
+        """Stop serving, letting in-flight requests finish for at most ``drain_ms``. Never
+        raises: the storage must still be closed."""
+        log_event(logger, logging.INFO, "stopping server", drain_timeout_ms=drain_ms)
+        try:
+            server.stop(drain_ms)
+        except Exception as exc:
+            log_event(
+                logger, logging.ERROR, "server stop failed", error=f"{type(exc).__name__}: {exc}"
+            )
+        else:
+            log_event(logger, logging.INFO, "server stopped", **_stats(server))
+
+    @staticmethod
+    def _close_storage(storage: LedgerStorage) -> None:
+        """Close (checkpointing), never cut short. Raises BookieError."""
+        counters = _stats(storage)
+        try:
+            storage.close()
+        except Exception as exc:
+            raise BookieError(
+                f"cannot close ledger storage cleanly: {type(exc).__name__}: {exc}"
+            ) from None
+        log_event(logger, logging.INFO, "ledger storage closed (checkpointed)", **counters)
 
     def run(self) -> int:
         """Start, serve until SIGTERM or SIGINT, stop; return the exit code (0).
@@ -532,7 +483,7 @@ class Bookie:
         def on_signal(signum: int, frame: FrameType | None) -> None:
             name = signal.Signals(signum).name
             if stop_requested.is_set():
-                _event(logging.WARNING, "already stopping", signal=name)
+                log_event(logger, logging.WARNING, "already stopping", signal=name)
                 return
             received.append(name)
             stop_requested.set()
@@ -546,7 +497,7 @@ class Bookie:
                 if self._halt.is_set():
                     break
             if received:
-                _event(logging.INFO, "stop requested", signal=received[0])
+                log_event(logger, logging.INFO, "stop requested", signal=received[0])
         finally:
             self._in_run = False
             try:
@@ -554,7 +505,7 @@ class Bookie:
             finally:
                 for sig, handler in previous.items():
                     signal.signal(sig, handler)
-        _event(logging.INFO, "bookie stopped", bookie_id=self._bookie_id)
+        log_event(logger, logging.INFO, "bookie stopped", bookie_id=self._bookie_id)
         return HALT_EXIT_CODE if self._halt.is_set() else 0
 
     def __enter__(self) -> Bookie:
@@ -597,7 +548,8 @@ class Bookie:
             try:
                 service.stop()
             except Exception as exc:  # a service must not keep the bookie from stopping
-                _event(
+                log_event(
+                    logger,
                     logging.ERROR,
                     "stopping a service failed",
                     service=service.name,
@@ -611,9 +563,17 @@ class Bookie:
         except ConfigError as exc:
             raise BookieError(str(exc)) from None
 
+    def _standalone_identity(self, host: str, port: int) -> str:
+        """The identity once the server listens (a standalone bookie checked no cookie)."""
+        try:
+            return self.config.bookie_identity(port)
+        except ConfigError:  # resolution changed since the start's check; keep serving
+            return f"{host}:{port}"
+
     def _open_storage(self) -> LedgerStorage:
         config = self.config
-        _event(
+        log_event(
+            logger,
             logging.INFO,
             "opening ledger storage",
             journal_dirs=config.journal_directories,
@@ -632,17 +592,10 @@ class Bookie:
         try:
             return BookieServer(storage, self.config, host, port)
         except Exception as exc:
-            self._close_storage_after_failure(storage)
+            _close_storage_after_failure(storage)
             if isinstance(exc, OSError):
                 reason = exc.strerror or str(exc)
                 raise BookieError(f"cannot listen on {host}:{port}: {reason}") from None
             raise BookieError(
                 f"cannot start the bookie server on {host}:{port}: {type(exc).__name__}: {exc}"
             ) from None
-
-    @staticmethod
-    def _close_storage_after_failure(storage: LedgerStorage) -> None:
-        try:
-            storage.close()
-        except Exception as exc:
-            _event(logging.ERROR, "closing storage failed", error=f"{type(exc).__name__}: {exc}")
