@@ -44,7 +44,6 @@ DRAIN_TIMEOUT_MS = 10_000
 """How long a stopping bookie lets in-flight requests finish before closing connections."""
 
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
-_SIGNAL_POLL_S = 0.5
 
 
 class BookieService(Protocol):
@@ -136,7 +135,8 @@ class Bookie:
         # Set when the bookie must stop by itself (disks full with readOnlyModeEnabled=false).
         self._halt = threading.Event()
         self._halt_reason = ""
-        self._in_run = False
+        # While run() serves: set by a stop signal or a halt to end its wait.
+        self._run_wake: threading.Event | None = None
         # Set by run()'s signal handler: a start still waiting for the metadata store gives up.
         self._start_cancel = threading.Event()
 
@@ -392,7 +392,10 @@ class Bookie:
         self._halt_reason = reason
         log_event(logger, logging.ERROR, reason, bookie_id=self._bookie_id)
         self._halt.set()
-        if not self._in_run:
+        wake = self._run_wake
+        if wake is not None:
+            wake.set()
+        else:
             threading.Thread(target=self._halt_stop, name="pybkx-halt", daemon=True).start()
 
     def _halt_stop(self) -> None:
@@ -471,35 +474,34 @@ class Bookie:
         log_event(logger, logging.INFO, "ledger storage closed (checkpointed)", **counters)
 
     def run(self) -> int:
-        """Start, serve until SIGTERM or SIGINT, stop; return the exit code (0).
+        """Start, serve until SIGTERM or SIGINT, stop; return the exit code (0, or
+        ``HALT_EXIT_CODE`` when the bookie stopped by itself).
 
         Must run in the main thread (signal handlers). Raises BookieError on a failed start or
         stop; a signal that arrives during the start stops the bookie right after it.
         """
-        stop_requested = threading.Event()
+        wake = threading.Event()
         received: list[str] = []
         self._start_cancel.clear()
 
         def on_signal(signum: int, frame: FrameType | None) -> None:
             name = signal.Signals(signum).name
-            if stop_requested.is_set():
+            if received:
                 log_event(logger, logging.WARNING, "already stopping", signal=name)
                 return
             received.append(name)
-            stop_requested.set()
+            wake.set()
             self._start_cancel.set()
 
         previous = {sig: signal.signal(sig, on_signal) for sig in _STOP_SIGNALS}
-        self._in_run = True
+        self._run_wake = wake
         try:
             self.start()
-            while not stop_requested.wait(_SIGNAL_POLL_S):
-                if self._halt.is_set():
-                    break
+            wake.wait()  # a signal (its handler runs on this thread) or a halt sets it
             if received:
                 log_event(logger, logging.INFO, "stop requested", signal=received[0])
         finally:
-            self._in_run = False
+            self._run_wake = None
             try:
                 self.stop()
             finally:
