@@ -468,6 +468,3 @@ class EmbeddedSession:
                         f"{exc.strerror or exc}"
                     ) from None
             return self._session, self._owner
-
-    def _closing_now(self) -> bool:
-        return self._closing
