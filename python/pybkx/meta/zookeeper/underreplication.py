@@ -20,7 +20,7 @@ from pybkx.meta import serde
 from pybkx.meta.coordination import Election
 from pybkx.meta.underreplication import CHECK_STAMPS
 from pybkx.meta.zookeeper.layout import UNDER_REPLICATION
-from pybkx.meta.zookeeper.session import ZkSession
+from pybkx.meta.zookeeper.session import ZkSession, watch_setting
 
 __all__ = ["ZkUnderReplication", "marker_path", "parse_marker", "render_marker"]
 
@@ -254,10 +254,6 @@ class ZkUnderReplication(ZkSession):
         return _AuditorElection(self, bookie_id)
 
 
-def _setter(event: threading.Event) -> Callable[[object], None]:
-    return lambda _: event.set()
-
-
 class _AuditorElection(Election):
     """BookKeeper's auditor election: ephemeral sequential votes ``V_<seq>`` holding
     ``AuditorVoteFormat`` text; the lowest is the auditor, which writes its vote into the
@@ -268,6 +264,9 @@ class _AuditorElection(Election):
         self._vote_text = f'bookieId: "{_escape(bookie_id)}"\n'.encode()
         self._base = store._ur("auditorelection")
         self._cancelled = threading.Event()
+        # Set by the watch on the vote before ours (when it goes) and by cancel(): the one
+        # thing a waiting run() waits on.
+        self._wake = threading.Event()
         self._vote: str | None = None
 
     def run(self, on_elected: Callable[[], None]) -> None:
@@ -292,11 +291,12 @@ class _AuditorElection(Election):
                         store._call("auditor", store._zk.set, self._base, self._vote_text)
                     on_elected()
                     return
-                gone = threading.Event()
+                self._wake.clear()  # before the watch is set, so its firing is not lost
                 before = f"{self._base}/{votes[mine - 1]}"
-                if store._call(f"watch {before}", store._zk.exists, before, watch=_setter(gone)):
-                    while not (gone.wait(0.5) or self._cancelled.is_set()):
-                        pass
+                watch = watch_setting(self._wake)
+                exists = store._call(f"watch {before}", store._zk.exists, before, watch=watch)
+                if exists and not self._cancelled.is_set():
+                    self._wake.wait()
         finally:
             with suppress(Exception):
                 store._delete_quietly(f"{self._base}/{self._vote}")
@@ -313,3 +313,4 @@ class _AuditorElection(Election):
 
     def cancel(self) -> None:
         self._cancelled.set()
+        self._wake.set()
