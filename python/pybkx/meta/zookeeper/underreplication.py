@@ -16,7 +16,7 @@ from contextlib import suppress
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
 
-from pybkx.meta import serde
+from pybkx.meta import javaformat
 from pybkx.meta.coordination import Election
 from pybkx.meta.underreplication import CHECK_STAMPS
 from pybkx.meta.zookeeper.layout import UNDER_REPLICATION
@@ -52,7 +52,7 @@ def parse_marker(data: bytes) -> list[str]:
 def render_ctime(ctime_ms: int) -> bytes:
     """``CheckAllLedgersFormat`` (or the placement / replicas one: all three have the stamp as
     field 1, an int64) as binary protobuf."""
-    return b"\x08" + serde.varint(ctime_ms & 0xFFFFFFFFFFFFFFFF)
+    return b"\x08" + javaformat.varint(ctime_ms & 0xFFFFFFFFFFFFFFFF)
 
 
 def parse_ctime(data: bytes) -> int | None:
@@ -60,14 +60,14 @@ def parse_ctime(data: bytes) -> int | None:
     pos, found = 0, None
     try:
         while pos < len(data):
-            tag, pos = serde.read_varint(data, pos, bits=64)
+            tag, pos = javaformat.read_varint(data, pos, bits=64)
             field, wire = tag >> 3, tag & 7
             if wire == 0:
-                value, pos = serde.read_varint(data, pos, bits=64)
+                value, pos = javaformat.read_varint(data, pos, bits=64)
                 if field == 1:
                     found = value - (1 << 64) if value >= 1 << 63 else value
             elif wire == 2:
-                size, pos = serde.read_varint(data, pos)
+                size, pos = javaformat.read_varint(data, pos)
                 pos += size
             elif wire in (1, 5):
                 pos += 8 if wire == 1 else 4
