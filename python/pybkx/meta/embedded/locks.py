@@ -1,5 +1,6 @@
 """Locks and elections in the embedded store: one ``flock``ed file per name, the holder's
-identifier written into it; released on exit, on close or when the holder dies."""
+identifier written into it; released on exit, on close or when the holder dies. It never holds
+the store's lock while it waits for a lock file."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """Bookie registrations (``available``, ``available/readonly``) and cookies on ZooKeeper, in
-BookKeeper's layout: ephemeral nodes holding ``BookieServiceInfoFormat``."""
+BookKeeper's layout: ephemeral nodes holding ``BookieServiceInfoFormat``. It stores what a
+bookie says; it never decides which mode a bookie is in."""
 
 from __future__ import annotations
 

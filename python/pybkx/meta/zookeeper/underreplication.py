@@ -4,7 +4,8 @@ that BookKeeper's auditor, workers and shell read pybkx's markers and the revers
 as protobuf text, ephemeral locks ``locks/urL<%010d>``, the ``disable`` node,
 ``lostBookieRecoveryDelay``, the auditor's votes ``auditorelection/V_<seq>``, and the
 periodic checks' stamps (``checkallledgersctime`` ... holding ``CheckAllLedgersFormat`` ...
-as binary protobuf)."""
+as binary protobuf). It stores and reads them; it never decides what is under-replicated (the
+auditor does)."""
 
 from __future__ import annotations
 
