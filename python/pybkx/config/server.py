@@ -289,6 +289,8 @@ class ServerConfig(KeyedConfig):
     through the page cache."""
     flush_interval_ms: int = setting("flushInterval", 10_000, integer(0), storage=True)
     gc_wait_time_ms: int = setting("gcWaitTime", 600_000, integer(0), storage=True)
+    """Every this many ms (after a checkpoint) entry logs whose ledgers are all deleted are
+    removed; 0 turns the timer off (``PUT /api/v1/bookie/gc`` still collects)."""
     gc_overreplicated_ledger_wait_time_ms: int = setting(
         "gcOverreplicatedLedgerWaitTime", 86_400_000, integer(0)
     )
@@ -298,8 +300,6 @@ class ServerConfig(KeyedConfig):
         "isForceGCAllowWhenNoSpace", False, boolean, storage=True
     )
     """Full or almost full ledger directories: compact at once instead of suspending it."""
-    """Every this many ms (after a checkpoint) entry logs whose ledgers are all deleted are
-    removed; 0 turns the timer off (``PUT /api/v1/bookie/gc`` still collects)."""
     minor_compaction_threshold: float = setting(
         "minorCompactionThreshold", 0.2, number(0.0, 1.0), storage=True
     )
