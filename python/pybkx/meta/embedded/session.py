@@ -106,6 +106,7 @@ class _FairLock:
     def __init__(self) -> None:
         self._mutex = threading.Lock()
         self._held = False
+        # Bounded by the threads of this process: each waits in at most one acquire at a time.
         self._waiters: deque[threading.Lock] = deque()
 
     def acquire(self, timeout: float) -> bool:
