@@ -1,14 +1,14 @@
 """The bookie process's life: start (cluster, storage, server, disk checker, GC, the services
 beside it, registration), run until a signal or a halt, stop within its budget. It orders the
-steps and logs them; it never reads or writes entries, frames or storage files, and leaves the
-read-only mode to ``readonly.py`` and the metadata steps to ``registration.py``."""
+steps; it never reads or writes entries, frames or storage files, and leaves the read-only mode
+to ``readonly.py``, the metadata steps to ``registration.py``, opening and closing the storage
+and the server to ``serving.py``."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
 import signal
-import socket
 import threading
 import time
 from collections.abc import Sequence
@@ -29,6 +29,15 @@ from pybkx.bookie.registration import (
     StartWait,
     close_store_quietly,
     join_cluster,
+)
+from pybkx.bookie.serving import (
+    close_storage,
+    close_storage_after_failure,
+    counters,
+    free_port,
+    open_storage,
+    start_server,
+    stop_server,
 )
 from pybkx.config import ConfigError, ServerConfig
 from pybkx.meta import Endpoint, MetadataStore
@@ -58,35 +67,6 @@ class BookieService(Protocol):
 
     def stop(self) -> None:
         """Stop; idempotent, never raises."""
-
-
-def _stats(source: BookieServer | LedgerStorage) -> dict[str, int]:
-    """Counters for a log line; never fails (a closed object may refuse)."""
-    try:
-        return dict(source.stats())
-    except Exception:
-        return {}
-
-
-def _pick_port(host: str) -> int:
-    """A port free on ``host`` right now (for ``bookiePort=0``: the bookie id needs the port
-    before the server starts). Raises BookieError."""
-    try:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.bind((host, 0))
-            port: int = sock.getsockname()[1]
-            return port
-    except OSError as exc:
-        raise BookieError(f"cannot listen on {host}:0: {exc.strerror or exc}") from None
-
-
-def _close_storage_after_failure(storage: LedgerStorage) -> None:
-    try:
-        storage.close()
-    except Exception as exc:
-        log_event(
-            logger, logging.ERROR, "closing storage failed", error=f"{type(exc).__name__}: {exc}"
-        )
 
 
 @dataclass(frozen=True)
@@ -242,7 +222,7 @@ class Bookie:
         bookie_id: str | None = None
         if uri is not None:
             if port == 0:  # the cookie names the port: fix it now
-                port = _pick_port(host)
+                port = free_port(host)
             bookie_id = self._identity(port)
             try:
                 store = join_cluster(config, uri, bookie_id, wait)
@@ -264,8 +244,8 @@ class Bookie:
         """Open the storage, listen, check the disks, start the collector; put it all in place.
         Raises BookieError (what was opened, ``store`` too, is closed again)."""
         try:
-            storage = self._open_storage()
-            server = self._start_server(storage, host, port)
+            storage = open_storage(self.config)
+            server = start_server(storage, self.config, host, port)
         except BaseException:
             if store is not None:
                 close_store_quietly(store)
@@ -281,7 +261,7 @@ class Bookie:
         except BookieError:
             with contextlib.suppress(Exception):
                 server.stop(0)
-            _close_storage_after_failure(storage)
+            close_storage_after_failure(storage)
             if store is not None:
                 close_store_quietly(store)
             raise
@@ -364,7 +344,7 @@ class Bookie:
             bookie_id=self._bookie_id,
             listen=listen,
             read_only=running.server.is_read_only(),
-            ledgers=_stats(running.storage).get("bookie_gc_ACTIVE_LEDGER_TOTAL", "?"),
+            ledgers=counters(running.storage).get("bookie_gc_ACTIVE_LEDGER_TOTAL", "?"),
             max_frame_size=config.netty_max_frame_size_bytes,
             max_pending_adds=config.max_pending_add_requests_per_thread,
             max_pending_reads=config.max_pending_read_requests_per_thread,
@@ -442,36 +422,11 @@ class Bookie:
             self._stop_services()
             # Keep a quarter of the budget for closing the metadata store.
             left_ms = int((deadline - time.monotonic() - budget_s / 4) * 1000)
-            self._stop_server(running.server, max(0, min(self.drain_timeout_ms, left_ms)))
-            self._close_storage(running.storage)
+            stop_server(running.server, max(0, min(self.drain_timeout_ms, left_ms)))
+            close_storage(running.storage)
         finally:
             if registration is not None:
                 registration.close(max(budget_s / 4, deadline - time.monotonic()))
-
-    def _stop_server(self, server: BookieServer, drain_ms: int) -> None:
-        """Stop serving, letting in-flight requests finish for at most ``drain_ms``. Never
-        raises: the storage must still be closed."""
-        log_event(logger, logging.INFO, "stopping server", drain_timeout_ms=drain_ms)
-        try:
-            server.stop(drain_ms)
-        except Exception as exc:
-            log_event(
-                logger, logging.ERROR, "server stop failed", error=f"{type(exc).__name__}: {exc}"
-            )
-        else:
-            log_event(logger, logging.INFO, "server stopped", **_stats(server))
-
-    @staticmethod
-    def _close_storage(storage: LedgerStorage) -> None:
-        """Close (checkpointing), never cut short. Raises BookieError."""
-        counters = _stats(storage)
-        try:
-            storage.close()
-        except Exception as exc:
-            raise BookieError(
-                f"cannot close ledger storage cleanly: {type(exc).__name__}: {exc}"
-            ) from None
-        log_event(logger, logging.INFO, "ledger storage closed (checkpointed)", **counters)
 
     def run(self) -> int:
         """Start, serve until SIGTERM or SIGINT, stop; return the exit code (0, or
@@ -571,33 +526,3 @@ class Bookie:
             return self.config.bookie_identity(port)
         except ConfigError:  # resolution changed since the start's check; keep serving
             return f"{host}:{port}"
-
-    def _open_storage(self) -> LedgerStorage:
-        config = self.config
-        log_event(
-            logger,
-            logging.INFO,
-            "opening ledger storage",
-            journal_dirs=config.journal_directories,
-            ledger_dirs=config.ledger_directories,
-            index_dirs=config.index_directories or "(ledger dirs)",
-        )
-        try:
-            return LedgerStorage(config)
-        except errors.BookieException as exc:  # directories locked, storage closed, corrupt
-            raise BookieError(f"cannot open ledger storage: {exc}") from None
-        except (OSError, ValueError, errors.BKException) as exc:
-            raise BookieError(f"cannot open ledger storage: {type(exc).__name__}: {exc}") from None
-
-    def _start_server(self, storage: LedgerStorage, host: str, port: int) -> BookieServer:
-        """Listen; closes ``storage`` and raises BookieError on failure."""
-        try:
-            return BookieServer(storage, self.config, host, port)
-        except Exception as exc:
-            _close_storage_after_failure(storage)
-            if isinstance(exc, OSError):
-                reason = exc.strerror or str(exc)
-                raise BookieError(f"cannot listen on {host}:{port}: {reason}") from None
-            raise BookieError(
-                f"cannot start the bookie server on {host}:{port}: {type(exc).__name__}: {exc}"
-            ) from None
