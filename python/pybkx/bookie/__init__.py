@@ -1,5 +1,6 @@
-"""The bookie: the process that serves ledgers (storage, server, registration, cookies) and
-opening its storage from BookKeeper's keys. Control plane only; the bytes are the Rust core's."""
+"""The bookie: the process that serves ledgers (storage, server, registration, cookies,
+read-only mode) and opening its storage from BookKeeper's keys. Control plane only; the bytes
+are the Rust core's."""
 
 from pybkx.bookie.gc import GarbageCollector, GcRun
 from pybkx.bookie.process import DRAIN_TIMEOUT_MS, Bookie, BookieError, BookieService

@@ -173,19 +173,46 @@ def check_and_stamp_cookie(
     if a cookie cannot be written.
     """
     expected = expected_cookie(config, bookie_id, store.instance_id())
-
-    try:
-        stored = store.read_cookie(bookie_id)
-    except errors.CookieNotFoundException:
-        stored = None
-    if stored is not None:
-        diffs = cookie_differences(expected, stored.value)
-        if diffs:
+    stored = _stored_cookie(store, bookie_id, expected)
+    missing = _directories_without_cookie(config, bookie_id, expected)
+    if not missing:
+        if stored is None:
             raise errors.InvalidCookieException(
-                f"the cookie of bookie {bookie_id} in {store.uri} does not match: "
-                + "; ".join(diffs)
+                f"bookie {bookie_id} has cookies in its directories but none in {store.uri} "
+                "(metadata formatted, or another cluster): format the bookie or restore the "
+                "cookie"
             )
+        return CookieCheck(stored, new_bookie=False)
+    if stored is not None:
+        names = ",".join(str(d) for d in missing)
+        raise errors.InvalidCookieException(
+            f"bookie {bookie_id} has a cookie in {store.uri} but directories {names} have none "
+            "(a replaced or wiped disk?): refusing to start; decommission the bookie or "
+            "restore the directories"
+        )
+    return _stamp_new_bookie(store, config, bookie_id, expected, missing)
 
+
+def _stored_cookie(store: MetadataStore, bookie_id: str, expected: Cookie) -> Cookie | None:
+    """The store's cookie of ``bookie_id`` (None: there is none). Raises
+    InvalidCookieException when it does not match ``expected``."""
+    try:
+        stored = store.read_cookie(bookie_id).value
+    except errors.CookieNotFoundException:
+        return None
+    diffs = cookie_differences(expected, stored)
+    if diffs:
+        raise errors.InvalidCookieException(
+            f"the cookie of bookie {bookie_id} in {store.uri} does not match: " + "; ".join(diffs)
+        )
+    return stored
+
+
+def _directories_without_cookie(
+    config: ServerConfig, bookie_id: str, expected: Cookie
+) -> list[Path]:
+    """The bookie's directories that hold no cookie. Raises InvalidCookieException when one
+    holds a cookie other than ``expected``."""
     missing: list[Path] = []
     for directory in cookie_directories(config):
         found = read_directory_cookie(directory)
@@ -198,23 +225,19 @@ def check_and_stamp_cookie(
             raise errors.InvalidCookieException(
                 f"the cookie in {where} does not match bookie {bookie_id}: " + "; ".join(diffs)
             )
+    return missing
 
-    if not missing:
-        if stored is None:
-            raise errors.InvalidCookieException(
-                f"bookie {bookie_id} has cookies in its directories but none in {store.uri} "
-                "(metadata formatted, or another cluster): format the bookie or restore the "
-                "cookie"
-            )
-        return CookieCheck(stored.value, new_bookie=False)
 
-    if stored is not None:
-        names = ",".join(str(d) for d in missing)
-        raise errors.InvalidCookieException(
-            f"bookie {bookie_id} has a cookie in {store.uri} but directories {names} have none "
-            "(a replaced or wiped disk?): refusing to start; decommission the bookie or "
-            "restore the directories"
-        )
+def _stamp_new_bookie(
+    store: MetadataStore,
+    config: ServerConfig,
+    bookie_id: str,
+    expected: Cookie,
+    missing: list[Path],
+) -> CookieCheck:
+    """A bookie new to the store: its cookie-less directories must be empty; the cookie goes to
+    every directory, then to the store (a concurrent stamp of the same cookie is accepted).
+    Raises InvalidCookieException, MetaStoreException, OSError."""
     not_empty = [d for d in missing if not _is_empty(d)]
     if not_empty:
         names = ",".join(str(d) for d in not_empty)

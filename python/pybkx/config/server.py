@@ -282,12 +282,15 @@ class ServerConfig(KeyedConfig):
     """Read entry logs with direct I/O (``O_DIRECT``) for reads of 128 KiB or more (a batch read,
     a read-ahead's run; the records between a strided read's wanted ones are read along to make
     such runs): no page allocation and no copy out of the page cache, so a scan of cold ledgers
-    and a copy of a lost bookie's data run on far less CPU (healing beside a client's adds: the
-    client's p99 rise 2.2x -> 1.35x; docs/performance.md). The cost: a scan read again comes
-    from the disk, not the page cache. pybkx's key, on by default, as BookKeeper's direct entry
-    logger reads directly whenever it writes directly; ``false`` reads through the page cache."""
+    and a copy of a lost bookie's data run on far less CPU, and a client beside the healing
+    suffers far less (measured: docs/performance.md, "Healing a lost bookie"). The cost: a scan
+    read again comes from the disk, not the page cache. pybkx's key, on by default, as
+    BookKeeper's direct entry logger reads directly whenever it writes directly; ``false`` reads
+    through the page cache."""
     flush_interval_ms: int = setting("flushInterval", 10_000, integer(0), storage=True)
     gc_wait_time_ms: int = setting("gcWaitTime", 600_000, integer(0), storage=True)
+    """Every this many ms (after a checkpoint) entry logs whose ledgers are all deleted are
+    removed; 0 turns the timer off (``PUT /api/v1/bookie/gc`` still collects)."""
     gc_overreplicated_ledger_wait_time_ms: int = setting(
         "gcOverreplicatedLedgerWaitTime", 86_400_000, integer(0)
     )
@@ -297,8 +300,6 @@ class ServerConfig(KeyedConfig):
         "isForceGCAllowWhenNoSpace", False, boolean, storage=True
     )
     """Full or almost full ledger directories: compact at once instead of suspending it."""
-    """Every this many ms (after a checkpoint) entry logs whose ledgers are all deleted are
-    removed; 0 turns the timer off (``PUT /api/v1/bookie/gc`` still collects)."""
     minor_compaction_threshold: float = setting(
         "minorCompactionThreshold", 0.2, number(0.0, 1.0), storage=True
     )

@@ -97,30 +97,12 @@ def build_tiers(
         raw_dirs = dir_lists[level] if level < len(dir_lists) else None
         quotas = quota_lists[level] if level < len(quota_lists) else None
         alias = aliases[level] if level < len(aliases) else None
-        given = raw_dirs is not None or quotas is not None or alias is not None
-        if level >= levels:
-            if given:
-                raise InvalidValue(
-                    f"tieredStorageLevel{level}* is set but tieredStorageLevels={levels}"
-                )
-            continue
-        if raw_dirs is None:
+        if level < levels:
+            tiers.append(_tier(level, levels, raw_dirs, quotas, alias))
+        elif raw_dirs is not None or quotas is not None or alias is not None:
             raise InvalidValue(
-                f"tieredStorageLevel{level}Dirs is required with tieredStorageLevels={levels}"
+                f"tieredStorageLevel{level}* is set but tieredStorageLevels={levels}"
             )
-        try:
-            level_dirs = dirs(raw_dirs)
-        except InvalidValue as exc:
-            raise InvalidValue(f"tieredStorageLevel{level}Dirs: {exc}") from None
-        per_dir: list[int | None] = [None] * len(level_dirs)
-        if quotas:
-            if len(quotas) > len(level_dirs):
-                raise InvalidValue(
-                    f"tieredStorageLevel{level}DirsQuota has {len(quotas)} sizes for "
-                    f"{len(level_dirs)} directories"
-                )
-            per_dir = [quotas[min(i, len(quotas) - 1)] for i in range(len(level_dirs))]
-        tiers.append(Tier(level, alias or f"level{level}", level_dirs, tuple(per_dir)))
     seen: set[str] = set()
     for tier in tiers:
         for d in tier.dirs:
@@ -128,3 +110,30 @@ def build_tiers(
                 raise InvalidValue(f"directory {d} is in more than one storage tier")
             seen.add(d)
     return tuple(tiers)
+
+
+def _tier(
+    level: int,
+    levels: int,
+    raw_dirs: object,
+    quotas: tuple[int, ...] | None,
+    alias: str | None,
+) -> Tier:
+    """Tier ``level`` (one of ``levels``) from its keys' values. Raises InvalidValue."""
+    if raw_dirs is None:
+        raise InvalidValue(
+            f"tieredStorageLevel{level}Dirs is required with tieredStorageLevels={levels}"
+        )
+    try:
+        level_dirs = dirs(raw_dirs)
+    except InvalidValue as exc:
+        raise InvalidValue(f"tieredStorageLevel{level}Dirs: {exc}") from None
+    per_dir: list[int | None] = [None] * len(level_dirs)
+    if quotas:
+        if len(quotas) > len(level_dirs):
+            raise InvalidValue(
+                f"tieredStorageLevel{level}DirsQuota has {len(quotas)} sizes for "
+                f"{len(level_dirs)} directories"
+            )
+        per_dir = [quotas[min(i, len(quotas) - 1)] for i in range(len(level_dirs))]
+    return Tier(level, alias or f"level{level}", level_dirs, tuple(per_dir))

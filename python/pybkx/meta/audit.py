@@ -1,7 +1,7 @@
 """BookKeeper's ``triggeraudit`` (``BookKeeperAdmin.triggerAudit``) on the metadata store: the
 lost-bookie delay is stored again with the value it has, which wakes the elected auditor to
 audit lost bookies at once. Used by the shell and the admin API; the auditor is
-``pybkx.recovery.auditor``."""
+``pybkx.recovery.auditor``. It only rewrites that value; it never audits anything itself."""
 
 from __future__ import annotations
 

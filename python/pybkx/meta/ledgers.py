@@ -1,5 +1,6 @@
 """The ledger part of the metadata contract: ids, ledger metadata with compare-and-set, listing
-and watches, plus the one compare-and-set retry loop every writer of metadata uses."""
+and watches, plus the one compare-and-set retry loop every writer of metadata uses. Abstract
+methods but for that loop; it never talks to a store itself."""
 
 from __future__ import annotations
 

@@ -1,16 +1,27 @@
 """Byte formats of BookKeeper's metadata (ledger metadata V1-V3, cookies, service info, LAYOUT).
-Pure value <-> bytes conversions shared by every backend; it must never do I/O or hold state."""
+Pure value <-> bytes conversions shared by every backend, built on ``javaformat.py``'s
+encodings; it must never do I/O or hold state."""
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any, Final
 
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, text_format
-from google.protobuf.message import Message
-
 from pybkx import errors
+from pybkx.meta.javaformat import (
+    INT32_MAX,
+    INT32_MIN,
+    BookieServiceInfoFormat,
+    CookieFormat,
+    LedgerMetadataFormat,
+    java_lines,
+    java_long,
+    java_split_tabs,
+    parse_text,
+    print_text,
+    read_varint,
+    varint,
+)
 from pybkx.meta.ledger_metadata import DigestType, LedgerMetadata, LedgerState
 from pybkx.meta.types import BookieServiceInfo, Cookie, Endpoint
 
@@ -47,234 +58,6 @@ _V1_CLOSED_TAG: Final = "CLOSED"
 _V1_IN_RECOVERY_ENTRY_ID: Final = -102
 _LAYOUT_FORMAT_VERSION: Final = 2
 _LAYOUT_MIN_COMPAT_VERSION: Final = 1
-_JAVA_INT = re.compile(r"[+-]?[0-9]+")  # what Integer/Long.parseLong accept
-_INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
-_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
-
-
-# --- the protobuf messages (DataFormats.proto of BookKeeper: same names, numbers, types) ------
-
-_F = descriptor_pb2.FieldDescriptorProto
-
-
-def _field(
-    name: str,
-    number: int,
-    kind: int,
-    label: int = _F.LABEL_OPTIONAL,
-    type_name: str = "",
-    default: str = "",
-) -> descriptor_pb2.FieldDescriptorProto:
-    field = descriptor_pb2.FieldDescriptorProto(name=name, number=number, type=kind, label=label)
-    if type_name:
-        field.type_name = type_name
-    if default:
-        field.default_value = default
-    return field
-
-
-def _enum(name: str, values: dict[str, int]) -> descriptor_pb2.EnumDescriptorProto:
-    enum = descriptor_pb2.EnumDescriptorProto(name=name)
-    for value_name, number in values.items():
-        enum.value.add(name=value_name, number=number)
-    return enum
-
-
-def _build_file() -> descriptor_pb2.FileDescriptorProto:
-    """Our own declaration of the messages of BookKeeper's ``DataFormats.proto`` that the
-    metadata store holds. Wire compatibility needs the same field numbers and types; the text
-    formats (ledger metadata V2, cookies) also need the same field and enum value names."""
-    req, opt, rep = _F.LABEL_REQUIRED, _F.LABEL_OPTIONAL, _F.LABEL_REPEATED
-    i32, i64, s, b = _F.TYPE_INT32, _F.TYPE_INT64, _F.TYPE_STRING, _F.TYPE_BYTES
-    msg, enum = _F.TYPE_MESSAGE, _F.TYPE_ENUM
-    proto = descriptor_pb2.FileDescriptorProto(
-        name="pybkx/meta/data_formats.proto", syntax="proto2"
-    )
-
-    ledger = proto.message_type.add(name="LedgerMetadataFormat")
-    ledger.enum_type.append(_enum("State", {"OPEN": 1, "IN_RECOVERY": 2, "CLOSED": 3}))
-    ledger.enum_type.append(_enum("DigestType", {"CRC32": 1, "HMAC": 2, "CRC32C": 3, "DUMMY": 4}))
-    segment = ledger.nested_type.add(name="Segment")
-    segment.field.extend([_field("ensembleMember", 1, s, rep), _field("firstEntryId", 2, i64, req)])
-    entry = ledger.nested_type.add(name="cMetadataMapEntry")
-    entry.field.extend([_field("key", 1, s, opt), _field("value", 2, b, opt)])
-    ledger.field.extend(
-        [
-            _field("quorumSize", 1, i32, req),
-            _field("ensembleSize", 2, i32, req),
-            _field("length", 3, i64, req),
-            _field("lastEntryId", 4, i64, opt),
-            _field("state", 5, enum, req, ".LedgerMetadataFormat.State", "OPEN"),
-            _field("segment", 6, msg, rep, ".LedgerMetadataFormat.Segment"),
-            _field("digestType", 7, enum, opt, ".LedgerMetadataFormat.DigestType"),
-            _field("password", 8, b, opt),
-            _field("ackQuorumSize", 9, i32, opt),
-            _field("ctime", 10, i64, opt),
-            _field("customMetadata", 11, msg, rep, ".LedgerMetadataFormat.cMetadataMapEntry"),
-            _field("cToken", 12, i64, opt),
-        ]
-    )
-
-    cookie = proto.message_type.add(name="CookieFormat")
-    cookie.field.extend(
-        [
-            _field("bookieHost", 1, s, req),
-            _field("journalDir", 2, s, req),
-            _field("ledgerDirs", 3, s, req),
-            _field("instanceId", 4, s, opt),
-            _field("indexDirs", 5, s, opt),
-        ]
-    )
-
-    info = proto.message_type.add(name="BookieServiceInfoFormat")
-    endpoint = info.nested_type.add(name="Endpoint")
-    endpoint.field.extend(
-        [
-            _field("id", 1, s, req),
-            _field("port", 2, i32, req),
-            _field("host", 3, s, req),
-            _field("protocol", 4, s, req),
-            _field("auth", 5, s, rep),
-            _field("extensions", 6, s, rep),
-        ]
-    )
-    properties = info.nested_type.add(name="PropertiesEntry")  # map<string, string>
-    properties.options.map_entry = True
-    properties.field.extend([_field("key", 1, s, opt), _field("value", 2, s, opt)])
-    info.field.extend(
-        [
-            _field("endpoints", 6, msg, rep, ".BookieServiceInfoFormat.Endpoint"),
-            _field("properties", 7, msg, rep, ".BookieServiceInfoFormat.PropertiesEntry"),
-        ]
-    )
-    return proto
-
-
-_POOL = descriptor_pool.DescriptorPool()  # private: never clashes with other .proto files
-_POOL.Add(_build_file())
-_LedgerMetadataFormat: Any = message_factory.GetMessageClass(
-    _POOL.FindMessageTypeByName("LedgerMetadataFormat")
-)
-_CookieFormat: Any = message_factory.GetMessageClass(_POOL.FindMessageTypeByName("CookieFormat"))
-_BookieServiceInfoFormat: Any = message_factory.GetMessageClass(
-    _POOL.FindMessageTypeByName("BookieServiceInfoFormat")
-)
-
-
-# --- protobuf text format, printed exactly as protobuf-java's TextFormat printer does ---------
-
-_JAVA_ESCAPES: Final = {
-    0x07: "\\a",
-    0x08: "\\b",
-    0x0C: "\\f",
-    0x0A: "\\n",
-    0x0D: "\\r",
-    0x09: "\\t",
-    0x0B: "\\v",
-    0x5C: "\\\\",
-    0x27: "\\'",
-    0x22: '\\"',
-}
-
-
-def _escape(raw: bytes) -> str:
-    """Java TextFormat's byte escaping: C escapes, printable ASCII as is, else 3-digit octal
-    (so non-ASCII UTF-8 text comes out as octal bytes, as Java prints it)."""
-    out = []
-    for byte in raw:
-        escaped = _JAVA_ESCAPES.get(byte)
-        if escaped is not None:
-            out.append(escaped)
-        elif 0x20 <= byte <= 0x7E:
-            out.append(chr(byte))
-        else:
-            out.append(f"\\{byte:03o}")
-    return "".join(out)
-
-
-def _is_repeated(field: Any) -> bool:
-    # ``is_repeated`` replaced ``label`` (gone in protobuf 7); older runtimes only have ``label``.
-    repeated = getattr(field, "is_repeated", None)
-    if repeated is None:
-        return bool(field.label == _F.LABEL_REPEATED)
-    return bool(repeated)
-
-
-def _print_text(message: Message, indent: str = "") -> str:
-    """Set fields in field-number order, ``name: value`` lines, nested ``name {`` blocks."""
-    lines: list[str] = []
-    for field, value in message.ListFields():
-        values = list(value) if _is_repeated(field) else [value]
-        for item in values:
-            if field.type == _F.TYPE_MESSAGE:
-                lines.append(f"{indent}{field.name} {{\n")
-                lines.append(_print_text(item, indent + "  "))
-                lines.append(f"{indent}}}\n")
-            elif field.type == _F.TYPE_ENUM:
-                name = field.enum_type.values_by_number[item].name
-                lines.append(f"{indent}{field.name}: {name}\n")
-            elif field.type == _F.TYPE_STRING:
-                lines.append(f'{indent}{field.name}: "{_escape(item.encode("utf-8"))}"\n')
-            elif field.type == _F.TYPE_BYTES:
-                lines.append(f'{indent}{field.name}: "{_escape(item)}"\n')
-            else:
-                lines.append(f"{indent}{field.name}: {item}\n")
-    return "".join(lines)
-
-
-def _parse_text(text: str, message: Message, what: str) -> None:
-    """Merge protobuf text into ``message`` (later singular values win, as in Java's
-    ``TextFormat.merge``); raises ValueError unless every required field is set."""
-    try:
-        text_format.Merge(text, message)
-    except text_format.ParseError as exc:
-        raise ValueError(f"{what}: {exc}") from None
-    if not message.IsInitialized():
-        missing = ", ".join(message.FindInitializationErrors())
-        raise ValueError(f"{what}: missing required fields {missing}")
-
-
-# --- varints (writeDelimitedTo / mergeDelimitedFrom) -----------------------------------------
-
-
-def varint(value: int) -> bytes:
-    """A non-negative integer as a protobuf base-128 varint."""
-    out = bytearray()
-    while True:
-        low = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(low | 0x80)
-        else:
-            out.append(low)
-            return bytes(out)
-
-
-def read_varint(data: bytes, pos: int, bits: int = 32) -> tuple[int, int]:
-    """(value, position after it) of the protobuf varint at ``pos``; raises ValueError if
-    truncated or longer than ``bits`` bits allow (32: a length prefix; 64: an int64 field)."""
-    value, shift = 0, 0
-    while True:
-        if pos >= len(data):
-            raise ValueError("truncated varint")
-        byte = data[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return value, pos
-        shift += 7
-        if shift >= bits + 3:
-            raise ValueError("malformed varint")
-
-
-def _java_long(text: str, what: str, low: int = _INT64_MIN, high: int = _INT64_MAX) -> int:
-    """Parse like Java's ``Long.parseLong`` / ``Integer.parseInt`` (no spaces, no ``_``)."""
-    if not _JAVA_INT.fullmatch(text):
-        raise ValueError(f"{what}: not a number: {text!r}")
-    value = int(text)
-    if not low <= value <= high:
-        raise ValueError(f"{what}: out of range: {text}")
-    return value
 
 
 # --- ledger metadata ------------------------------------------------------------------------
@@ -294,7 +77,7 @@ def serialize_ledger_metadata(metadata: LedgerMetadata) -> bytes:
         return header + varint(len(body)) + body
     if version == 2:
         # Format 2 never carries the cToken (BookKeeper froze its fields).
-        text = _print_text(_to_format(metadata, with_c_token=False))
+        text = print_text(_to_format(metadata, with_c_token=False))
         return header + text.encode("utf-8")
     if version == 1:
         return header + _serialize_v1(metadata)
@@ -302,7 +85,7 @@ def serialize_ledger_metadata(metadata: LedgerMetadata) -> bytes:
 
 
 def _to_format(metadata: LedgerMetadata, *, with_c_token: bool) -> Any:
-    fmt = _LedgerMetadataFormat()
+    fmt = LedgerMetadataFormat()
     fmt.quorumSize = metadata.write_quorum_size
     fmt.ackQuorumSize = metadata.ack_quorum_size
     fmt.ensembleSize = metadata.ensemble_size
@@ -370,14 +153,14 @@ def _read_header(data: bytes) -> tuple[int, int]:
     if end < 0:
         raise ValueError("no end of the format version line")
     text = data[start:end].decode("ascii")
-    return _java_long(text, "format version", _INT32_MIN, _INT32_MAX), end + 1
+    return java_long(text, "format version", INT32_MIN, INT32_MAX), end + 1
 
 
 def _parse_v3(data: bytes, pos: int) -> LedgerMetadata:
     size, pos = read_varint(data, pos)
     if pos + size > len(data):
         raise ValueError(f"message of {size} bytes truncated to {len(data) - pos}")
-    fmt = _LedgerMetadataFormat()
+    fmt = LedgerMetadataFormat()
     try:
         fmt.MergeFromString(data[pos : pos + size])  # trailing bytes are ignored, as in Java
     except Exception as exc:  # DecodeError, or a RuntimeWarning-turned error of upb
@@ -388,8 +171,8 @@ def _parse_v3(data: bytes, pos: int) -> LedgerMetadata:
 
 
 def _parse_v2(body: bytes) -> LedgerMetadata:
-    fmt = _LedgerMetadataFormat()
-    _parse_text(body.decode("utf-8"), fmt, "format 2 text")
+    fmt = LedgerMetadataFormat()
+    parse_text(body.decode("utf-8"), fmt, "format 2 text")
     return _from_format(fmt, 2)
 
 
@@ -427,43 +210,27 @@ def _from_format(fmt: Any, version: int) -> LedgerMetadata:
     )
 
 
-def _java_lines(text: str) -> list[str]:
-    """Lines as Java's ``BufferedReader.readLine`` returns them (\\n, \\r or \\r\\n)."""
-    lines = re.split(r"\r\n|\r|\n", text)
-    if lines and lines[-1] == "":
-        lines.pop()
-    return lines
-
-
-def _java_split_tabs(line: str) -> list[str]:
-    """``line.split("\\t")`` in Java: trailing empty strings are dropped."""
-    parts = line.split("\t")
-    while len(parts) > 1 and parts[-1] == "":
-        parts.pop()
-    return parts
-
-
 def _parse_v1(body: bytes) -> LedgerMetadata:
-    lines = _java_lines(body.decode("utf-8"))
+    lines = java_lines(body.decode("utf-8"))
     if len(lines) < 3:
         raise ValueError("format 1 needs quorum, ensemble and length lines")
-    quorum = _java_long(lines[0], "quorum size", _INT32_MIN, _INT32_MAX)
-    ensemble_size = _java_long(lines[1], "ensemble size", _INT32_MIN, _INT32_MAX)
-    length = _java_long(lines[2], "length")
+    quorum = java_long(lines[0], "quorum size", INT32_MIN, INT32_MAX)
+    ensemble_size = java_long(lines[1], "ensemble size", INT32_MIN, INT32_MAX)
+    length = java_long(lines[2], "length")
     ensembles: dict[int, tuple[str, ...]] = {}
     state, last_entry_id = LedgerState.OPEN, -1
     for line in lines[3:]:
-        parts = _java_split_tabs(line)
+        parts = java_split_tabs(line)
         if len(parts) < 2:
             raise ValueError(f"format 1 line without bookies: {line!r}")
         if parts[1] == _V1_CLOSED_TAG:
-            tagged = _java_long(parts[0], "last entry id")
+            tagged = java_long(parts[0], "last entry id")
             if tagged == _V1_IN_RECOVERY_ENTRY_ID:
                 state = LedgerState.IN_RECOVERY
             else:
                 state, last_entry_id = LedgerState.CLOSED, tagged
             break
-        first = _java_long(parts[0], "first entry id")
+        first = java_long(parts[0], "first entry id")
         if ensembles and first <= next(reversed(ensembles)):
             raise ValueError(f"segment at entry {first} out of order")
         ensembles[first] = tuple(parts[1:])
@@ -492,14 +259,14 @@ def decode_dir_paths(value: str) -> tuple[str, ...]:
     """The directories of an :func:`encode_dir_paths` value (the leading count is skipped)."""
     if "\t" not in value:
         return () if value.strip() in ("", "0") else (value,)
-    return tuple(_java_split_tabs(value.split("\t", 1)[1]))
+    return tuple(java_split_tabs(value.split("\t", 1)[1]))
 
 
 def serialize_cookie(cookie: Cookie) -> bytes:
     """The cookie text BookKeeper writes (layout version 5): ``5``, a newline, then protobuf
     text of ``CookieFormat``; journal dirs joined by ``,``, ledger/index dirs as
     :func:`encode_dir_paths`. The same bytes go to the store and to ``current/VERSION``."""
-    fmt = _CookieFormat()
+    fmt = CookieFormat()
     fmt.bookieHost = cookie.bookie_id
     fmt.journalDir = ",".join(cookie.journal_dirs)
     fmt.ledgerDirs = encode_dir_paths(cookie.ledger_dirs)
@@ -507,7 +274,7 @@ def serialize_cookie(cookie: Cookie) -> bytes:
         fmt.instanceId = cookie.instance_id
     if cookie.index_dirs is not None:
         fmt.indexDirs = encode_dir_paths(cookie.index_dirs)
-    return (f"{CURRENT_COOKIE_VERSION}\n" + _print_text(fmt)).encode("utf-8")
+    return (f"{CURRENT_COOKIE_VERSION}\n" + print_text(fmt)).encode("utf-8")
 
 
 def parse_cookie(data: bytes) -> Cookie:
@@ -519,18 +286,18 @@ def parse_cookie(data: bytes) -> Cookie:
     """
     try:
         text = bytes(data).decode("utf-8")
-        lines = _java_lines(text)
+        lines = java_lines(text)
         if not lines:
             raise ValueError("empty cookie")
-        layout = _java_long(lines[0].strip(), "cookie layout version", _INT32_MIN, _INT32_MAX)
+        layout = java_long(lines[0].strip(), "cookie layout version", INT32_MIN, INT32_MAX)
         if layout == 3:
             if len(lines) < 4:
                 raise ValueError("layout 3 cookie needs four lines")
             bookie_id, journal, ledgers, instance, index = lines[1], lines[2], lines[3], "", ""
         elif layout >= 4:
-            fmt = _CookieFormat()
+            fmt = CookieFormat()
             rest = text.split("\n", 1)[1] if "\n" in text else ""
-            _parse_text(rest, fmt, "cookie")
+            parse_text(rest, fmt, "cookie")
             bookie_id, journal, ledgers = fmt.bookieHost, fmt.journalDir, fmt.ledgerDirs
             instance, index = fmt.instanceId, fmt.indexDirs
         else:
@@ -552,7 +319,7 @@ def parse_cookie(data: bytes) -> Cookie:
 def serialize_bookie_service_info(info: BookieServiceInfo) -> bytes:
     """Binary protobuf ``BookieServiceInfoFormat`` (a bookie's registration data). Properties
     are written sorted by key (Java writes its map's order; readers do not care)."""
-    fmt = _BookieServiceInfoFormat()
+    fmt = BookieServiceInfoFormat()
     for endpoint in info.endpoints:
         fmt.endpoints.add(
             id=endpoint.id,
@@ -583,7 +350,7 @@ def parse_bookie_service_info(data: bytes, bookie_id: str) -> BookieServiceInfo:
             )
         endpoint = Endpoint(bookie_id, int(port), host, "bookie-rpc")
         return BookieServiceInfo(endpoints=(endpoint,))
-    fmt = _BookieServiceInfoFormat()
+    fmt = BookieServiceInfoFormat()
     try:
         fmt.MergeFromString(bytes(data))
     except Exception as exc:
@@ -627,7 +394,7 @@ def parse_layout(data: bytes) -> LedgerLayout:
     try:
         text = bytes(data).decode("utf-8")
         lines = text.split("\n")
-        version = _java_long(lines[0], "layout format version", _INT32_MIN, _INT32_MAX)
+        version = java_long(lines[0], "layout format version", INT32_MIN, INT32_MAX)
         if not _LAYOUT_MIN_COMPAT_VERSION <= version <= _LAYOUT_FORMAT_VERSION:
             raise ValueError(f"layout format version {version} not supported (1 to 2)")
         if len(lines) < 2:
@@ -635,7 +402,7 @@ def parse_layout(data: bytes) -> LedgerLayout:
         parts = lines[1].split(":")
         if len(parts) != 2:
             raise ValueError(f"invalid ledger manager {lines[1]!r}")
-        manager_version = _java_long(parts[1], "manager version", _INT32_MIN, _INT32_MAX)
+        manager_version = java_long(parts[1], "manager version", INT32_MIN, INT32_MAX)
     except (ValueError, UnicodeDecodeError) as exc:
         raise errors.MetadataSerializationException(f"corrupt LAYOUT: {exc}") from None
     return LedgerLayout(parts[0], manager_version, version)

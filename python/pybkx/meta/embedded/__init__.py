@@ -1,5 +1,6 @@
 """The embedded metadata backend: SQLite plus lock files in one directory, for the processes
-of one machine. ``store`` composes the session, ledgers, registration, watches and locks."""
+of one machine. ``store`` composes the session, ledgers, registration, watches and locks; this
+package file only names them."""
 
 from pybkx.meta.embedded.session import (
     DEFAULT_BUSY_TIMEOUT_MS,

@@ -1,5 +1,6 @@
 """The cluster identity and ledger metadata in the embedded store: the instance id, the ledger
-id counter and ledger records with znode-like versions."""
+id counter and ledger records with znode-like versions. It never calls a watcher (the watch
+thread does)."""
 
 from __future__ import annotations
 

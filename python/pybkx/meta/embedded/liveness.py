@@ -1,5 +1,6 @@
 """Process liveness for the embedded store's ephemeral rows: a session file held with ``flock``
-while its store lives, and the owner process's identity (pid, start time, boot id)."""
+while its store lives, and the owner process's identity (pid, start time, boot id). It only
+answers whether an owner lives; it never touches the database."""
 
 from __future__ import annotations
 

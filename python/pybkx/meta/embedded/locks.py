@@ -1,5 +1,6 @@
 """Locks and elections in the embedded store: one ``flock``ed file per name, the holder's
-identifier written into it; released on exit, on close or when the holder dies."""
+identifier written into it; released on exit, on close or when the holder dies. It never holds
+the store's lock while it waits for a lock file."""
 
 from __future__ import annotations
 
@@ -43,60 +44,89 @@ class EmbeddedCoordination(EmbeddedSession):
         """Hold ``path`` exclusively (a new open file description, so threads of one process
         exclude each other too) and publish ``identifier`` in it. None if ``cancelled`` is set
         first or the store closes while an election waits. Raises TimeoutException,
-        ClientClosedException, MetaStoreException."""
+        ClientClosedException, MetaStoreException.
+
+        Another process's ``flock`` tells nobody when it ends, so the wait tries again after a
+        pause that doubles up to LOCK_BACKOFF_MAX_S (a cancel ends the pause at once)."""
         deadline = None if timeout is None else time.monotonic() + max(timeout, 0.0)
         backoff = LOCK_BACKOFF_MIN_S
         while True:
-            if cancelled is not None and cancelled.is_set():
+            if self._stops_waiting(cancelled, closing=self._closing):
                 return None
-            if self._closing:
-                if cancelled is not None:
-                    return None
-                raise self._closed_error()
-            try:
-                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-            except OSError as exc:
-                raise errors.MetaStoreException(
-                    f"cannot open lock file {path}: {exc.strerror or exc}"
-                ) from None
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError as exc:
-                os.close(fd)
-                if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                    raise errors.MetaStoreException(
-                        f"cannot lock {path}: {exc.strerror or exc}"
-                    ) from None
-            else:
-                held = HeldFlock(self, fd)
-                try:
-                    payload = (identifier + "\n").encode()
-                    os.ftruncate(fd, 0)
-                    os.pwrite(fd, payload, 0)
-                except OSError as exc:
-                    held.release()
-                    raise errors.MetaStoreException(
-                        f"cannot write the holder into {path}: {exc.strerror or exc}"
-                    ) from None
-                with self._lock:
-                    closing = self._closing_now()  # (a call: mypy keeps the loop's narrowing)
-                    if not closing:
-                        self._held.add(held)
-                if closing:  # close() has already released what it knew of
-                    held.release()
-                    if cancelled is not None:
-                        return None
-                    raise self._closed_error()
-                return held
+            fd = self._try_flock(path)
+            if fd is not None:
+                return self._hold(path, fd, identifier, cancelled)
             now = time.monotonic()
             if deadline is not None and now >= deadline:
                 raise errors.TimeoutException(
                     f"lock {path.name} in {self.uri} not acquired within {timeout} s "
                     f"(held by {self._holder(path) or 'another process'})"
                 )
-            pause = backoff if deadline is None else min(backoff, deadline - now)
-            time.sleep(max(pause, 0.0))
+            pause = max(backoff if deadline is None else min(backoff, deadline - now), 0.0)
+            if cancelled is not None:
+                cancelled.wait(pause)
+            else:
+                time.sleep(pause)
             backoff = min(backoff * 2, LOCK_BACKOFF_MAX_S)
+
+    def _stops_waiting(self, cancelled: threading.Event | None, *, closing: bool) -> bool:
+        """True when an election must stop waiting (``cancelled`` set, or the store
+        ``closing``); raises ClientClosedException when a lock's store is closing."""
+        if cancelled is not None and cancelled.is_set():
+            return True
+        if closing:
+            if cancelled is not None:
+                return True
+            raise self._closed_error()
+        return False
+
+    @staticmethod
+    def _try_flock(path: Path) -> int | None:
+        """One attempt: an open descriptor of ``path`` holding its ``flock``, or None while
+        another holds it. Raises MetaStoreException."""
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise errors.MetaStoreException(
+                f"cannot open lock file {path}: {exc.strerror or exc}"
+            ) from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            os.close(fd)
+            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise errors.MetaStoreException(
+                    f"cannot lock {path}: {exc.strerror or exc}"
+                ) from None
+            return None
+        return fd
+
+    def _hold(
+        self, path: Path, fd: int, identifier: str, cancelled: threading.Event | None
+    ) -> HeldFlock | None:
+        """Publish ``identifier`` in the locked ``fd`` and keep it among what ``close()``
+        releases; released again (None, or ClientClosedException for a lock) if the store began
+        closing meanwhile. Raises MetaStoreException."""
+        held = HeldFlock(self, fd)
+        try:
+            payload = (identifier + "\n").encode()
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, payload, 0)
+        except OSError as exc:
+            held.release()
+            raise errors.MetaStoreException(
+                f"cannot write the holder into {path}: {exc.strerror or exc}"
+            ) from None
+        with self._lock:
+            closing = self._closing
+            if not closing:
+                self._held.add(held)
+        if closing:  # close() has already released what it knew of
+            held.release()
+            if cancelled is None:
+                raise self._closed_error()
+            return None
+        return held
 
     def _holder(self, path: Path) -> str | None:
         """The identifier published by the holder of ``path``, None if nobody holds it."""

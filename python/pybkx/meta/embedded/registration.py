@@ -1,5 +1,6 @@
 """Bookie registrations and cookies in the embedded store: ephemeral rows tied to a live session
-and owner process, read-only moves, service info."""
+and owner process, read-only moves, service info. It stores what a bookie says; it never
+decides which mode a bookie is in."""
 
 from __future__ import annotations
 

@@ -106,6 +106,7 @@ class _FairLock:
     def __init__(self) -> None:
         self._mutex = threading.Lock()
         self._held = False
+        # Bounded by the threads of this process: each waits in at most one acquire at a time.
         self._waiters: deque[threading.Lock] = deque()
 
     def acquire(self, timeout: float) -> bool:
@@ -468,6 +469,3 @@ class EmbeddedSession:
                         f"{exc.strerror or exc}"
                     ) from None
             return self._session, self._owner
-
-    def _closing_now(self) -> bool:
-        return self._closing

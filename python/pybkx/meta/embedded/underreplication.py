@@ -1,6 +1,7 @@
 """Under-replication in the embedded store: markers in the ``underreplicated`` table (version
 per row, as a znode's), their locks as lock files (``flock``: gone with the holder), the switch
-and the delay in ``meta``, the auditor election as an election lock file."""
+and the delay in ``meta``, the auditor election as an election lock file. It stores and reads
+them; it never decides what is under-replicated (the auditor does)."""
 
 from __future__ import annotations
 

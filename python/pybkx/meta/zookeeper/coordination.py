@@ -1,5 +1,5 @@
 """Locks and elections on ZooKeeper: kazoo's Lock and Election recipes under the ledgers root,
-held while the session lives."""
+held while the session lives. It never writes a lock protocol of its own."""
 
 from __future__ import annotations
 

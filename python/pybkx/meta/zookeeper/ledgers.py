@@ -1,5 +1,6 @@
 """Ledger metadata on ZooKeeper: BookKeeper's id generators (``idgen``, ``idgen-long``), ledger
-znodes with versions as compare-and-set tokens, listing and watches."""
+znodes with versions as compare-and-set tokens, listing and watches. It never invents bytes or
+paths of its own (serde.py, layout.py)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """Bookie registrations (``available``, ``available/readonly``) and cookies on ZooKeeper, in
-BookKeeper's layout: ephemeral nodes holding ``BookieServiceInfoFormat``."""
+BookKeeper's layout: ephemeral nodes holding ``BookieServiceInfoFormat``. It stores what a
+bookie says; it never decides which mode a bookie is in."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ from pybkx.meta.zookeeper.layout import (
     registration_path,
     zk_error,
 )
-from pybkx.meta.zookeeper.session import ZkSession
+from pybkx.meta.zookeeper.session import ZkSession, watch_setting
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +56,7 @@ class ZkRegistry(ZkSession):
         deadline = time.monotonic() + self._timeout_s
         while True:
             gone = threading.Event()
-            stat = self._call(f"exists {path}", self._zk.exists, path, _setter(gone))
+            stat = self._call(f"exists {path}", self._zk.exists, path, watch_setting(gone))
             if stat is None:
                 try:
                     self._call(f"register {path}", self._zk.create, path, data, ephemeral=True)
@@ -193,8 +194,3 @@ class ZkRegistry(ZkSession):
 
     def all_bookies(self) -> frozenset[str]:
         return frozenset(self._children(self._path(COOKIES)))
-
-
-def _setter(event: threading.Event) -> Callable[[Any], None]:
-    """A kazoo watch that sets ``event``."""
-    return lambda _watched: event.set()

@@ -37,6 +37,11 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
+def watch_setting(event: threading.Event) -> Callable[[Any], None]:
+    """A kazoo watch that sets ``event`` (on kazoo's event thread: it must not block)."""
+    return lambda _watched: event.set()
+
+
 class ZkSession:
     """What every part of the ZooKeeper store shares: the session and its plumbing."""
 

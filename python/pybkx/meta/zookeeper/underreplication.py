@@ -4,7 +4,8 @@ that BookKeeper's auditor, workers and shell read pybkx's markers and the revers
 as protobuf text, ephemeral locks ``locks/urL<%010d>``, the ``disable`` node,
 ``lostBookieRecoveryDelay``, the auditor's votes ``auditorelection/V_<seq>``, and the
 periodic checks' stamps (``checkallledgersctime`` ... holding ``CheckAllLedgersFormat`` ...
-as binary protobuf)."""
+as binary protobuf). It stores and reads them; it never decides what is under-replicated (the
+auditor does)."""
 
 from __future__ import annotations
 
@@ -16,11 +17,11 @@ from contextlib import suppress
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
 
-from pybkx.meta import serde
+from pybkx.meta import javaformat
 from pybkx.meta.coordination import Election
 from pybkx.meta.underreplication import CHECK_STAMPS
 from pybkx.meta.zookeeper.layout import UNDER_REPLICATION
-from pybkx.meta.zookeeper.session import ZkSession
+from pybkx.meta.zookeeper.session import ZkSession, watch_setting
 
 __all__ = ["ZkUnderReplication", "marker_path", "parse_marker", "render_marker"]
 
@@ -52,7 +53,7 @@ def parse_marker(data: bytes) -> list[str]:
 def render_ctime(ctime_ms: int) -> bytes:
     """``CheckAllLedgersFormat`` (or the placement / replicas one: all three have the stamp as
     field 1, an int64) as binary protobuf."""
-    return b"\x08" + serde.varint(ctime_ms & 0xFFFFFFFFFFFFFFFF)
+    return b"\x08" + javaformat.varint(ctime_ms & 0xFFFFFFFFFFFFFFFF)
 
 
 def parse_ctime(data: bytes) -> int | None:
@@ -60,14 +61,14 @@ def parse_ctime(data: bytes) -> int | None:
     pos, found = 0, None
     try:
         while pos < len(data):
-            tag, pos = serde.read_varint(data, pos, bits=64)
+            tag, pos = javaformat.read_varint(data, pos, bits=64)
             field, wire = tag >> 3, tag & 7
             if wire == 0:
-                value, pos = serde.read_varint(data, pos, bits=64)
+                value, pos = javaformat.read_varint(data, pos, bits=64)
                 if field == 1:
                     found = value - (1 << 64) if value >= 1 << 63 else value
             elif wire == 2:
-                size, pos = serde.read_varint(data, pos)
+                size, pos = javaformat.read_varint(data, pos)
                 pos += size
             elif wire in (1, 5):
                 pos += 8 if wire == 1 else 4
@@ -254,10 +255,6 @@ class ZkUnderReplication(ZkSession):
         return _AuditorElection(self, bookie_id)
 
 
-def _setter(event: threading.Event) -> Callable[[object], None]:
-    return lambda _: event.set()
-
-
 class _AuditorElection(Election):
     """BookKeeper's auditor election: ephemeral sequential votes ``V_<seq>`` holding
     ``AuditorVoteFormat`` text; the lowest is the auditor, which writes its vote into the
@@ -268,6 +265,9 @@ class _AuditorElection(Election):
         self._vote_text = f'bookieId: "{_escape(bookie_id)}"\n'.encode()
         self._base = store._ur("auditorelection")
         self._cancelled = threading.Event()
+        # Set by the watch on the vote before ours (when it goes) and by cancel(): the one
+        # thing a waiting run() waits on.
+        self._wake = threading.Event()
         self._vote: str | None = None
 
     def run(self, on_elected: Callable[[], None]) -> None:
@@ -292,11 +292,12 @@ class _AuditorElection(Election):
                         store._call("auditor", store._zk.set, self._base, self._vote_text)
                     on_elected()
                     return
-                gone = threading.Event()
+                self._wake.clear()  # before the watch is set, so its firing is not lost
                 before = f"{self._base}/{votes[mine - 1]}"
-                if store._call(f"watch {before}", store._zk.exists, before, watch=_setter(gone)):
-                    while not (gone.wait(0.5) or self._cancelled.is_set()):
-                        pass
+                watch = watch_setting(self._wake)
+                exists = store._call(f"watch {before}", store._zk.exists, before, watch=watch)
+                if exists and not self._cancelled.is_set():
+                    self._wake.wait()
         finally:
             with suppress(Exception):
                 store._delete_quietly(f"{self._base}/{self._vote}")
@@ -313,3 +314,4 @@ class _AuditorElection(Election):
 
     def cancel(self) -> None:
         self._cancelled.set()
+        self._wake.set()
