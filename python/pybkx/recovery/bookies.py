@@ -276,9 +276,7 @@ def heal_ledger(
         if options.dry_run:
             report.planned.append((fragment, replacement))
             continue
-        entries, _ = copy_fragment(bk, handle, fragment, replacement, copied, rate)
-        report.entries_copied += entries
-        _rewrite_ensemble(handle, fragment, replacement)
+        _copy_and_repoint(bk, handle, fragment, replacement, report, copied, rate)
         logger.info(
             "ledger %d: entries %d..%d copied from %s to %s",
             fragment.ledger_id,
@@ -308,9 +306,7 @@ def heal_fragments(
             continue
         bad = frozenset(fragment.ensemble[i] for i in fragment.lost)
         replacement = _replacement(bk, md, fragment, bad, options.target)
-        entries, _ = copy_fragment(bk, handle, fragment, replacement, copied, rate)
-        report.entries_copied += entries
-        _rewrite_ensemble(handle, fragment, replacement)
+        _copy_and_repoint(bk, handle, fragment, replacement, report, copied, rate)
         md = handle.metadata
         logger.info(
             "ledger %d: entries %d..%d missing on %s copied to %s",
@@ -320,6 +316,23 @@ def heal_fragments(
             sorted(bad),
             [replacement[i] for i in fragment.lost],
         )
+
+
+def _copy_and_repoint(
+    bk: BookKeeper,
+    handle: ReadHandle,
+    fragment: Fragment,
+    replacement: tuple[str, ...],
+    report: RecoveryReport,
+    copied: Callable[[int], None],
+    rate: ByteRate,
+) -> None:
+    """Copy the fragment's lost entries onto ``replacement`` and re-point its segment there,
+    counting the entries in ``report``. Raises what ``copy_fragment`` and
+    ``_rewrite_ensemble`` raise."""
+    entries, _ = copy_fragment(bk, handle, fragment, replacement, copied, rate)
+    report.entries_copied += entries
+    _rewrite_ensemble(handle, fragment, replacement)
 
 
 def _replacement(
