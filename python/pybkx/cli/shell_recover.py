@@ -14,7 +14,6 @@ from pybkx.cli.output import emit_json
 from pybkx.cli.shell_options import cluster, confirmed, failed, json_option, resolve_uri
 
 if TYPE_CHECKING:
-    from pybkx.meta import MetadataStore
     from pybkx.recovery import RecoveryReport
 
 __all__ = ["RECOVERY_COMMANDS"]
@@ -81,7 +80,7 @@ def recover(
     and closed first. Exits 0 only when every ledger was healed."""
     from pybkx.cli.output import progress
     from pybkx.recovery import RecoveryOptions, affected_ledgers, recover_bookies
-    from pybkx.tools.shell import ShellError, open_client
+    from pybkx.tools.shell import ShellError, cookie_delete, open_client
 
     uri = resolve_uri(uri, conf_path)
     if target is not None and target in bookies:
@@ -109,7 +108,11 @@ def recover(
                     bk, bookies, options, lambda done, _, __: update(done), ledgers=ids
                 )
             if delete_cookie and report.ok and not dry_run:
-                _delete_cookies(bk.store, bookies)
+                for bookie in bookies:
+                    try:
+                        cookie_delete(bk.store, bookie)
+                    except ShellError as exc:
+                        click.echo(f"cookie of {bookie}: {exc}", err=True)
     except ShellError as exc:
         raise failed(exc) from None
     summary = _summary(report, dry_run)
@@ -127,17 +130,6 @@ def _print_affected(bookies: tuple[str, ...], ids: list[int], as_json: bool) -> 
         emit_json({"bookies": list(bookies), "ledgers": ids})
     else:
         click.echo(f"{len(ids)} ledgers on {', '.join(bookies)}: {ids}")
-
-
-def _delete_cookies(store: MetadataStore, bookies: tuple[str, ...]) -> None:
-    """Delete each recovered bookie's cookie; one that cannot be deleted is said on stderr."""
-    from pybkx.tools.shell import ShellError, cookie_delete
-
-    for bookie in bookies:
-        try:
-            cookie_delete(store, bookie)
-        except ShellError as exc:
-            click.echo(f"cookie of {bookie}: {exc}", err=True)
 
 
 def _summary(report: RecoveryReport, dry_run: bool) -> dict[str, object]:
