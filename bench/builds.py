@@ -38,7 +38,8 @@ from pathlib import Path
 from typing import Any
 
 from bench import machine
-from bench.compare import GROUP_COMMIT, READ_LEDGER, start_java_bookie
+from bench.compare import start_java_bookie
+from bench.compare_plan import GROUP_COMMIT, READ_LEDGER
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "interop"))

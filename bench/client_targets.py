@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import machine
-from bench.compare import GROUP_COMMIT
+from bench.compare_plan import GROUP_COMMIT
 from pybkx import _core
 from pybkx.client import BookKeeper, Future, LedgerHandle
 from pybkx.tools.sandbox import Sandbox

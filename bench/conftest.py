@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "interop"
 
 import harness
 
-from bench.compare import GROUP_COMMIT
+from bench.compare_plan import GROUP_COMMIT
 from pybkx._core import LedgerStorage
 from pybkx.bookie import open_ledger_storage
 

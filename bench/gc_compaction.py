@@ -5,39 +5,28 @@
 2. 101 ledgers of 4 KiB entries written interleaved (``--megabytes``), 70 of them deleted, then
    a major compaction (threshold 0.8, unpaced): live MB rewritten per second and logs scanned
    per second, beside the disk's sequential write + fdatasync speed measured in the same run.
-Not a test: ``make bench-gc``.
+Not a test (``make bench-gc``): it never asserts on timings.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from bench.machine import report_figures
+from bench.cli import report_figures, work_dir
+from bench.machine import MIB, disk_write_synced_once
 from pybkx._core import fill_storage
 from pybkx.bookie import open_ledger_storage
 
-MIB = 1 << 20
+DISK_PROBE_MB = 256
 
 
-def disk_write_mb_s(directory: Path, megabytes: int = 256) -> float:
-    path = directory / "disk-probe"
-    chunk = os.urandom(4 * MIB)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        started = time.perf_counter()
-        for _ in range(megabytes // 4):
-            os.write(fd, chunk)
-        os.fdatasync(fd)
-        return megabytes / (time.perf_counter() - started)
-    finally:
-        os.close(fd)
-        path.unlink()
+def disk_write_mb_s(directory: Path) -> float:
+    """MiB/s of DISK_PROBE_MB written in 4 MiB writes and synced once."""
+    return DISK_PROBE_MB / disk_write_synced_once(directory, DISK_PROBE_MB * MIB, 4 * MIB)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -47,9 +36,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dir", default=None)
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
-    base = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="pybkx-gc-"))
     out: dict[str, Any] = {}
-    try:
+    with work_dir(args.dir, "pybkx-gc-") as base:
         root = base / "gc"
         shutil.rmtree(root, ignore_errors=True)
         cfg = {
@@ -98,9 +86,6 @@ def main(argv: list[str] | None = None) -> int:
         out["compaction_freed_mb"] = round(freed / MIB, 1)
         out["disk_write_mb_s"] = round(disk_write_mb_s(root), 1)
         out["moved_vs_disk_write"] = round(out["compaction_moved_mb_s"] / out["disk_write_mb_s"], 2)
-    finally:
-        if not args.dir:
-            shutil.rmtree(base, ignore_errors=True)
     return report_figures(out, args.json)
 
 

@@ -22,8 +22,8 @@ import threading
 import time
 from pathlib import Path
 
-from bench import machine
-from bench.compare import GROUP_COMMIT
+from bench import cli
+from bench.compare_plan import GROUP_COMMIT
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "interop"))
@@ -97,12 +97,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--rounds", type=int, default=4, help="rounds of each setting")
     parser.add_argument("--rate-mb", type=float, default=100, help="the stream's MB/s")
-    machine.add_settings_option(
+    cli.add_settings_option(
         parser, help="a bookie setting for both (e.g. journalDirectIO=false; repeatable)"
     )
     parser.add_argument("--json", default=None, help="also write the figures to this file")
     args = parser.parse_args(argv)
-    extra = machine.settings_of(parser, args.set)
+    extra = cli.settings_of(parser, args.set)
 
     rounds: dict[str, list[dict[str, float]]] = {"reuse": [], "new_files": []}
     for r in range(args.rounds):
@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         ],
         "rounds": rounds,
     }
-    return machine.report_figures(summary, args.json)
+    return cli.report_figures(summary, args.json)
 
 
 if __name__ == "__main__":

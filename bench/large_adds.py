@@ -4,11 +4,11 @@
 Both bookies run with their journal and ledger directories on one disk and BookKeeper's
 group-commit defaults (bench.compare's settings); the load generator is pybkx's Rust V2 client.
 Both systems first take ``--warmup`` adds that are not counted (the Java bookie's JIT compiles
-its hot paths: its first runs are up to twice as slow). Each round measures the disk's
-sequential write + fdatasync limit, then the adds on each system (order alternating between
-rounds). Reported per system: MB/s of payload, CPU per entry, and the share of the disk limit
-counting both writes of every byte (journal and entry log); ratios are medians of the
-per-round pybkx/Java ratios. Never asserts on timings.
+its hot paths, so its first runs are slower: docs/performance.md, "Large adds"). Each round
+measures the disk's sequential write + fdatasync limit, then the adds on each system (order
+alternating between rounds). Reported per system: MB/s of payload, CPU per entry, and the
+share of the disk limit counting both writes of every byte (journal and entry log); ratios
+are medians of the per-round pybkx/Java ratios. Never asserts on timings.
 """
 
 from __future__ import annotations
@@ -18,8 +18,10 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from bench import machine
-from bench.compare import DISK_CHUNKS, LABEL, Progress, Results, Runner, cluster, order
+from bench import cli, machine
+from bench.compare import Progress, Runner, cluster, order
+from bench.compare_plan import DISK_CHUNKS, LABEL
+from bench.compare_report import Results
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -103,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         "pybkx_disk_share_both_writes": round(share, 3),
         "java_disk_share_both_writes": round(java_share, 3),
     }
-    return machine.report_figures(summary, args.json)
+    return cli.report_figures(summary, args.json)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """What the machine can do and what a process costs: the disk's sequential write + fdatasync
-limit and its direct sequential read, loopback TCP bandwidth, the machine description, and a
-process's CPU time and peak RSS read from /proc.
+limit, its sequential read (through the page cache and direct), loopback TCP bandwidth, the
+machine description, and a process's CPU time and peak RSS read from /proc.
 
 Owns measuring the machine itself; it never starts bookies or sends BookKeeper traffic, and it
 only reads /proc of the processes it is given.
@@ -8,8 +8,6 @@ only reads /proc of the processes it is given.
 
 from __future__ import annotations
 
-import argparse
-import json
 import mmap
 import os
 import platform
@@ -22,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+MIB = 1 << 20
 PREALLOC_BYTES = 16 << 20  # journalPreAllocSizeMB default: the journal grows its file likewise
 
 
@@ -109,6 +108,39 @@ def disk_write_fdatasync(directory: Path, chunk_bytes: int, seconds: float) -> D
         path.unlink(missing_ok=True)
 
 
+def disk_write_synced_once(directory: Path, nbytes: int, block_bytes: int) -> float:
+    """Seconds to write ``nbytes`` sequentially (``block_bytes`` per write, at least one write)
+    into a new file in ``directory`` and fdatasync it once at the end: what a journal or an
+    entry log must write in bulk. The file is removed."""
+    block = os.urandom(block_bytes)
+    path = directory / "disk-probe"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        started = time.perf_counter()
+        for _ in range(max(1, nbytes // block_bytes)):
+            os.write(fd, block)
+        os.fdatasync(fd)
+        return time.perf_counter() - started
+    finally:
+        os.close(fd)
+        path.unlink()
+
+
+def disk_read_buffered(path: Path) -> float:
+    """MiB/s of a sequential read of ``path`` as an application reads a file: through the page
+    cache (dropped first), the kernel reading ahead, 4 MiB per read."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        total = 0
+        started = time.perf_counter()
+        while chunk := os.read(fd, 4 * MIB):
+            total += len(chunk)
+        return total / MIB / (time.perf_counter() - started)
+    finally:
+        os.close(fd)
+
+
 def disk_read_direct(path: Path, chunk_bytes: int = 4 << 20, in_flight: int = 4) -> float:
     """MiB/s of a sequential read of ``path`` with ``O_DIRECT``: ``chunk_bytes`` requests,
     ``in_flight`` of them at a time (threads; ``preadv`` releases the GIL), so what is measured is
@@ -130,11 +162,27 @@ def disk_read_direct(path: Path, chunk_bytes: int = 4 << 20, in_flight: int = 4)
         started = time.perf_counter()
         with ThreadPoolExecutor(in_flight) as pool:
             total = sum(pool.map(reader, range(in_flight)))
-        return total / (1 << 20) / (time.perf_counter() - started)
+        return total / MIB / (time.perf_counter() - started)
     finally:
         os.close(fd)
         for b in buffers:
             b.close()
+
+
+def drop_cache(root: Path) -> None:
+    """Evict the files under ``root`` from the page cache (written data is synced first), so
+    that the next reads of them come from the disk."""
+    for path in root.rglob("*"):
+        if path.is_file():
+            try:
+                fd = os.open(path, os.O_RDONLY)
+            except FileNotFoundError:
+                continue  # removed since listed (an open storage merges its index files)
+            try:
+                os.fsync(fd)
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
 
 
 # --- network ---------------------------------------------------------------------------------
@@ -213,29 +261,3 @@ def describe(directory: Path) -> dict[str, str]:
         "python": platform.python_version(),
         "java": _first_line(["java", "-version"]),
     }
-
-
-def report_figures(figures: dict[str, object], json_path: str | None) -> int:
-    """Prints a bench's figures as JSON and, when asked, writes them to ``json_path`` too;
-    returns the exit status (0)."""
-    text = json.dumps(figures, indent=2)
-    print(text)
-    if json_path:
-        Path(json_path).write_text(text + "\n")
-    return 0
-
-
-def add_settings_option(parser: argparse.ArgumentParser, help: str) -> None:
-    """Adds ``--set KEY=VALUE`` (repeatable) for bookie settings to ``parser``."""
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help=help)
-
-
-def settings_of(parser: argparse.ArgumentParser, pairs: list[str]) -> dict[str, str]:
-    """The ``--set`` pairs as a mapping; a malformed one ends the program with a usage error."""
-    settings = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            parser.error(f"--set wants KEY=VALUE, got {pair!r}")
-        settings[key] = value
-    return settings

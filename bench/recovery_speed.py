@@ -44,27 +44,12 @@ sys.path.insert(0, str(REPO / "tests" / "interop"))
 
 import harness  # noqa: E402
 
-from bench import machine  # noqa: E402
-from bench.cold_read import drop_cache  # noqa: E402
+from bench import cli, machine  # noqa: E402
 from pybkx.client import BookKeeper  # noqa: E402
 from pybkx.recovery import RecoveryOptions, recover_bookies  # noqa: E402
 from pybkx.tools.sandbox import Sandbox  # noqa: E402
 
 MB = 1_000_000
-
-
-def disk_write_rate(directory: Path, nbytes: int) -> float:
-    """Bytes/s of a sequential write of ``nbytes`` with one fdatasync at the end."""
-    path = directory / "disk-probe"
-    block = os.urandom(1 << 20)
-    started = time.monotonic()
-    with open(path, "wb", buffering=0) as f:
-        for _ in range(max(1, nbytes >> 20)):
-            f.write(block)
-        os.fdatasync(f.fileno())
-    seconds = time.monotonic() - started
-    path.unlink()
-    return nbytes / seconds
 
 
 class CpuMeter:
@@ -228,14 +213,14 @@ def run_in(
         )
         victim = counts.most_common(1)[0][0]
         affected = counts[victim]
-        disk = disk_write_rate(base, total // 2)
+        disk = total // 2 / machine.disk_write_synced_once(base, total // 2, 1 << 20)
         lost = sandbox.bookie_addresses.index(bk.address_of(victim))
         sandbox.kill_bookie(lost)
         sandbox.wait_unregistered([lost])
         if args.cold:
             # As when a bookie dies long after its data was written: the survivors' copies are
             # read from the disk, not from the page cache the fill left behind.
-            drop_cache(base / "sandbox")
+            machine.drop_cache(base / "sandbox")
         probe = AddLatencyProbe(bk, sandbox.metadata_uri, args.probe_in_process)
         live = [p for i in range(args.bookies) if i != lost and (p := sandbox.pid(i)) is not None]
         probe_pid = probe.child.pid if probe.child is not None else None
@@ -247,27 +232,12 @@ def run_in(
         during: list[float] = []
         watcher = threading.Thread(target=lambda: during.append(probe.window(until=finished)))
         watcher.start()
-        rate = int(args.rate_mb * MB) if args.rate_mb else None
         cpu = CpuMeter(live, probe_pid)
         cpu.start()
         try:
-            if system == "java":
-                assert classpath is not None
-                # BookKeeperAdmin's recoverBookieData: the engine its replication workers use.
-                seconds = java_shell(classpath, sandbox.metadata_uri, base, "recover", "-f", victim)
-                # What starting the JVM and connecting costs, to take off.
-                seconds -= java_shell(classpath, sandbox.metadata_uri, base, "listbookies", "-rw")
-                ok = not any(
-                    victim in ensemble
-                    for i in ids
-                    for ensemble in bk.store.read_ledger_metadata(i).value.ensembles.values()
-                )
-                healed_ledgers, copied = affected, None
-            else:
-                options = RecoveryOptions(rate_bytes_per_s=rate, parallel_ledgers=args.parallel)
-                report = recover_bookies(bk, [victim], options)
-                seconds, ok = report.seconds, report.ok
-                healed_ledgers, copied = len(report.healed), report.bytes_copied
+            seconds, ok, healed_ledgers, copied = heal(
+                system, args, bk, sandbox.metadata_uri, base, classpath, victim, ids, affected
+            )
         finally:
             cpu.stop()
             finished.set()
@@ -311,6 +281,38 @@ def run_in(
     }
 
 
+def heal(
+    system: str,
+    args: argparse.Namespace,
+    bk: BookKeeper,
+    uri: str,
+    base: Path,
+    classpath: str | None,
+    victim: str,
+    ids: list[int],
+    affected: int,
+) -> tuple[float, bool, int, int | None]:
+    """Heal the lost ``victim`` (in ``affected`` of the ledgers ``ids``) with ``system``: its
+    seconds, whether every ledger was healed, how many ledgers it healed and the bytes it copied
+    (Java's shell says neither: the ``affected`` ledgers count, and None)."""
+    if system == "java":
+        assert classpath is not None
+        # BookKeeperAdmin's recoverBookieData: the engine its replication workers use.
+        seconds = java_shell(classpath, uri, base, "recover", "-f", victim)
+        # What starting the JVM and connecting costs, to take off.
+        seconds -= java_shell(classpath, uri, base, "listbookies", "-rw")
+        ok = not any(
+            victim in ensemble
+            for i in ids
+            for ensemble in bk.store.read_ledger_metadata(i).value.ensembles.values()
+        )
+        return seconds, ok, affected, None
+    rate = int(args.rate_mb * MB) if args.rate_mb else None
+    options = RecoveryOptions(rate_bytes_per_s=rate, parallel_ledgers=args.parallel)
+    report = recover_bookies(bk, [victim], options)
+    return report.seconds, report.ok, len(report.healed), report.bytes_copied
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--bookies", type=int, default=5)
@@ -343,7 +345,7 @@ def main() -> int:
         action="store_true",
         help="drop the bookies' files from the page cache before healing (the data is old)",
     )
-    machine.add_settings_option(
+    cli.add_settings_option(
         parser, help="a setting for every bookie (e.g. journalMaxSizeMB=64; repeatable)"
     )
     parser.add_argument("--dir", type=Path, default=None)
@@ -351,7 +353,7 @@ def main() -> int:
     args = parser.parse_args()
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
-    args.settings = machine.settings_of(parser, args.set)
+    args.settings = cli.settings_of(parser, args.set)
     systems = ("pybkx", "java") if args.java else ("pybkx",)
     results: list[dict] = []
     with contextlib.ExitStack() as stack:

@@ -3,7 +3,7 @@
 Writes N entries (default 10 million, 100 B) through `LedgerStorage`, then measures how long
 opening takes after a clean close (index loaded, nothing to replay) and after a crash (a child
 process killed with SIGKILL after writing past its last checkpoint, so the journal is replayed).
-Not a test: run it by hand or via `make bench`.
+Not a test (run it by hand or via `make bench`): it never asserts on timings.
 """
 
 from __future__ import annotations

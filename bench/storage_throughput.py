@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pybkx._core import LedgerStorage
 from pybkx.bookie import open_ledger_storage
 
 RECORD_OVERHEAD_BYTES = 25  # journal record: length, crc32c, kind, ledger id, entry id
@@ -93,64 +94,81 @@ def run_engine(
 
     storage = open_ledger_storage(**config)
     try:
-        start = threading.Barrier(writers + 1)
-        stop = threading.Event()
-        counts = [0] * writers
-        latencies: list[list[float]] = [[] for _ in range(writers)]
-        errors: list[BaseException] = []
-
-        def writer(index: int) -> None:
-            ledger_id = index + 1
-            key = f"bench-{ledger_id}".encode()
-            data = os.urandom(size_bytes)
-            entry_id = 0
-            lat = latencies[index]
-            try:
-                storage.add_entry(ledger_id, entry_id, data, key)  # create the ledger, warm up
-                entry_id += 1
-                start.wait()
-                while not stop.is_set():
-                    t0 = time.perf_counter()
-                    if mode in BATCHES:
-                        n = BATCHES[mode]
-                        batch = [(e, data) for e in range(entry_id, entry_id + n)]
-                        storage.add_entries(ledger_id, batch, key)
-                        entry_id += n
-                    else:
-                        storage.add_entry(ledger_id, entry_id, data, key)
-                        entry_id += 1
-                    lat.append(time.perf_counter() - t0)
-            except BaseException as exc:
-                errors.append(exc)
-                start.abort()
-            finally:
-                counts[index] = entry_id - 1  # the warm-up entry is not measured
-
-        threads = [threading.Thread(target=writer, args=(i,)) for i in range(writers)]
-        for t in threads:
-            t.start()
-        try:
-            start.wait()
-        except threading.BrokenBarrierError:
-            for t in threads:
-                t.join()
-            raise errors[0] from None
-        before = storage.stats()
-        t0 = time.perf_counter()
-        time.sleep(seconds)
-        stop.set()
-        for t in threads:
-            t.join()
-        run.elapsed_s = time.perf_counter() - t0
-        run.stats_delta = stats_delta(before, storage.stats())
-        if errors:
-            raise errors[0]
-        run.entries = sum(counts)
-        run.call_latencies_s = [x for lat in latencies for x in lat]
+        Writers(storage, writers, size_bytes, mode).measure(run, seconds)
     finally:
         storage.close()
         shutil.rmtree(workdir, ignore_errors=True)
     return run
+
+
+class Writers:
+    """The writer threads of one engine run, each adding to a ledger of its own in ``mode``
+    until stopped, every call's latency kept."""
+
+    def __init__(self, storage: LedgerStorage, writers: int, size_bytes: int, mode: str) -> None:
+        self._storage = storage
+        self._size_bytes = size_bytes
+        self._mode = mode
+        self._start = threading.Barrier(writers + 1)
+        self._stop = threading.Event()
+        self._counts = [0] * writers
+        self._latencies: list[list[float]] = [[] for _ in range(writers)]
+        self._errors: list[BaseException] = []
+
+    def measure(self, run: EngineRun, seconds: float) -> None:
+        """Start the writers, let them write for ``seconds`` (their warm-up add not counted),
+        stop them and fill ``run``. Raises what a writer raised."""
+        threads = [
+            threading.Thread(target=self._write, args=(i,)) for i in range(len(self._counts))
+        ]
+        for t in threads:
+            t.start()
+        try:
+            self._start.wait()
+        except threading.BrokenBarrierError:
+            for t in threads:
+                t.join()
+            raise self._errors[0] from None
+        before = self._storage.stats()
+        t0 = time.perf_counter()
+        time.sleep(seconds)
+        self._stop.set()
+        for t in threads:
+            t.join()
+        run.elapsed_s = time.perf_counter() - t0
+        run.stats_delta = stats_delta(before, self._storage.stats())
+        if self._errors:
+            raise self._errors[0]
+        run.entries = sum(self._counts)
+        run.call_latencies_s = [x for lat in self._latencies for x in lat]
+
+    def _write(self, index: int) -> None:
+        storage = self._storage
+        ledger_id = index + 1
+        key = f"bench-{ledger_id}".encode()
+        data = os.urandom(self._size_bytes)
+        entry_id = 0
+        lat = self._latencies[index]
+        try:
+            storage.add_entry(ledger_id, entry_id, data, key)  # create the ledger, warm up
+            entry_id += 1
+            self._start.wait()
+            while not self._stop.is_set():
+                t0 = time.perf_counter()
+                if self._mode in BATCHES:
+                    n = BATCHES[self._mode]
+                    batch = [(e, data) for e in range(entry_id, entry_id + n)]
+                    storage.add_entries(ledger_id, batch, key)
+                    entry_id += n
+                else:
+                    storage.add_entry(ledger_id, entry_id, data, key)
+                    entry_id += 1
+                lat.append(time.perf_counter() - t0)
+        except BaseException as exc:
+            self._errors.append(exc)
+            self._start.abort()
+        finally:
+            self._counts[index] = entry_id - 1  # the warm-up entry is not measured
 
 
 def disk_slice(root: Path, size_bytes: int, entries_per_sync: float, seconds: float) -> float:

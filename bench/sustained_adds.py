@@ -21,8 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench import machine
-from bench.compare import GROUP_COMMIT
+from bench import cli, machine
+from bench.compare_plan import GROUP_COMMIT
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "interop"))
@@ -53,13 +53,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ledgers", type=int, default=16)
     parser.add_argument("--in-flight", type=int, default=1000)
     parser.add_argument("--other", type=Path, default=None, help="another built source tree")
-    machine.add_settings_option(
+    cli.add_settings_option(
         parser, help="a bookie setting on top of the group-commit defaults (repeatable)"
     )
     parser.add_argument("--json", default=None, help="also write the figures to this file")
     args = parser.parse_args(argv)
 
-    settings = {**GROUP_COMMIT, **machine.settings_of(parser, args.set)}
+    settings = {**GROUP_COMMIT, **cli.settings_of(parser, args.set)}
     conf = "".join(f"{k}={v}\n" for k, v in settings.items())
     runs: list[dict[str, float]] = []
     with tempfile.TemporaryDirectory(prefix="pybkx-sustained-") as tmp:
@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         "bookie_cpu_s": runs[-1]["cpu_s"],
         "runs": runs,
     }
-    return machine.report_figures(summary, args.json)
+    return cli.report_figures(summary, args.json)
 
 
 if __name__ == "__main__":

@@ -7,20 +7,20 @@ watermarks are 0.6/0.3, so the mover copies cold logs down the whole time, paced
 watermark of 1.0 (never passed) and a quota the run does not fill. Writers add ``--entry-kb``
 KiB entries, one blocking add at a time per thread (``--writers`` threads, one ledger each),
 for ``--seconds`` per round. Reported per mode: adds per second, add latency p50/p99 (ms),
-MiB moved between tiers; and the ratios with/without. Not a test: ``make bench-tiers``.
+MiB moved between tiers; and the ratios with/without. Not a test (``make bench-tiers``): it
+never asserts on timings.
 """
 
 from __future__ import annotations
 
 import argparse
 import shutil
-import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
-from bench.machine import report_figures
+from bench.cli import report_figures, work_dir
 from pybkx.bookie import open_ledger_storage
 
 MIB = 1 << 20
@@ -100,15 +100,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dir", default=None)
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
-    base = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="pybkx-tiers-"))
     runs: dict[bool, list[dict[str, float]]] = {True: [], False: []}
-    try:
+    with work_dir(args.dir, "pybkx-tiers-") as base:
         for _ in range(args.rounds):
             for demote in (False, True):
                 runs[demote].append(one_round(base / "tiers", demote, args))
-    finally:
-        if not args.dir:
-            shutil.rmtree(base, ignore_errors=True)
     out: dict[str, Any] = {}
     for demote, name in ((False, "without"), (True, "with")):
         rounds = runs[demote]

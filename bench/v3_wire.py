@@ -19,7 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from bench import machine
-from bench.compare import RESULTS, SYSTEMS, Progress, cluster
+from bench.compare import Progress, cluster
+from bench.compare_plan import SYSTEMS
+from bench.compare_report import RESULTS
 from pybkx._core import run_load
 
 PROTOCOLS = ("V2", "V3")

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from pybkx.admin.api_bookie import require
 from pybkx.admin.context import AdminContext
 from pybkx.admin.decommission import Decommissions
-from pybkx.admin.http import HttpError, Request, Response
+from pybkx.admin.http import HttpError, Request, Response, require
 from pybkx.meta.audit import AuditUnavailable, trigger_audit
 
 __all__ = ["autorecovery_routes"]
@@ -20,9 +19,29 @@ Handler = Callable[[Request], Response]
 
 
 def autorecovery_routes(ctx: AdminContext) -> dict[str, Handler]:
-    def list_under_replicated(request: Request) -> Response:
+    """The table of AutoRecovery's endpoints: path to handler."""
+    api = _AutoRecoveryEndpoints(ctx)
+    return {
+        "/api/v1/autorecovery/status": api.status,
+        "/api/v1/autorecovery/trigger_audit": api.trigger,
+        "/api/v1/autorecovery/decommission": api.decommission,
+        "/api/v1/autorecovery/list_under_replicated_ledger": api.list_under_replicated,
+        "/api/v1/autorecovery/who_is_auditor": api.who_is_auditor,
+        "/api/v1/autorecovery/lost_bookie_recovery_delay": api.lost_bookie_recovery_delay,
+    }
+
+
+class _AutoRecoveryEndpoints:
+    """One handler per endpoint, each over the context's metadata store; the decommissions
+    started here run until done or until the admin server stops."""
+
+    def __init__(self, ctx: AdminContext) -> None:
+        self._ctx = ctx
+        self._decommissions = Decommissions(ctx.closed)
+
+    def list_under_replicated(self, request: Request) -> Response:
         require(request, "GET")
-        markers = ctx.store().underreplicated_ledgers()
+        markers = self._ctx.store().underreplicated_ledgers()
         missing = request.param("missingreplica")
         excluding = request.param("excludingmissingreplica")
         chosen = {
@@ -37,16 +56,16 @@ def autorecovery_routes(ctx: AdminContext) -> dict[str, Handler]:
             return Response(200, {str(k): v for k, v in chosen.items()})
         return Response(200, list(chosen))
 
-    def who_is_auditor(request: Request) -> Response:
+    def who_is_auditor(self, request: Request) -> Response:
         require(request, "GET")
-        auditor = ctx.store().auditor_election("admin-api").leader()
+        auditor = self._ctx.store().auditor_election("admin-api").leader()
         if auditor is None:
             return Response(404, "No auditor elected")
         return Response(200, {"Auditor": auditor})
 
-    def lost_bookie_recovery_delay(request: Request) -> Response:
+    def lost_bookie_recovery_delay(self, request: Request) -> Response:
         require(request, "GET", "PUT")
-        store = ctx.store()
+        store = self._ctx.store()
         if request.method == "PUT":
             body = request.json_body()
             seconds = body.get("delay_seconds") if isinstance(body, dict) else None
@@ -57,9 +76,9 @@ def autorecovery_routes(ctx: AdminContext) -> dict[str, Handler]:
         delay = store.lost_bookie_recovery_delay()
         return Response(200, f"lostBookieRecoveryDelay value: {delay or 0}")
 
-    def status(request: Request) -> Response:
+    def status(self, request: Request) -> Response:
         require(request, "GET", "PUT")
-        store = ctx.store()
+        store = self._ctx.store()
         if request.method == "PUT":
             enabled = request.param("enabled")
             if enabled is None:
@@ -69,17 +88,15 @@ def autorecovery_routes(ctx: AdminContext) -> dict[str, Handler]:
                 store.set_replication_enabled(wanted)
         return Response(200, {"enabled": store.replication_enabled()})
 
-    def trigger(request: Request) -> Response:
+    def trigger(self, request: Request) -> Response:
         require(request, "PUT")
         try:
-            trigger_audit(ctx.store())
+            trigger_audit(self._ctx.store())
         except AuditUnavailable as exc:  # BookKeeper answers 404 when triggerAudit throws
             raise HttpError(404, f"Exception when do operation. {exc}") from None
         return Response(200, "Success trigger audit.")
 
-    decommissions = Decommissions(ctx.closed)
-
-    def decommission(request: Request) -> Response:
+    def decommission(self, request: Request) -> Response:
         require(request, "PUT")
         body = request.json_body()
         if body is None:
@@ -90,18 +107,9 @@ def autorecovery_routes(ctx: AdminContext) -> dict[str, Handler]:
         flag = body.get("delete_cookie", False)
         delete_cookie = flag is True or (isinstance(flag, str) and flag.lower() == "true")
         try:
-            started = decommissions.start(ctx.store(), bookie, delete_cookie)
+            started = self._decommissions.start(self._ctx.store(), bookie, delete_cookie)
         except (ValueError, AuditUnavailable) as exc:
             raise HttpError(404, f"Exception when send decommission command. {exc}") from None
         if not started:
             return Response(200, f"Decommission of {bookie} is already under way")
         return Response(200, f"Success send decommission Bookie command {bookie}")
-
-    return {
-        "/api/v1/autorecovery/status": status,
-        "/api/v1/autorecovery/trigger_audit": trigger,
-        "/api/v1/autorecovery/decommission": decommission,
-        "/api/v1/autorecovery/list_under_replicated_ledger": list_under_replicated,
-        "/api/v1/autorecovery/who_is_auditor": who_is_auditor,
-        "/api/v1/autorecovery/lost_bookie_recovery_delay": lost_bookie_recovery_delay,
-    }

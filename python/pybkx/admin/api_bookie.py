@@ -12,7 +12,7 @@ from pathlib import Path
 
 from pybkx.admin.bookie_metrics import is_entry_log, is_journal
 from pybkx.admin.context import AdminContext
-from pybkx.admin.http import HttpError, Request, Response
+from pybkx.admin.http import HttpError, Request, Response, require
 from pybkx.admin.prometheus import CONTENT_TYPE
 from pybkx.bookie import BookieError
 from pybkx.tools.bookies import disk_info
@@ -22,35 +22,40 @@ __all__ = ["bookie_routes"]
 Handler = Callable[[Request], Response]
 
 
-def require(request: Request, *methods: str) -> None:
-    """BookKeeper answers a method an endpoint does not support with 404."""
-    if request.method not in methods:
-        raise HttpError(404, f"{request.method} is not supported here; use {' or '.join(methods)}")
-
-
-def _files(dirs: tuple[str, ...] | None, wanted: Callable[[str], bool]) -> str:
-    """BookKeeper's listing: the names of the wanted files, each followed by a tab."""
-    names: list[str] = []
-    for d in dirs or ():
-        try:
-            names += sorted(e.name for e in os.scandir(Path(d) / "current") if wanted(e.name))
-        except OSError:
-            continue
-    return "".join(f"{name}\t" for name in names)
-
-
 def bookie_routes(ctx: AdminContext) -> dict[str, Handler]:
-    bookie = ctx.bookie
+    """The table of this bookie's endpoints: path to handler."""
+    api = _BookieEndpoints(ctx)
+    return {
+        "/heartbeat": api.heartbeat,
+        "/metrics": api.metrics,
+        "/api/v1/config/server_config": api.server_config,
+        "/api/v1/bookie/info": api.info,
+        "/api/v1/bookie/state": api.state,
+        "/api/v1/bookie/state/readonly": api.read_only,
+        "/api/v1/bookie/is_ready": api.is_ready,
+        "/api/v1/bookie/last_log_mark": api.last_log_mark,
+        "/api/v1/bookie/list_disk_file": api.list_disk_file,
+        "/api/v1/bookie/gc": api.gc,
+        "/api/v1/bookie/gc_details": api.gc_details,
+    }
 
-    def heartbeat(request: Request) -> Response:
+
+class _BookieEndpoints:
+    """One handler per endpoint, each over the admin context's bookie."""
+
+    def __init__(self, ctx: AdminContext) -> None:
+        self._ctx = ctx
+        self._bookie = ctx.bookie
+
+    def heartbeat(self, request: Request) -> Response:
         return Response.text("OK\n")
 
-    def metrics(request: Request) -> Response:
+    def metrics(self, request: Request) -> Response:
         if request.method != "GET":
             raise HttpError(403, f"{request.method} is forbidden. Should be GET method")
-        return Response.text(ctx.metrics_text(), content_type=CONTENT_TYPE)
+        return Response.text(self._ctx.metrics_text(), content_type=CONTENT_TYPE)
 
-    def server_config(request: Request) -> Response:
+    def server_config(self, request: Request) -> Response:
         if request.method == "PUT":
             raise HttpError(
                 403,
@@ -58,20 +63,21 @@ def bookie_routes(ctx: AdminContext) -> dict[str, Handler]:
                 "configuration file and restart the bookie",
             )
         require(request, "GET")
-        config = bookie.config
+        config = self._bookie.config
         shown = {key: _text(value) for key, value in config.settings().items()}
         shown.update({key: _text(value) for key, value in config.extra.items()})
         return Response(200, shown)
 
-    def info(request: Request) -> Response:
+    def info(self, request: Request) -> Response:
         require(request, "GET")
-        space = disk_info(bookie.config.ledger_directories)
+        space = disk_info(self._bookie.config.ledger_directories)
         return Response(200, {"freeSpace": space.free, "totalSpace": space.total})
 
-    def state(request: Request) -> Response:
+    def state(self, request: Request) -> Response:
         require(request, "GET")
+        bookie = self._bookie
         running = bookie.running
-        read_only = _read_only_or(True)
+        read_only = self._read_only_or(True)
         return Response(
             200,
             {
@@ -82,33 +88,27 @@ def bookie_routes(ctx: AdminContext) -> dict[str, Handler]:
             },
         )
 
-    def _read_only_or(default: bool) -> bool:
-        try:
-            return bookie.read_only
-        except BookieError:
-            return default
-
-    def read_only(request: Request) -> Response:
+    def read_only(self, request: Request) -> Response:
         require(request, "GET", "PUT")
         if request.method == "PUT":
             body = request.json_body()
             if not isinstance(body, dict) or not isinstance(body.get("readOnly"), bool):
                 raise HttpError(400, 'expected a JSON body {"readOnly": true|false}')
             try:
-                bookie.set_read_only(body["readOnly"])
+                self._bookie.set_read_only(body["readOnly"])
             except BookieError as exc:
                 raise HttpError(400, str(exc)) from None
-        return Response(200, {"readOnly": _read_only_or(True)})
+        return Response(200, {"readOnly": self._read_only_or(True)})
 
-    def is_ready(request: Request) -> Response:
+    def is_ready(self, request: Request) -> Response:
         require(request, "GET")
-        if bookie.running and not bookie.shutting_down:
+        if self._bookie.running and not self._bookie.shutting_down:
             return Response.text("OK")
         return Response.text("Bookie is not fully started yet", status=503)
 
-    def last_log_mark(request: Request) -> Response:
+    def last_log_mark(self, request: Request) -> Response:
         require(request, "GET")
-        marks = bookie.storage.journal_marks()
+        marks = self._bookie.storage.journal_marks()
         return Response(
             200,
             {
@@ -117,9 +117,9 @@ def bookie_routes(ctx: AdminContext) -> dict[str, Handler]:
             },
         )
 
-    def list_disk_file(request: Request) -> Response:
+    def list_disk_file(self, request: Request) -> Response:
         require(request, "GET")
-        config = bookie.config
+        config = self._bookie.config
         listings = {
             "journal": ("journal files", _files(config.journal_directories, is_journal)),
             "entrylog": ("entrylog files", _files(config.ledger_directories, is_entry_log)),
@@ -135,9 +135,9 @@ def bookie_routes(ctx: AdminContext) -> dict[str, Handler]:
         chosen = [wanted] if wanted in listings else list(listings)
         return Response(200, {listings[k][0]: listings[k][1] for k in chosen})
 
-    def gc(request: Request) -> Response:
+    def gc(self, request: Request) -> Response:
         require(request, "GET", "PUT")
-        collector = bookie.garbage_collector
+        collector = self._bookie.garbage_collector
         if request.method == "GET":
             running = collector is not None and collector.running
             return Response(200, {"is_in_force_gc": str(running).lower()})
@@ -151,28 +151,31 @@ def bookie_routes(ctx: AdminContext) -> dict[str, Handler]:
             force_major=bool(options.get("forceMajor", False)),
             force_minor=bool(options.get("forceMinor", False)),
         )
-        return Response(200, f"Triggered GC on BookieServer: {bookie.bookie_id}")
+        return Response(200, f"Triggered GC on BookieServer: {self._bookie.bookie_id}")
 
-    def gc_details(request: Request) -> Response:
+    def gc_details(self, request: Request) -> Response:
         require(request, "GET")
-        collector = bookie.garbage_collector
+        collector = self._bookie.garbage_collector
         if collector is None:
             raise HttpError(404, "this bookie runs standalone: it collects no garbage")
         return Response(200, [collector.details()])
 
-    return {
-        "/heartbeat": heartbeat,
-        "/metrics": metrics,
-        "/api/v1/config/server_config": server_config,
-        "/api/v1/bookie/info": info,
-        "/api/v1/bookie/state": state,
-        "/api/v1/bookie/state/readonly": read_only,
-        "/api/v1/bookie/is_ready": is_ready,
-        "/api/v1/bookie/last_log_mark": last_log_mark,
-        "/api/v1/bookie/list_disk_file": list_disk_file,
-        "/api/v1/bookie/gc": gc,
-        "/api/v1/bookie/gc_details": gc_details,
-    }
+    def _read_only_or(self, default: bool) -> bool:
+        try:
+            return self._bookie.read_only
+        except BookieError:
+            return default
+
+
+def _files(dirs: tuple[str, ...] | None, wanted: Callable[[str], bool]) -> str:
+    """BookKeeper's listing: the names of the wanted files, each followed by a tab."""
+    names: list[str] = []
+    for d in dirs or ():
+        try:
+            names += sorted(e.name for e in os.scandir(Path(d) / "current") if wanted(e.name))
+        except OSError:
+            continue
+    return "".join(f"{name}\t" for name in names)
 
 
 def _text(value: object) -> str:

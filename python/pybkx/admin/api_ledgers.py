@@ -11,10 +11,9 @@ import itertools
 from collections.abc import Callable
 
 from pybkx import errors
-from pybkx.admin.api_bookie import require
 from pybkx.admin.context import AdminContext
-from pybkx.admin.http import HttpError, Request, Response
-from pybkx.meta import serde
+from pybkx.admin.http import HttpError, Request, Response, require
+from pybkx.meta import LedgerMetadata, serde
 from pybkx.tools.bookies import bookie_disk_info, bookie_host, format_bytes, list_bookies
 from pybkx.tools.ledgers import ledger_metadata_json, read_ledger
 
@@ -40,9 +39,27 @@ def _ledger_id(request: Request) -> int:
 
 
 def ledger_routes(ctx: AdminContext) -> dict[str, Handler]:
-    def ledger_list(request: Request) -> Response:
+    """The table of the cluster's endpoints: path to handler."""
+    api = _LedgerEndpoints(ctx)
+    return {
+        "/api/v1/ledger/list": api.ledger_list,
+        "/api/v1/ledger/metadata": api.ledger_metadata,
+        "/api/v1/ledger/read": api.ledger_read,
+        "/api/v1/ledger/delete": api.ledger_delete,
+        "/api/v1/bookie/list_bookies": api.bookies,
+        "/api/v1/bookie/list_bookie_info": api.bookie_info,
+    }
+
+
+class _LedgerEndpoints:
+    """One handler per endpoint, each through the context's metadata store or client."""
+
+    def __init__(self, ctx: AdminContext) -> None:
+        self._ctx = ctx
+
+    def ledger_list(self, request: Request) -> Response:
         require(request, "GET")
-        store = ctx.store()
+        store = self._ctx.store()
         print_metadata = request.param("print_metadata") == "true"
         decode = request.param("decode_meta") == "true"
         page = request.int_param("page", -1) if print_metadata else -1
@@ -59,52 +76,37 @@ def ledger_routes(ctx: AdminContext) -> dict[str, Handler]:
                 md = store.read_ledger_metadata(ledger_id).value
             except errors.NoSuchLedgerExistsOnMetadataServerException:
                 continue  # deleted while listing
-            if decode:
-                out[str(ledger_id)] = ledger_metadata_json(ledger_id, md)
-            else:
-                raw = serde.serialize_ledger_metadata(md)
-                out[str(ledger_id)] = raw.decode("latin-1")
+            out[str(ledger_id)] = _shown_metadata(ledger_id, md, decode)
         return Response(200, out)
 
-    def ledger_metadata(request: Request) -> Response:
+    def ledger_metadata(self, request: Request) -> Response:
         require(request, "GET")
         ledger_id = _ledger_id(request)
-        md = ctx.store().read_ledger_metadata(ledger_id).value
+        md = self._ctx.store().read_ledger_metadata(ledger_id).value
         return Response(200, {str(ledger_id): ledger_metadata_json(ledger_id, md)})
 
-    def ledger_read(request: Request) -> Response:
+    def ledger_read(self, request: Request) -> Response:
         require(request, "GET")
         ledger_id = _ledger_id(request)
-        first = request.int_param("start_entry_id", 0) or 0
-        last = request.int_param("end_entry_id", -1)
-        assert last is not None
-        page = request.int_param("page", -1)
+        first, last, page = _read_range(request)
         out: dict[str, str] = {}
-        if page is not None and page > 0:
-            page_first = (page - 1) * ENTRIES_PER_PAGE
-            page_last = page_first + ENTRIES_PER_PAGE - 1
-            first = max(first, page_first)
-            last = page_last if last == -1 else min(last, page_last)
+        if page is not None:
             out["Entries for page: "] = str(page)
-        elif last == -1 or last - first >= MAX_ENTRIES_PER_READ:
-            last = first + MAX_ENTRIES_PER_READ - 1
-        if first < 0 or last < first:
-            raise HttpError(400, f"start_entry_id {first} and end_entry_id {last} conflict")
-        for entry_id, payload in read_ledger(ctx.client(), ledger_id, first, last):
+        for entry_id, payload in read_ledger(self._ctx.client(), ledger_id, first, last):
             out[str(entry_id)] = payload.decode("ascii", errors="replace")
         return Response(200, out)
 
-    def ledger_delete(request: Request) -> Response:
+    def ledger_delete(self, request: Request) -> Response:
         require(request, "DELETE")
         ledger_id = _ledger_id(request)
         # As BookKeeper: deleting a ledger that does not exist succeeds.
         with contextlib.suppress(errors.NoSuchLedgerExistsOnMetadataServerException):
-            ctx.client().delete_ledger(ledger_id)
+            self._ctx.client().delete_ledger(ledger_id)
         return Response(200, f"Deleted ledger: {ledger_id}")
 
-    def bookies(request: Request) -> Response:
+    def bookies(self, request: Request) -> Response:
         require(request, "GET")
-        store = ctx.store()
+        store = self._ctx.store()
         kind = "ro" if request.param("type") == "ro" else "rw"
         hostnames = request.param("print_hostnames") == "true"
         return Response(
@@ -112,9 +114,9 @@ def ledger_routes(ctx: AdminContext) -> dict[str, Handler]:
             {b: (bookie_host(store, b) if hostnames else None) for b in list_bookies(store, kind)},
         )
 
-    def bookie_info(request: Request) -> Response:
+    def bookie_info(self, request: Request) -> Response:
         require(request, "GET")
-        store = ctx.store()
+        store = self._ctx.store()
         out: dict[str, str] = {}
         free = total = 0
         for bookie_id in list_bookies(store, "all"):
@@ -129,11 +131,31 @@ def ledger_routes(ctx: AdminContext) -> dict[str, Handler]:
         out["ClusterInfo: "] = f"{{Free: {format_bytes(free)}, Total: {format_bytes(total)}}}"
         return Response(200, out)
 
-    return {
-        "/api/v1/ledger/list": ledger_list,
-        "/api/v1/ledger/metadata": ledger_metadata,
-        "/api/v1/ledger/read": ledger_read,
-        "/api/v1/ledger/delete": ledger_delete,
-        "/api/v1/bookie/list_bookies": bookies,
-        "/api/v1/bookie/list_bookie_info": bookie_info,
-    }
+
+def _shown_metadata(ledger_id: int, md: LedgerMetadata, decode: bool) -> object:
+    """A ledger's metadata in a listing: decoded as JSON, else its stored bytes as text."""
+    if decode:
+        return ledger_metadata_json(ledger_id, md)
+    return serde.serialize_ledger_metadata(md).decode("latin-1")
+
+
+def _read_range(request: Request) -> tuple[int, int, int | None]:
+    """The entries a read asks for, ``(first, last, page)``: a page of ENTRIES_PER_PAGE within
+    ``start_entry_id..end_entry_id`` when ``page`` is given (``page`` None otherwise), else at
+    most MAX_ENTRIES_PER_READ from ``start_entry_id``. Raises HttpError 400 when they conflict."""
+    first = request.int_param("start_entry_id", 0) or 0
+    last = request.int_param("end_entry_id", -1)
+    assert last is not None
+    page = request.int_param("page", -1)
+    if page is not None and page > 0:
+        page_first = (page - 1) * ENTRIES_PER_PAGE
+        page_last = page_first + ENTRIES_PER_PAGE - 1
+        first = max(first, page_first)
+        last = page_last if last == -1 else min(last, page_last)
+    else:
+        page = None
+        if last == -1 or last - first >= MAX_ENTRIES_PER_READ:
+            last = first + MAX_ENTRIES_PER_READ - 1
+    if first < 0 or last < first:
+        raise HttpError(400, f"start_entry_id {first} and end_entry_id {last} conflict")
+    return first, last, page

@@ -15,6 +15,7 @@ from pybkx.bookie import Bookie, BookieError
 
 if TYPE_CHECKING:
     from pybkx._core import LedgerStorage, Metric
+    from pybkx.bookie.disks import DiskVerdict
 
 __all__ = ["bookie_metrics", "dir_usage_percent", "is_entry_log", "is_journal"]
 
@@ -100,23 +101,7 @@ def bookie_metrics(bookie: Bookie) -> list[Metric]:
     verdict = checker.last if checker is not None else None
     measured = _measured_usage(storage)
     for scope, dirs in scopes:
-        # Writable: not marked full by the disk checker's last check.
-        writable = len(dirs)
-        if verdict is not None:
-            if scope == "ledger":
-                writable = verdict.writable_dirs
-            elif verdict.other_full:
-                writable = 0 if verdict.other_full[0] else 1
-        out.append(_gauge(f"bookie_{scope}_num_dirs", len(dirs)))
-        out.append(_gauge(f"bookie_{scope}_writable_dirs", writable))
-        rows = measured.get(scope, [])
-        for i, d in enumerate(dirs):
-            # The storage's own measure (against a tier's quota where one is set), else the
-            # file system's.
-            usage = rows[i] if i < len(rows) and rows[i] is not None else dir_usage_percent(d)
-            if usage is not None:
-                name = f"bookie_{scope}_dir_{_UNSAFE.sub('_', d)}_usage"
-                out.append((name, "gauge", "percent", {}, usage))
+        out += _directory_gauges(scope, dirs, verdict, measured.get(scope, []))
     out.append(
         _gauge("pybkx_bookie_high_priority_writes", int(bookie.available_for_high_priority_writes))
     )
@@ -128,4 +113,29 @@ def bookie_metrics(bookie: Bookie) -> list[Metric]:
         metrics = getattr(service, "metrics", None)
         if callable(metrics):
             out.extend(metrics())
+    return out
+
+
+def _directory_gauges(
+    scope: str, dirs: tuple[str, ...], verdict: DiskVerdict | None, rows: list[float | None]
+) -> list[Metric]:
+    """BookKeeper's gauges of one kind (``scope``) of directories: how many, how many
+    writable (not marked full by the disk checker's last ``verdict``), and each one's usage
+    (``rows``: the storage's own measure, against a tier's quota where one is set; else the
+    file system's)."""
+    writable = len(dirs)
+    if verdict is not None:
+        if scope == "ledger":
+            writable = verdict.writable_dirs
+        elif verdict.other_full:
+            writable = 0 if verdict.other_full[0] else 1
+    out = [
+        _gauge(f"bookie_{scope}_num_dirs", len(dirs)),
+        _gauge(f"bookie_{scope}_writable_dirs", writable),
+    ]
+    for i, d in enumerate(dirs):
+        usage = rows[i] if i < len(rows) and rows[i] is not None else dir_usage_percent(d)
+        if usage is not None:
+            name = f"bookie_{scope}_dir_{_UNSAFE.sub('_', d)}_usage"
+            out.append((name, "gauge", "percent", {}, usage))
     return out

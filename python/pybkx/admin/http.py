@@ -25,7 +25,7 @@ import waitress
 
 from pybkx import errors
 
-__all__ = ["HttpError", "HttpServer", "Request", "Response", "Router"]
+__all__ = ["HttpError", "HttpServer", "Request", "Response", "Router", "require"]
 
 logger = logging.getLogger(__name__)
 
@@ -90,6 +90,14 @@ class Response:
 
 
 Handler = Callable[[Request], Response]
+
+
+def require(request: Request, *methods: str) -> None:
+    """Raises HttpError 404 unless the request uses one of ``methods``: BookKeeper answers a
+    method an endpoint does not support with 404."""
+    if request.method not in methods:
+        raise HttpError(404, f"{request.method} is not supported here; use {' or '.join(methods)}")
+
 
 _METHODS = frozenset({"GET", "PUT", "POST", "DELETE", "HEAD"})
 

@@ -2,7 +2,8 @@
 server (``httpServerEnabled``: every endpoint, ``/metrics`` included, published in the bookie's
 registration as ``httpserver``), or else, when metrics are collected and
 ``prometheusStatsHttpEnable`` is on, a server for ``/metrics`` alone on
-``prometheusStatsHttpPort``. It starts and stops them; the endpoints live in ``api_*``.
+``prometheusStatsHttpPort``. It starts and stops them; it never answers a request itself (the
+endpoints live in ``api_*``).
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """``pybkx autorecovery``: AutoRecovery on its own (BookKeeper's ``bin/bookkeeper
 autorecovery``), for clusters whose bookies do not run it (``autoRecoveryDaemonEnabled``).
-It parses, starts and waits for a signal; the work is ``pybkx.recovery``."""
+It parses, starts and waits for a signal; it never audits or copies itself (``pybkx.recovery``
+does)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """``pybkx bookie``: run one bookie (with its HTTP services) from a BookKeeper configuration
-file and flags, or print the configuration it would run with. It parses and reports; the bookie
-itself is ``pybkx.bookie``, its HTTP services ``pybkx.admin``."""
+file and flags, or print the configuration it would run with. It parses and reports; it never
+serves anything itself (the bookie is ``pybkx.bookie``, its HTTP services ``pybkx.admin``)."""
 
 from __future__ import annotations
 

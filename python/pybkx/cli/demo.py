@@ -1,5 +1,5 @@
 """``pybkx demo`` and ``pybkx storage-demo``: the README's main job and the storage engine's demo.
-It parses and reports; the demos themselves live in ``pybkx.tools``."""
+It parses and reports; it never holds demo logic (the demos live in ``pybkx.tools``)."""
 
 from __future__ import annotations
 

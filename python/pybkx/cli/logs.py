@@ -1,5 +1,6 @@
 """Logging for pybkx's commands: one line format (time, level, logger, message) for Python's
-records and the Rust core's alike, which reach ``logging`` as ``pybkx.core.<module>``."""
+records and the Rust core's alike, which reach ``logging`` as ``pybkx.core.<module>``. It sets
+up handlers; it never decides what is logged."""
 
 from __future__ import annotations
 

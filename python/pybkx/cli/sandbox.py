@@ -1,5 +1,6 @@
 """``pybkx sandbox``: a local cluster of bookie processes until Ctrl-C.
-It parses and reports; the sandbox itself is ``pybkx.tools.sandbox``."""
+It parses and reports; it never starts a process itself (the sandbox is
+``pybkx.tools.sandbox``)."""
 
 from __future__ import annotations
 

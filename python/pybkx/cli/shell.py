@@ -1,8 +1,9 @@
 """``pybkx shell``: cluster administration and file inspection, as BookKeeper's shell: the
 cluster (initnewcluster, metaformat, cookie, updateledgers), bookies (listbookies, bookieinfo,
 bookiesanity, lastmark), ledgers (listledgers, ledgermetadata, readledger, deleteledger,
-simpletest) and files (readjournal). It parses and prints (tables, or JSON with ``--json``);
-the work is in ``pybkx.tools``."""
+simpletest), files (readjournal), manual recovery (``shell_recover``) and AutoRecovery
+(``shell_autorecovery``). It parses and prints (tables, or JSON with ``--json``); it never does
+the work itself (``pybkx.tools``, ``pybkx.recovery`` do)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import click
 
 from pybkx import errors
 from pybkx._core import scan_journal
+from pybkx.cli.shell_autorecovery import AUTORECOVERY_COMMANDS
 from pybkx.cli.shell_bookies import BOOKIE_COMMANDS
 from pybkx.cli.shell_ledgers import LEDGER_COMMANDS
 from pybkx.cli.shell_options import cluster, confirmed, resolve_uri
@@ -95,5 +97,5 @@ def readjournal(path: Path) -> None:
     click.echo(f"{kinds.total()} records: {summary}")
 
 
-for _command in (*BOOKIE_COMMANDS, *LEDGER_COMMANDS, *RECOVERY_COMMANDS):
+for _command in (*BOOKIE_COMMANDS, *LEDGER_COMMANDS, *RECOVERY_COMMANDS, *AUTORECOVERY_COMMANDS):
     shell.add_command(_command)

@@ -1,5 +1,6 @@
 """``pybkx shell`` commands about bookies: listbookies, bookieinfo, bookiesanity, lastmark and
-cookie, as BookKeeper's. They parse and print; the work is in ``pybkx.tools``."""
+cookie, as BookKeeper's. They parse and print; they never do the work themselves
+(``pybkx.tools`` does)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """``pybkx shell`` commands about ledgers: listledgers, ledgermetadata, readledger (and its
 alias ledger), deleteledger, simpletest and updateledgers, as BookKeeper's. They parse and print
-(long ones with a progress bar); the work is in ``pybkx.tools``."""
+(long ones with a progress bar); they never do the work themselves (``pybkx.tools`` does)."""
 
 from __future__ import annotations
 

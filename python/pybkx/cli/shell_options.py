@@ -1,5 +1,6 @@
 """The options ``pybkx shell`` commands share: which cluster (``--uri`` or a bookie's
-``--conf``), ``--json``, and turning failures into one-line errors. Parsing only."""
+``--conf``), ``--json``, asking for confirmation and turning failures into one-line errors.
+Parsing only: it never reaches a cluster."""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
-"""``pybkx shell recover``: BookKeeper's manual recovery of lost bookies, with its options.
-Parses, confirms, shows progress and prints the report; the work is in ``pybkx.recovery``."""
+"""``pybkx shell`` commands of manual recovery, as BookKeeper's: ``recover`` (lost bookies
+re-replicated, with its options) and ``decommissionbookie`` (a stopped bookie re-replicated and
+its cookie deleted). They parse, confirm, show progress and print the report; they never copy
+data themselves (``pybkx.recovery`` does)."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from pybkx.cli.output import emit, emit_json
+from pybkx.cli.output import emit_json
 from pybkx.cli.shell_options import cluster, confirmed, failed, json_option, resolve_uri
 
 if TYPE_CHECKING:
@@ -96,10 +98,7 @@ def recover(
         with open_client(uri) as bk:
             ids = affected_ledgers(bk.store, bookies, ledger)
             if query:
-                if as_json:
-                    emit_json({"bookies": list(bookies), "ledgers": ids})
-                else:
-                    click.echo(f"{len(ids)} ledgers on {', '.join(bookies)}: {ids}")
+                _print_affected(bookies, ids, as_json)
                 return
             question = f"Recover {len(ids)} ledgers of {', '.join(bookies)} onto other bookies?"
             if ids and not (force or dry_run) and not confirmed(question):
@@ -116,7 +115,26 @@ def recover(
                         click.echo(f"cookie of {bookie}: {exc}", err=True)
     except ShellError as exc:
         raise failed(exc) from None
-    summary = {
+    summary = _summary(report, dry_run)
+    if as_json:
+        emit_json(summary)
+    else:
+        _print(report, summary, dry_run)
+    if not report.ok:
+        raise SystemExit(1)
+
+
+def _print_affected(bookies: tuple[str, ...], ids: list[int], as_json: bool) -> None:
+    """``recover -q``: the ledgers with data on the bookies."""
+    if as_json:
+        emit_json({"bookies": list(bookies), "ledgers": ids})
+    else:
+        click.echo(f"{len(ids)} ledgers on {', '.join(bookies)}: {ids}")
+
+
+def _summary(report: RecoveryReport, dry_run: bool) -> dict[str, object]:
+    """The report under BookKeeper-style keys (``--json``), with the plan of a dry run."""
+    summary: dict[str, object] = {
         "bookies": list(report.lost),
         "ledgersAffected": report.affected,
         "healed": report.healed,
@@ -139,12 +157,7 @@ def recover(
             }
             for f, r in report.planned
         ]
-    if as_json:
-        emit_json(summary)
-    else:
-        _print(report, summary, dry_run)
-    if not report.ok:
-        raise SystemExit(1)
+    return summary
 
 
 def _print(report: RecoveryReport, summary: dict[str, object], dry_run: bool) -> None:
@@ -175,112 +188,6 @@ def _print(report: RecoveryReport, summary: dict[str, object], dry_run: bool) ->
             "(give -sku to go on past unrecoverable ledgers)",
             err=True,
         )
-
-
-# --- AutoRecovery ------------------------------------------------------------------------------
-
-
-@click.command()
-@cluster
-@json_option
-def listunderreplicated(uri: str | None, conf_path: Path | None, as_json: bool) -> None:
-    """List the ledgers AutoRecovery marked under-replicated, with the bookies they miss."""
-    from pybkx.tools.shell import ShellError, open_store
-
-    uri = resolve_uri(uri, conf_path)
-    try:
-        with open_store(uri) as store:
-            markers = store.underreplicated_ledgers()
-    except ShellError as exc:
-        raise failed(exc) from None
-    rows = [{"ledger": k, "missingReplicas": v} for k, v in sorted(markers.items())]
-    if as_json:
-        emit_json(rows)
-    else:
-        emit(rows, ["ledger", "missingReplicas"], as_json=False, title="under-replicated")
-
-
-@click.command()
-@cluster
-def whoisauditor(uri: str | None, conf_path: Path | None) -> None:
-    """Print the bookie id of the cluster's auditor."""
-    from pybkx.tools.shell import ShellError, open_store
-
-    uri = resolve_uri(uri, conf_path)
-    try:
-        with open_store(uri) as store:
-            election = store.auditor_election("pybkx-shell")
-            auditor = election.leader()
-    except ShellError as exc:
-        raise failed(exc) from None
-    if auditor is None:
-        raise failed("no auditor is running")
-    click.echo(f"Auditor: {auditor}")
-
-
-@click.command()
-@cluster
-def triggeraudit(uri: str | None, conf_path: Path | None) -> None:
-    """Make the auditor audit lost bookies now, by storing lostBookieRecoveryDelay again with
-    the value it has (as BookKeeper's triggeraudit). Fails when AutoRecovery is disabled or no
-    auditor is elected."""
-    from pybkx.recovery.auditor import AuditUnavailable, trigger_audit
-    from pybkx.tools.shell import ShellError, open_store
-
-    uri = resolve_uri(uri, conf_path)
-    try:
-        with open_store(uri) as store:
-            try:
-                delay = trigger_audit(store)
-            except AuditUnavailable as exc:
-                raise failed(exc) from None
-    except ShellError as exc:
-        raise failed(exc) from None
-    click.echo(f"Audit triggered (lostBookieRecoveryDelay {delay} s stored again)")
-
-
-@click.command()
-@cluster
-@click.option("-g", "--get", "get", is_flag=True, help="Print the delay.")
-@click.option("-s", "--set", "seconds", type=click.IntRange(0), help="Set the delay (seconds).")
-def lostbookierecoverydelay(
-    uri: str | None, conf_path: Path | None, get: bool, seconds: int | None
-) -> None:
-    """Get or set how long the auditor waits before marking one lost bookie's ledgers."""
-    from pybkx.tools.shell import ShellError, open_store
-
-    if get == (seconds is not None):
-        raise click.UsageError("give exactly one of -g and -s N")
-    uri = resolve_uri(uri, conf_path)
-    try:
-        with open_store(uri) as store:
-            if seconds is not None:
-                store.set_lost_bookie_recovery_delay(seconds)
-            delay = store.lost_bookie_recovery_delay()
-    except ShellError as exc:
-        raise failed(exc) from None
-    click.echo(f"lostBookieRecoveryDelay value: {delay if delay is not None else 0}")
-
-
-@click.command()
-@cluster
-@click.option("-e", "--enable", is_flag=True, help="Let AutoRecovery replicate.")
-@click.option("-d", "--disable", is_flag=True, help="Stop AutoRecovery replicating.")
-def autorecovery(uri: str | None, conf_path: Path | None, enable: bool, disable: bool) -> None:
-    """Enable, disable, or (with neither flag) show whether AutoRecovery replicates."""
-    from pybkx.tools.shell import ShellError, open_store
-
-    if enable and disable:
-        raise click.UsageError("give -e or -d, not both")
-    uri = resolve_uri(uri, conf_path)
-    try:
-        with open_store(uri) as store:
-            if enable or disable:
-                store.set_replication_enabled(enable)
-            enabled = store.replication_enabled()
-    except ShellError as exc:
-        raise failed(exc) from None
-    click.echo(f"AutoRecovery is {'enabled' if enabled else 'disabled'}")
 
 
 @click.command()
@@ -317,12 +224,4 @@ def decommissionbookie(uri: str | None, conf_path: Path | None, bookie: str, for
     )
 
 
-RECOVERY_COMMANDS = (
-    recover,
-    decommissionbookie,
-    listunderreplicated,
-    whoisauditor,
-    triggeraudit,
-    lostbookierecoverydelay,
-    autorecovery,
-)
+RECOVERY_COMMANDS = (recover, decommissionbookie)

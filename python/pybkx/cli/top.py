@@ -1,5 +1,5 @@
 """``pybkx top``: the live view of a cluster in the terminal. It parses options, finds the
-bookies and redraws; the view itself is ``pybkx.admin.top``."""
+bookies and redraws; it never scrapes or computes the view itself (``pybkx.admin.top``)."""
 
 from __future__ import annotations
 

@@ -18,7 +18,9 @@ bookie check then runs once, at election):
 A check's completion is stamped in the store (``checkallledgersctime`` ...) and the first run
 after an election waits out the rest of the interval since that stamp. Storing the
 lost-bookie delay (``triggeraudit`` stores the value it has) wakes the auditor: the same value
-or 0 runs the bookie audit at once, another value reschedules a delayed one."""
+or 0 runs the bookie audit at once, another value reschedules a delayed one.
+
+The auditor only marks; it never copies data (the replication workers of ``auto`` do)."""
 
 from __future__ import annotations
 
@@ -26,13 +28,13 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterator, Set
 from dataclasses import dataclass
 
 from pybkx import errors
 from pybkx._core import BookieClient
 from pybkx.client import BookKeeper
-from pybkx.meta import LedgerMetadata
+from pybkx.meta import LedgerMetadata, MetadataStore
 from pybkx.meta.audit import AuditUnavailable, trigger_audit
 from pybkx.recovery.checks import check_ledger, check_replicas, not_adhering_segments
 
@@ -91,11 +93,8 @@ class Auditor:
     def run(self) -> None:
         """Audit until stopped. Raises MetaStoreException (the caller re-elects)."""
         store = self.bk.store
-        audited: set[str] = set()
-        delayed: set[str] = set()
-        lost_at: dict[str, float] = {}
-        seen_version = store.lost_bookie_recovery_delay_version()
-        previous_delay = store.lost_bookie_recovery_delay() or 0
+        trigger = _DelayTrigger(store)
+        lost = _LostBookies(self.stats)
         due = self._first_runs()
         try:
             while not self._stopped.is_set():
@@ -104,48 +103,39 @@ class Auditor:
                     continue
                 # The delay (and a trigger) first, the registrations after: a trigger stored
                 # once a bookie unregistered (a decommission's) then sees that bookie lost.
-                # (The version before the value: a store between the two reads is seen as a
-                # change on the next turn, never as a trigger with a stale value.)
-                version = store.lost_bookie_recovery_delay_version()
-                delay = store.lost_bookie_recovery_delay() or 0
-                triggered = False
-                if version != seen_version:
-                    seen_version = version
-                    # BookKeeper: 0, or the value it had, means "audit now".
-                    triggered = delay == 0 or delay == previous_delay
-                    previous_delay = delay
-                now = time.monotonic()
-                alive = store.writable_bookies() | store.readonly_bookies()
-                lost = (store.all_bookies() | alive) - alive
-                for bookie in lost - set(lost_at):
-                    lost_at[bookie] = now
-                for bookie in set(lost_at) - lost:  # came back: a delayed audit is cancelled
-                    del lost_at[bookie]
-                    if bookie in delayed - audited:
-                        self.stats["NUM_DELAYED_BOOKIE_AUDITS_CANCELLED"] += 1
-                    audited.discard(bookie)
-                    delayed.discard(bookie)
-                waiting = {b for b in lost - audited if now - lost_at[b] < delay}
-                ready = (lost - audited) - waiting
-                if triggered or (ready and (delay == 0 or len(lost - audited) > 1)):
-                    ready = lost - audited
-                    waiting = set()
-                if ready:
-                    self.audit(ready)
-                    audited |= ready
-                for bookie in waiting - delayed:
-                    logger.info("%s is lost: its audit is delayed by %d s", bookie, delay)
-                    self.stats["NUM_BOOKIE_AUDITS_DELAYED"] += 1
-                delayed |= waiting
+                delay, triggered = trigger.read()
+                delayed_audit = self._audit_lost(lost, delay, triggered)
                 if triggered:
                     logger.info("audit triggered (lostBookieRecoveryDelay stored again)")
                     self.bookie_check()
-                self._run_due(due, delayed_audit=bool(waiting))
+                self._run_due(due, delayed_audit=delayed_audit)
                 self._pause(self._until(due))
         finally:
             if self._v3 is not None:
                 self._v3.close()
                 self._v3 = None
+
+    def _audit_lost(self, lost: _LostBookies, delay: int, triggered: bool) -> bool:
+        """Audit the lost bookies not audited yet whose delay is over (all of them when
+        ``triggered``, when the delay is 0, or when more than one waits); True while the audit
+        of one is still delayed. Raises MetaStoreException."""
+        store = self.bk.store
+        now = time.monotonic()
+        alive = store.writable_bookies() | store.readonly_bookies()
+        lost.update((store.all_bookies() | alive) - alive, now)
+        unaudited = lost.current - lost.audited
+        waiting = {b for b in unaudited if now - lost.since[b] < delay}
+        ready = unaudited - waiting
+        if triggered or (ready and (delay == 0 or len(unaudited) > 1)):
+            ready, waiting = unaudited, set()
+        if ready:
+            self.audit(ready)
+            lost.audited |= ready
+        for bookie in waiting - lost.delayed:
+            logger.info("%s is lost: its audit is delayed by %d s", bookie, delay)
+            self.stats["NUM_BOOKIE_AUDITS_DELAYED"] += 1
+        lost.delayed |= waiting
+        return bool(waiting)
 
     def _first_runs(self) -> dict[str, float | None]:
         """When each check runs first (monotonic seconds; None: never): the bookie check at
@@ -361,6 +351,57 @@ class Auditor:
         self.stats["NUM_LEDGERS_HAVING_LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY"] = below_aq
         self.stats["NUM_LEDGERS_HAVING_LESS_THAN_WQ_REPLICAS_OF_AN_ENTRY"] = below_wq
         return True
+
+
+class _DelayTrigger:
+    """The lost-bookie delay as the auditor last read it. BookKeeper's ``triggeraudit`` stores
+    the delay again: a new version of it holding 0, or the value it had, means "audit now"."""
+
+    def __init__(self, store: MetadataStore) -> None:
+        self._store = store
+        self._seen_version = store.lost_bookie_recovery_delay_version()
+        self._previous_delay = store.lost_bookie_recovery_delay() or 0
+
+    def read(self) -> tuple[int, bool]:
+        """The delay in seconds, and whether it was stored again since the last read. Raises
+        MetaStoreException."""
+        # The version before the value: a store between the two reads is seen as a change on
+        # the next read, never as a trigger with a stale value.
+        version = self._store.lost_bookie_recovery_delay_version()
+        delay = self._store.lost_bookie_recovery_delay() or 0
+        if version == self._seen_version:
+            return delay, False
+        self._seen_version = version
+        triggered = delay == 0 or delay == self._previous_delay
+        self._previous_delay = delay
+        return delay, triggered
+
+
+class _LostBookies:
+    """The bookies lost during one term of the auditor: since when (``since``), which were
+    audited, and which have an audit delayed. A bookie that comes back is forgotten, and its
+    delayed audit counted as cancelled."""
+
+    def __init__(self, stats: Counter[str]) -> None:
+        self._stats = stats
+        self.since: dict[str, float] = {}
+        self.audited: set[str] = set()
+        self.delayed: set[str] = set()
+
+    @property
+    def current(self) -> set[str]:
+        return set(self.since)
+
+    def update(self, lost: Set[str], now: float) -> None:
+        """The bookies lost ``now``: new ones start their delay, returned ones are forgotten."""
+        for bookie in lost - set(self.since):
+            self.since[bookie] = now
+        for bookie in set(self.since) - lost:
+            del self.since[bookie]
+            if bookie in self.delayed - self.audited:
+                self._stats["NUM_DELAYED_BOOKIE_AUDITS_CANCELLED"] += 1
+            self.audited.discard(bookie)
+            self.delayed.discard(bookie)
 
 
 def _runs_text(entries: list[int]) -> str:

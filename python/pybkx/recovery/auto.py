@@ -9,7 +9,9 @@ stores, and the entries the marker's registered bookies list), then deletes the 
 open ledger's ended segments are copied under its writer; one whose last segment lost a bookie
 is left to its writer for ``openLedgerRereplicationGracePeriod``, then fenced and closed so
 that no writer can add to the fragment being copied. A ledger deleted meanwhile is just
-unmarked; a failing one is released and tried again after ``rwRereplicateBackoffMs``."""
+unmarked; a failing one is released and tried again after ``rwRereplicateBackoffMs``.
+
+A worker only heals what a marker names; it never marks a ledger itself (the auditor does)."""
 
 from __future__ import annotations
 

@@ -4,7 +4,8 @@ closed first (opened with recovery), unless asked to skip it, so that no writer 
 to the fragment being copied; then each fragment that named a lost bookie is copied onto a
 bookie the ledger's placement policy chooses (or a given target) and its ensemble rewritten by
 compare-and-set. A ledger whose entries survive nowhere is reported unrecoverable, never
-silently skipped."""
+silently skipped. It heals what it is asked to; it never marks ledgers under-replicated
+(AutoRecovery's auditor does)."""
 
 from __future__ import annotations
 
@@ -53,9 +54,9 @@ class RecoveryOptions:
     skip_unrecoverable_ledgers: bool = False
     dry_run: bool = False
     target: str | None = None
-    #: Ledgers copied at once. Six: on the benchmark's machine healing then ran at 0.49-0.57 of
-    #: the disk's write limit with clients' add p99 within 1.9x (four: 0.42-0.47, 1.5x; eight:
-    #: 0.63-0.65, up to 2.5x; docs/performance.md).
+    #: Ledgers copied at once. Six: measured on one disk, six healed faster than four and still
+    #: kept clients' add p99 within the recovery goal of twice its quiet value; eight did not
+    #: (docs/performance.md, "Healing a lost bookie", "How many ledgers at once, now").
     parallel_ledgers: int = 6
     rate_bytes_per_s: int | None = None
 
@@ -133,7 +134,23 @@ def recover_bookies(
     if ledgers is None:
         ledgers = affected_ledgers(bk.store, lost_set, options.ledger)
     report.affected = list(ledgers)
+    _recover_ledgers(bk, lost_set, options, report, progress)
+    report.healed.sort()
+    report.not_reached.sort()
+    report.seconds = time.monotonic() - started
+    return report
 
+
+def _recover_ledgers(
+    bk: BookKeeper,
+    lost: frozenset[str],
+    options: RecoveryOptions,
+    report: RecoveryReport,
+    progress: Progress | None,
+) -> None:
+    """Recover ``report.affected`` in order, ``options.parallel_ledgers`` at once, folding
+    each outcome into ``report``; stop starting ledgers at an unrecoverable one (unless told
+    to skip those) or on an interrupt, whose running copies end by their timeouts."""
     lock = threading.Lock()
     rate = ByteRate(options.rate_bytes_per_s)
     done = 0
@@ -146,7 +163,7 @@ def recover_bookies(
 
     def one(ledger_id: int) -> RecoveryReport:
         mine = RecoveryReport(lost=report.lost)
-        _recover_ledger(bk, ledger_id, lost_set, options, mine, copied, rate)
+        _recover_ledger(bk, ledger_id, lost, options, mine, copied, rate)
         return mine
 
     waiting = collections.deque(report.affected)
@@ -173,10 +190,6 @@ def recover_bookies(
         except BaseException:
             waiting.clear()  # Ctrl-C: start nothing more; the running copies end by timeout
             raise
-    report.healed.sort()
-    report.not_reached.sort()
-    report.seconds = time.monotonic() - started
-    return report
 
 
 def _settle(
@@ -263,9 +276,7 @@ def heal_ledger(
         if options.dry_run:
             report.planned.append((fragment, replacement))
             continue
-        entries, _ = copy_fragment(bk, handle, fragment, replacement, copied, rate)
-        report.entries_copied += entries
-        _rewrite_ensemble(handle, fragment, replacement)
+        _copy_and_repoint(bk, handle, fragment, replacement, report, copied, rate)
         logger.info(
             "ledger %d: entries %d..%d copied from %s to %s",
             fragment.ledger_id,
@@ -295,9 +306,7 @@ def heal_fragments(
             continue
         bad = frozenset(fragment.ensemble[i] for i in fragment.lost)
         replacement = _replacement(bk, md, fragment, bad, options.target)
-        entries, _ = copy_fragment(bk, handle, fragment, replacement, copied, rate)
-        report.entries_copied += entries
-        _rewrite_ensemble(handle, fragment, replacement)
+        _copy_and_repoint(bk, handle, fragment, replacement, report, copied, rate)
         md = handle.metadata
         logger.info(
             "ledger %d: entries %d..%d missing on %s copied to %s",
@@ -307,6 +316,23 @@ def heal_fragments(
             sorted(bad),
             [replacement[i] for i in fragment.lost],
         )
+
+
+def _copy_and_repoint(
+    bk: BookKeeper,
+    handle: ReadHandle,
+    fragment: Fragment,
+    replacement: tuple[str, ...],
+    report: RecoveryReport,
+    copied: Callable[[int], None],
+    rate: ByteRate,
+) -> None:
+    """Copy the fragment's lost entries onto ``replacement`` and re-point its segment there,
+    counting the entries in ``report``. Raises what ``copy_fragment`` and
+    ``_rewrite_ensemble`` raise."""
+    entries, _ = copy_fragment(bk, handle, fragment, replacement, copied, rate)
+    report.entries_copied += entries
+    _rewrite_ensemble(handle, fragment, replacement)
 
 
 def _replacement(

@@ -2,7 +2,8 @@
 bookie should hold but cannot give (``LedgerChecker``: read the first and last entry each
 bookie of a segment stores, and a percentage of the others), the entries each bookie says it
 holds (GET_LIST_OF_ENTRIES_OF_LEDGER, the replicas check) and the segments whose ensemble does
-not adhere to the placement policy. Each returns findings; marking is the auditor's."""
+not adhere to the placement policy. Each returns findings; it never marks a ledger (the
+auditor does)."""
 
 from __future__ import annotations
 
@@ -159,6 +160,34 @@ def check_replicas(
         ledger_id, md.write_quorum_size, md.ack_quorum_size, least_copies=md.write_quorum_size
     )
     segments = closed_segments(md)
+    asked = _ask_entries(client, address_of, registered, segments, finding)
+    held = _held_runs(asked, finding)
+    lacking: Counter[int] = Counter()
+    for first, last, ensemble in segments:
+        for entry in range(first, last + 1):
+            for index in md.write_set(entry):
+                bookie = ensemble[index]
+                if bookie in held and not _holds(held[bookie], entry):
+                    finding.missing.setdefault(bookie, []).append(entry)
+                    lacking[entry] += 1
+    if lacking:
+        finding.least_copies = md.write_quorum_size - max(lacking.values())
+    return finding
+
+
+_Runs = tuple[list[int], list[int]]
+"""The entries a bookie holds: the starts and the ends of its runs, ascending."""
+
+
+def _ask_entries(
+    client: BookieClient,
+    address_of: AddressOf,
+    registered: Collection[str],
+    segments: list[tuple[int, int, tuple[str, ...]]],
+    finding: ReplicasFinding,
+) -> dict[str, Future]:
+    """Ask each registered bookie of ``segments`` once for the ledger's entries it holds; the
+    others are ``unavailable``."""
     asked: dict[str, Future] = {}
     for _, _, ensemble in segments:
         for bookie in ensemble:
@@ -168,35 +197,35 @@ def check_replicas(
                 finding.unavailable.add(bookie)
                 continue
             try:
-                asked[bookie] = client.get_list_of_entries(address_of(bookie), ledger_id)
+                asked[bookie] = client.get_list_of_entries(address_of(bookie), finding.ledger_id)
             except errors.BKException:
                 finding.unavailable.add(bookie)
-    held: dict[str, tuple[list[int], list[int]]] = {}
+    return asked
+
+
+def _held_runs(asked: dict[str, Future], finding: ReplicasFinding) -> dict[str, _Runs]:
+    """The answers: per bookie, the runs of entries it holds (none when it does not know the
+    ledger); a bookie that failed to answer is ``unavailable``."""
+    held: dict[str, _Runs] = {}
     for bookie, future in asked.items():
         try:
             runs: list[tuple[int, int]] = future.result()
         except errors.NoSuchLedgerExistsException:
             runs = []
         except errors.BKException as exc:
-            logger.warning("replicas check: %s cannot list ledger %d: %r", bookie, ledger_id, exc)
+            logger.warning(
+                "replicas check: %s cannot list ledger %d: %r", bookie, finding.ledger_id, exc
+            )
             finding.unavailable.add(bookie)
             continue
         held[bookie] = ([r[0] for r in runs], [r[1] for r in runs])
-    lacking: Counter[int] = Counter()
-    for first, last, ensemble in segments:
-        for entry in range(first, last + 1):
-            for index in md.write_set(entry):
-                bookie = ensemble[index]
-                if bookie not in held:
-                    continue
-                starts, ends = held[bookie]
-                at = bisect.bisect_right(starts, entry) - 1
-                if at < 0 or ends[at] < entry:
-                    finding.missing.setdefault(bookie, []).append(entry)
-                    lacking[entry] += 1
-    if lacking:
-        finding.least_copies = md.write_quorum_size - max(lacking.values())
-    return finding
+    return held
+
+
+def _holds(runs: _Runs, entry: int) -> bool:
+    starts, ends = runs
+    at = bisect.bisect_right(starts, entry) - 1
+    return at >= 0 and ends[at] >= entry
 
 
 def missing_fragments(md: LedgerMetadata, finding: ReplicasFinding) -> list[Fragment]:

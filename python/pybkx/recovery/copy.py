@@ -1,7 +1,8 @@
 """Copying one fragment: read the entries the lost bookies held from the surviving replicas
 (batched reads, verified digests) and write each onto the bookie that replaces the lost one at its
 ensemble index, with recovery adds, pipelined: the next chunk is read while the last one is
-written, and the adds go out through a small sliding window of bytes in flight."""
+written, and the adds go out through a small sliding window of bytes in flight. It never
+changes the ledger's metadata: re-pointing the ensemble is its caller's."""
 
 from __future__ import annotations
 
@@ -23,8 +24,8 @@ logger = logging.getLogger(__name__)
 #: About how many payload bytes one chunk of a copy holds; two chunks are in memory at once
 #: (one being written, one being read). One batch read serves a chunk, and a source bookie
 #: answers it at once on one of its I/O threads: 8 MiB reads held those threads long enough
-#: to raise other clients' add p99 (1 MiB: 2.6x instead of 3.4x at 100 MB/s of healing, at the
-#: same speed; docs/performance.md).
+#: to raise other clients' add p99 more than 1 MiB reads did, at the same speed
+#: (docs/performance.md, "Healing a lost bookie", the read chunk per copy).
 CHUNK_BYTES = 1 << 20
 #: Entries per chunk, whatever their size.
 MAX_CHUNK_ENTRIES = 4096
@@ -32,8 +33,9 @@ MAX_CHUNK_ENTRIES = 4096
 #: oldest add. Small on purpose: a target bookie's journal then never holds more than this much
 #: of a copy's data ahead of a client's add, which is what a client's p99 pays while healing
 #: runs (a whole chunk sent at once queued megabytes in front of it). Measured on one disk
-#: (docs/performance.md): 1 MiB healed ~1.7x faster than 256 KiB but doubled the client's p99;
-#: below 256 KiB healing slowed with no p99 gain.
+#: (docs/performance.md, "Healing a lost bookie", "How big a window"): 1 MiB healed faster
+#: than 256 KiB but cost the client's p99 much more; below 256 KiB healing slowed with no p99
+#: gain.
 IN_FLIGHT_BYTES = 256 << 10
 #: Bytes acknowledged between two ``on_copied`` calls (progress, not accounting).
 REPORT_BYTES = 1 << 20

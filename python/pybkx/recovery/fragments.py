@@ -1,5 +1,6 @@
 """Which parts of a ledger a set of lost bookies held: its fragments (a segment's entries with
-the ensemble indexes that were on a lost bookie). Pure values from ledger metadata."""
+the ensemble indexes that were on a lost bookie). Pure values from ledger metadata; it never
+asks a bookie."""
 
 from __future__ import annotations
 

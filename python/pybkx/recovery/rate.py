@@ -1,5 +1,6 @@
 """A byte-rate limit shared by every copy of a recovery (BookKeeper's
-``replicationRateByBytes``), so that healing cannot starve client traffic."""
+``replicationRateByBytes``), so that healing cannot starve client traffic. It only paces; it
+never decides what is copied."""
 
 from __future__ import annotations
 
@@ -14,11 +15,11 @@ __all__ = ["ByteRate"]
 #: a bookie at once after each pause.
 BURST_S = 0.05
 #: A caller goes on while the limiter owes less than this much time, and sleeps the whole debt
-#: off once it owes more. Sleeping off every add's own share (0.6 ms for 64 KiB at 100 MB/s)
-#: woke the copies 1,500 times a second and sent the bookies one add at a time: healing at
-#: 100 MB/s then took a fifth more of the healer's CPU and a tenth more of the bookies', and
-#: the client's add p99 rose more (docs/performance.md). The rate over any longer span is
-#: unchanged; the copies' windows still bound what is in flight.
+#: off once it owes more. Sleeping off every add's own share woke each copy for every add and
+#: sent the bookies one add at a time: healing then took more of the healer's and the bookies'
+#: CPU, and the client's add p99 rose more (docs/performance.md, "Healing a lost bookie", "The
+#: rate limit's sleeps"). The rate over any longer span is unchanged; the copies' windows still
+#: bound what is in flight.
 MIN_SLEEP_S = 0.008
 
 

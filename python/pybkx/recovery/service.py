@@ -1,5 +1,6 @@
 """AutoRecovery beside a bookie (``autoRecoveryDaemonEnabled=true``) or on its own
-(``pybkx autorecovery``): settings from a bookie's configuration, a client of its cluster."""
+(``pybkx autorecovery``): settings from a bookie's configuration, a client of its cluster. It
+starts and stops AutoRecovery; it never audits or copies itself (``auditor``, ``auto``)."""
 
 from __future__ import annotations
 

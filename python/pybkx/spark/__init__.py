@@ -1,6 +1,7 @@
 """Spark for pybkx ledgers: the ``pybkx`` data source (PySpark's Python Data Source API, no
 UDFs, no JVM code) reads ledgers in batch as Arrow record batches and writes DataFrames into
-new ledgers. ``pip install 'pybkx[spark]'``; see docs/spark.md.
+new ledgers. ``pip install 'pybkx[spark]'``; see docs/spark.md. It never runs JVM code nor
+registers UDFs.
 
     from pybkx.spark import LedgerDataSource
     spark.dataSource.register(LedgerDataSource)

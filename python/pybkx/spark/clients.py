@@ -1,5 +1,6 @@
 """One pybkx client per executor process and cluster, made on first use and closed when the
-process exits: Spark's Python workers are reused across tasks, so tasks share connections."""
+process exits: Spark's Python workers are reused across tasks, so tasks share connections.
+It owns those clients' lives; it never reads or writes a ledger itself."""
 
 from __future__ import annotations
 

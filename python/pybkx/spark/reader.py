@@ -2,7 +2,7 @@
 ledgers split into entry ranges, narrowed by the ``ledgers`` and ``entries`` options), each read
 on an executor as Arrow record batches built by the Rust client (no Python object per entry).
 Open ledgers are read to their last add confirmed without fencing, unless the ``recovery``
-option asks to recover them first.
+option asks to recover them first. It never writes to a ledger.
 
 No filter is pushed down: PySpark (4.1 to 4.3) keeps the partitions and read function planned
 while pushing down one scan's filters on the loaded DataFrame's data source, and uses them for

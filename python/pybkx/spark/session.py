@@ -1,5 +1,6 @@
 """A Spark session ready for the ``pybkx`` source: the workers run this interpreter (so they
-import the same pybkx without the user exporting PYSPARK_PYTHON) and the source is registered."""
+import the same pybkx without the user exporting PYSPARK_PYTHON) and the source is registered.
+It only sets up the session; it never reads or writes a ledger."""
 
 from __future__ import annotations
 

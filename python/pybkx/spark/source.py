@@ -1,5 +1,6 @@
 """The ``pybkx`` Spark data source: ledgers as rows of ``ledger_id`` long, ``entry_id`` long,
-``payload`` binary, read in batch and written, on PySpark's Python Data Source API."""
+``payload`` binary, read in batch and written, on PySpark's Python Data Source API. It checks
+the options and hands out readers and writers; it never reads or writes a ledger itself."""
 
 from __future__ import annotations
 

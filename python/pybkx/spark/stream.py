@@ -8,7 +8,7 @@ When no matching ledger has a new entry, ``latestOffset`` waits for one (at most
 ``longPollTimeoutMs`` option, default 1 s) on the open ledgers' bookies: long-poll LAC reads over
 V3, answered the moment an add passes the LAC; repeated LAC reads over V2. A new entry then
 starts the next micro-batch at once, and an idle stream asks the bookies once a second instead
-of at Spark's polling rate."""
+of at Spark's polling rate. It never writes to a ledger it tails."""
 
 from __future__ import annotations
 

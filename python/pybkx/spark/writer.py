@@ -2,7 +2,7 @@
 new ledger (quorums, digest and password from the options), and reports the ledger in its
 commit message; the job's commit logs every ledger written (and the ledgers carry the job's
 ``name`` in their custom metadata, where a reader finds them), and an aborted job deletes the
-ledgers its tasks wrote."""
+ledgers its tasks wrote. It never appends to a ledger it did not create."""
 
 from __future__ import annotations
 

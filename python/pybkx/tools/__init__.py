@@ -1,2 +1,3 @@
 """Operator and developer tools built on the client and the bookie: the local sandbox cluster,
-the shell's admin commands and the demos. They orchestrate; the core does the work."""
+the shell's admin commands and the demos. They orchestrate; they never parse arguments
+(``pybkx.cli`` does), and the core does the work."""

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pybkx import errors
-from pybkx.client import BookKeeper, Future
+from pybkx.client import BookKeeper, Future, LedgerHandle, ReadHandle
 from pybkx.tools.sandbox import Sandbox
 
 CLIENT_CONF = {"addEntryTimeoutSec": 5, "readEntryTimeoutSec": 5}
@@ -61,65 +61,94 @@ def run_demo(
         with BookKeeper(sandbox.metadata_uri, **CLIENT_CONF) as writer_bk:
             lh = writer_bk.create_ledger(3, 2, 2, digest_type="CRC32C")
             report(f"ledger {lh.ledger_id}: ensemble {list(lh.metadata.last_ensemble)}")
-            victim = sandbox.bookie_addresses.index(lh.metadata.last_ensemble[1])
-            kill_at = entries // 3
-
-            def crash_and_restart() -> None:
-                sandbox.kill_bookie(victim)
-                report(f"killed bookie {sandbox.bookie_addresses[victim]} (SIGKILL)")
-                time.sleep(1.0)
-                sandbox.restart_bookie(victim)
-                report(f"restarted bookie {sandbox.bookie_addresses[victim]}")
-
-            crasher = threading.Thread(target=crash_and_restart)
-            start = time.perf_counter()
-            futures: deque[Future] = deque()
-            for e in range(entries):
-                if e == kill_at:
-                    crasher.start()
-                futures.append(lh.append_async(payload(e, size_bytes)))
-                if len(futures) >= APPEND_WINDOW:
-                    futures.popleft().result()
-            for future in futures:
-                future.result()
-            write_s = time.perf_counter() - start
-            crasher.join()
+            write_s = _write_through_a_crash(sandbox, lh, entries, size_bytes, report)
             ensembles = len(lh.metadata.ensembles)
-            report(
-                f"write: {entries:,} entries in {write_s:.2f} s = {entries / write_s:,.0f} "
-                f"entries/s ({ensembles} ensembles: {list(lh.metadata.ensembles)})"
-            )
             # The writer stops here without closing, as if its process died.
-
             with BookKeeper(sandbox.metadata_uri, **CLIENT_CONF) as reader_bk:
-                start = time.perf_counter()
-                rh = reader_bk.open_ledger(lh.ledger_id, recovery=True)
-                recover_s = time.perf_counter() - start
-                report(
-                    f"recovery by a second client: {rh.metadata.state.name}, "
-                    f"last entry {rh.last_add_confirmed}, {rh.length:,} bytes, {recover_s:.2f} s"
-                )
-                try:
-                    lh.append(b"late write")
-                    raise DemoError("the old writer could still append after recovery")
-                except errors.LedgerFencedException:
-                    report("old writer fenced: its next append raised LedgerFencedException")
-                if rh.last_add_confirmed != entries - 1:
-                    raise DemoError(
-                        f"recovered {rh.last_add_confirmed + 1} entries, wrote {entries}"
-                    )
-                start = time.perf_counter()
-                next_id = 0
-                while next_id < entries:
-                    for entry in rh.batch_read(next_id, READ_BATCH_ENTRIES, 4 << 20):
-                        if entry.entry_id != next_id:
-                            raise DemoError(f"expected entry {next_id}, got {entry.entry_id}")
-                        if entry.payload != payload(next_id, size_bytes):
-                            raise DemoError(f"entry {next_id} differs from what was written")
-                        next_id += 1
-                read_s = time.perf_counter() - start
-                report(
-                    f"read: {entries:,} entries with batch reads in {read_s:.2f} s = "
-                    f"{entries / read_s:,.0f} entries/s; every byte verified"
-                )
+                rh, recover_s = _recover(reader_bk, lh, entries, report)
+                read_s = _read_back(rh, entries, size_bytes, report)
     return DemoResult(entries, entries * size_bytes, write_s, recover_s, read_s, ensembles)
+
+
+def _write_through_a_crash(
+    sandbox: Sandbox,
+    lh: LedgerHandle,
+    entries: int,
+    size_bytes: int,
+    report: Callable[[str], None],
+) -> float:
+    """Append ``entries`` entries, APPEND_WINDOW in flight, while the ensemble's second bookie
+    is killed a third of the way in and restarted a second later; the seconds it took."""
+    victim = sandbox.bookie_addresses.index(lh.metadata.last_ensemble[1])
+    kill_at = entries // 3
+
+    def crash_and_restart() -> None:
+        sandbox.kill_bookie(victim)
+        report(f"killed bookie {sandbox.bookie_addresses[victim]} (SIGKILL)")
+        time.sleep(1.0)
+        sandbox.restart_bookie(victim)
+        report(f"restarted bookie {sandbox.bookie_addresses[victim]}")
+
+    crasher = threading.Thread(target=crash_and_restart)
+    start = time.perf_counter()
+    futures: deque[Future] = deque()
+    for e in range(entries):
+        if e == kill_at:
+            crasher.start()
+        futures.append(lh.append_async(payload(e, size_bytes)))
+        if len(futures) >= APPEND_WINDOW:
+            futures.popleft().result()
+    for future in futures:
+        future.result()
+    write_s = time.perf_counter() - start
+    crasher.join()
+    report(
+        f"write: {entries:,} entries in {write_s:.2f} s = {entries / write_s:,.0f} "
+        f"entries/s ({len(lh.metadata.ensembles)} ensembles: {list(lh.metadata.ensembles)})"
+    )
+    return write_s
+
+
+def _recover(
+    reader_bk: BookKeeper, lh: LedgerHandle, entries: int, report: Callable[[str], None]
+) -> tuple[ReadHandle, float]:
+    """Open the ledger with recovery from a second client and check that the writer is fenced
+    and that every entry survived; the handle and the seconds recovery took. Raises
+    DemoError."""
+    start = time.perf_counter()
+    rh = reader_bk.open_ledger(lh.ledger_id, recovery=True)
+    recover_s = time.perf_counter() - start
+    report(
+        f"recovery by a second client: {rh.metadata.state.name}, "
+        f"last entry {rh.last_add_confirmed}, {rh.length:,} bytes, {recover_s:.2f} s"
+    )
+    try:
+        lh.append(b"late write")
+        raise DemoError("the old writer could still append after recovery")
+    except errors.LedgerFencedException:
+        report("old writer fenced: its next append raised LedgerFencedException")
+    if rh.last_add_confirmed != entries - 1:
+        raise DemoError(f"recovered {rh.last_add_confirmed + 1} entries, wrote {entries}")
+    return rh, recover_s
+
+
+def _read_back(
+    rh: ReadHandle, entries: int, size_bytes: int, report: Callable[[str], None]
+) -> float:
+    """Batch-read every entry and compare it with what was written; the seconds it took.
+    Raises DemoError at the first difference."""
+    start = time.perf_counter()
+    next_id = 0
+    while next_id < entries:
+        for entry in rh.batch_read(next_id, READ_BATCH_ENTRIES, 4 << 20):
+            if entry.entry_id != next_id:
+                raise DemoError(f"expected entry {next_id}, got {entry.entry_id}")
+            if entry.payload != payload(next_id, size_bytes):
+                raise DemoError(f"entry {next_id} differs from what was written")
+            next_id += 1
+    read_s = time.perf_counter() - start
+    report(
+        f"read: {entries:,} entries with batch reads in {read_s:.2f} s = "
+        f"{entries / read_s:,.0f} entries/s; every byte verified"
+    )
+    return read_s

@@ -150,6 +150,22 @@ def _check_point_reads(
         )
 
 
+def _each_ledger(
+    pool: ThreadPoolExecutor,
+    job: Callable[[LedgerStorage, Payloads, int, int], None],
+    storage: LedgerStorage,
+    payloads: Payloads,
+    counts: dict[int, int],
+) -> float:
+    """Run ``job`` for every ledger at once on ``pool``; the seconds until all ended. Raises
+    what a job raises."""
+    start = time.perf_counter()
+    jobs = [pool.submit(job, storage, payloads, lid, n) for lid, n in counts.items()]
+    for running in jobs:
+        running.result()
+    return time.perf_counter() - start
+
+
 def _rate(count: float, seconds: float) -> float:
     return count / seconds if seconds > 0 else float("inf")
 
@@ -183,13 +199,7 @@ def run_storage_demo(
             open_storage(root) as storage,
             ThreadPoolExecutor(max_workers=writers, thread_name_prefix="pybkx-demo") as pool,
         ):
-            start = time.perf_counter()
-            jobs = [
-                pool.submit(_write_ledger, storage, payloads, lid, n) for lid, n in counts.items()
-            ]
-            for job in jobs:
-                job.result()
-            write_s = time.perf_counter() - start
+            write_s = _each_ledger(pool, _write_ledger, storage, payloads, counts)
             report(
                 f"write: {entries} entries in {write_s:.2f} s = "
                 f"{_rate(entries, write_s):,.0f} entries/s, "
@@ -197,13 +207,7 @@ def run_storage_demo(
                 f"({writers} threads, batches of {ADD_BATCH_ENTRIES})"
             )
 
-            start = time.perf_counter()
-            jobs = [
-                pool.submit(_read_ledger, storage, payloads, lid, n) for lid, n in counts.items()
-            ]
-            for job in jobs:
-                job.result()
-            read_s = time.perf_counter() - start
+            read_s = _each_ledger(pool, _read_ledger, storage, payloads, counts)
             report(
                 f"read:  {entries} entries in {read_s:.2f} s = "
                 f"{_rate(entries, read_s):,.0f} entries/s, "
