@@ -9,13 +9,12 @@ written to the metadata by compare-and-set.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
-from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pybkx import errors
 from pybkx._core import (
@@ -33,6 +32,7 @@ from pybkx.client.context import ClientContext
 from pybkx.client.ensemble import replacement_ensemble
 from pybkx.client.failures import BookieFailure
 from pybkx.client.metrics import count_ensemble_change
+from pybkx.client.read_window import BatchReads, ReadWindow, check_range
 from pybkx.meta import LedgerMetadata, LedgerState, Versioned
 
 if TYPE_CHECKING:
@@ -94,14 +94,11 @@ def new_writer(
     )
 
 
-@dataclass(frozen=True)
-class _Chunk:
-    """One read of an iteration in flight: entries ``first..last``, sent batched or not."""
-
-    first: int
-    last: int
-    batched: bool
-    future: Future
+def read_chunk(value: Any) -> tuple[list[LedgerEntry], bool]:
+    """The entries and ``batch_ok`` of a completed ``read_entries``: the one place its result
+    is taken apart."""
+    entries, batch_ok = value
+    return list(entries), batch_ok
 
 
 class ReadHandle:
@@ -113,7 +110,9 @@ class ReadHandle:
         self._versioned = versioned
         # BATCH_READ_ENTRY is V2 only (as in BookKeeper, which batches only with
         # useV2WireProtocol): a V3 client reads entry by entry.
-        self._batch_supported = bk.config.batch_read_enabled and bk.config.use_v2_wire_protocol
+        self._batching = BatchReads(
+            ledger_id, bk.config.batch_read_enabled and bk.config.use_v2_wire_protocol
+        )
         md = versioned.value
         self._lac = md.last_entry_id if md.is_closed else -1
         self._length = md.length if md.is_closed else 0
@@ -228,7 +227,7 @@ class ReadHandle:
         return self._read_plan().read(
             first,
             last,
-            batch=batch and self._batch_supported,
+            batch=batch and self._batching.on,
             avoid=self._avoided(),
             flags=flags,
             master_key=key,
@@ -236,44 +235,13 @@ class ReadHandle:
         )
 
     def _read(self, first: int, last: int, batch: bool) -> list[LedgerEntry]:
-        entries, batch_ok = self.read_entries(first, last, batch=batch).result()
+        entries, batch_ok = read_chunk(self.read_entries(first, last, batch=batch).result())
         if batch:
-            self._note_batch_support(batch_ok)
-        return list(entries)
-
-    def _read_chunk(self, first: int, last: int) -> _Chunk:
-        """Starts reading one chunk of an iteration, batched while the bookies allow it."""
-        batched = self._batch_supported
-        return _Chunk(first, last, batched, self.read_entries(first, last, batch=True))
-
-    def _read_again_singly(self, chunk: _Chunk, in_flight: list[Future]) -> list[LedgerEntry]:
-        """Reads a failed chunk of an iteration again, with single reads, once the reads still
-        in flight are done. Bookies without BP-62 close the connection on a batch request, so
-        the batch requests of an iteration's other chunks can close the connections that this
-        chunk's single reads (its own fall-back, or all it sent) were using, on every replica of
-        an entry. Raises as ``read`` if it fails again."""
-        for other in in_flight:
-            other.exception()  # waits; its outcome is taken in its turn
-        entries, _ = self.read_entries(chunk.first, chunk.last, batch=False).result()
-        return list(entries)
-
-    def _note_batch_support(self, batch_ok: bool) -> None:
-        """Stop batching for good once every replica dropped a batch request (BP-62's rule for
-        bookies that predate BATCH_READ_ENTRY)."""
-        if not batch_ok and self._batch_supported:
-            logger.info(
-                "ledger %d: bookies do not support batch reads; using single reads", self.ledger_id
-            )
-            self._batch_supported = False
+            self._batching.note(batch_ok)
+        return entries
 
     def _check_confirmed(self, first: int, last: int) -> None:
-        if first < 0 or last < first:
-            raise errors.IncorrectParameterException(f"bad range {first}..{last}")
-        lac = self.last_add_confirmed
-        if last > lac:
-            raise errors.ReadException(
-                f"entries up to {last} requested, but the last confirmed is {lac}"
-            )
+        check_range(first, last, self.last_add_confirmed)
 
     def read(self, first: int, last: int) -> list[LedgerEntry]:
         """Entries ``first..last`` (inclusive), at most up to the LAC, at most
@@ -301,7 +269,8 @@ class ReadHandle:
         (read a shorter range), ImportError without pyarrow (``pip install 'pybkx[arrow]'``).
         """
         self._check_confirmed(first, last)
-        return self._arrow_batch(self._read_columns(first, last).result())
+        batched = self._batching.on
+        return self._arrow_batch(self._read_columns(first, last, batched).result(), batched)
 
     def arrow_batches(
         self, first: int, last: int, batch_entries: int, read_ahead: int = 2
@@ -312,44 +281,42 @@ class ReadHandle:
         and the caller work at once. At most ``read_ahead + 1`` batches are held.
 
         Raises IncorrectParameterException (bad range, ``batch_entries`` < 1 or above
-        ``MAX_READ_ENTRIES``, ``read_ahead`` < 0) at once, and what ``read_arrow`` raises as
-        the failing batch is reached.
+        ``MAX_READ_ENTRIES``, ``read_ahead`` < 0) and ReadException (range beyond the LAC) at
+        once, and what ``read_arrow`` raises as the failing batch is reached.
         """
-        self._check_confirmed(first, last)
-        if not 1 <= batch_entries <= MAX_READ_ENTRIES or read_ahead < 0:
-            raise errors.IncorrectParameterException(
-                f"batch_entries must be 1..{MAX_READ_ENTRIES} and read_ahead >= 0, "
-                f"got {batch_entries} and {read_ahead}"
+        return iter(
+            ReadWindow(
+                self._read_columns,
+                self._arrow_split,
+                self._batching,
+                first,
+                last,
+                lac=self.last_add_confirmed,
+                batch_entries=batch_entries,
+                read_ahead=read_ahead,
             )
-        return self._arrow_batches(first, last, batch_entries, read_ahead)
-
-    def _arrow_batches(
-        self, first: int, last: int, batch_entries: int, read_ahead: int
-    ) -> Iterator[pyarrow.RecordBatch]:
-        reading: deque[Future] = deque()
-        next_first = first
-        while reading or next_first <= last:
-            while next_first <= last and len(reading) <= read_ahead:
-                reading.append(
-                    self._read_columns(next_first, min(last, next_first + batch_entries - 1))
-                )
-                next_first += batch_entries
-            yield self._arrow_batch(reading.popleft().result())
+        )
 
     async def read_arrow_async(self, first: int, last: int) -> pyarrow.RecordBatch:
         """``read_arrow`` for asyncio code (the read is awaited, no thread blocks)."""
         self._check_confirmed(first, last)
-        return self._arrow_batch(await self._read_columns(first, last))
+        batched = self._batching.on
+        return self._arrow_batch(await self._read_columns(first, last, batched), batched)
 
-    def _read_columns(self, first: int, last: int) -> Future:
-        return self._read_plan().read_columns(
-            first, last, batch=self._batch_supported, avoid=self._avoided()
-        )
+    def _read_columns(self, first: int, last: int, batch: bool) -> Future:
+        return self._read_plan().read_columns(first, last, batch=batch, avoid=self._avoided())
 
-    def _arrow_batch(self, columns: arrow.Columns) -> pyarrow.RecordBatch:
+    def _arrow_split(self, columns: arrow.Columns) -> tuple[pyarrow.RecordBatch, bool]:
+        """The record batch and ``batch_ok`` of a completed ``read_columns``: the one place its
+        result is taken apart."""
         rows, entry_ids, offsets, payloads, batch_ok = columns
-        self._note_batch_support(batch_ok)
-        return arrow.record_batch(self.ledger_id, rows, entry_ids, offsets, payloads)
+        return arrow.record_batch(self.ledger_id, rows, entry_ids, offsets, payloads), batch_ok
+
+    def _arrow_batch(self, columns: arrow.Columns, batched: bool) -> pyarrow.RecordBatch:
+        batch, batch_ok = self._arrow_split(columns)
+        if batched:
+            self._batching.note(batch_ok)
+        return batch
 
     def read_unconfirmed(self, first: int, last: int) -> list[LedgerEntry]:
         """Entries ``first..last`` regardless of the LAC (they may not survive recovery).
@@ -375,7 +342,7 @@ class ReadHandle:
         if start > lac:
             raise errors.ReadException(f"entry {start} is beyond the LAC {lac}")
         last = min(start + min(max_count, MAX_READ_ENTRIES) - 1, lac)
-        if not self._batch_supported:
+        if not self._batching.on:
             return self._read(start, last, batch=False)
         out: list[LedgerEntry] = []
         budget = max_size if max_size > 0 else self.bk.config.netty_max_frame_size_bytes
@@ -419,51 +386,20 @@ class ReadHandle:
         batch_entries: int = 1000,
         read_ahead: int = 2,
     ) -> Iterator[LedgerEntry]:
-        """Entries ``start..end`` (default: up to the LAC when iteration starts), in order,
-        read ``batch_entries`` at a time with up to ``read_ahead`` further reads in flight
-        (batched reads under the hood, as ``batch_read``). Raises as ``read``."""
-        last = self.last_add_confirmed if end is None else end
-        if start < 0 or batch_entries <= 0 or read_ahead < 0:
-            raise errors.IncorrectParameterException(
-                f"bad iteration start {start}, batch {batch_entries}, read-ahead {read_ahead}"
-            )
-        if last > self.last_add_confirmed:
-            raise errors.ReadException(
-                f"entries up to {last} requested, but the last confirmed is "
-                f"{self.last_add_confirmed}"
-            )
-        window: deque[_Chunk] = deque()
-        next_first = start
-        # Whether a chunk went out batched: its batch requests may close connections that the
-        # single reads of other chunks use (bookies without BP-62).
-        sent_batched = False
-
-        def fill() -> None:
-            nonlocal next_first, sent_batched
-            while next_first <= last and len(window) <= read_ahead:
-                chunk_last = min(next_first + batch_entries - 1, last)
-                window.append(self._read_chunk(next_first, chunk_last))
-                sent_batched |= window[-1].batched
-                next_first = chunk_last + 1
-
-        fill()
-        while window:
-            chunk = window.popleft()
-            try:
-                entries, batch_ok = chunk.future.result()
-            except errors.ReadException:
-                if not sent_batched:
-                    raise
-                entries = self._read_again_singly(chunk, [c.future for c in window])
-            else:
-                self._note_batch_support(batch_ok)
-            fill()
-            yield from entries
+        """Entries ``start..end`` (default: up to the LAC now, none when ``start`` is past it),
+        in order, read ``batch_entries`` at a time with up to ``read_ahead`` further reads in
+        flight (batched reads under the hood, as ``batch_read``). Raises at once
+        IncorrectParameterException (bad range, ``batch_entries`` outside
+        1..``MAX_READ_ENTRIES``, ``read_ahead`` < 0) and ReadException (``end`` beyond the
+        LAC), the rest as ``read`` when the failing entry is reached."""
+        return itertools.chain.from_iterable(
+            self._entry_window(start, end, batch_entries, read_ahead)
+        )
 
     def __aiter__(self) -> AsyncIterator[LedgerEntry]:
         return self.aentries()
 
-    async def aentries(
+    def aentries(
         self,
         start: int = 0,
         end: int | None = None,
@@ -472,35 +408,25 @@ class ReadHandle:
         read_ahead: int = 2,
     ) -> AsyncIterator[LedgerEntry]:
         """``entries`` for asyncio code (``async for entry in handle``): each read is awaited,
-        no thread is blocked."""
-        last = self.last_add_confirmed if end is None else end
-        if start < 0 or batch_entries <= 0 or read_ahead < 0 or last > self.last_add_confirmed:
-            raise errors.IncorrectParameterException(
-                f"bad iteration {start}..{last} (LAC {self.last_add_confirmed})"
-            )
-        window: deque[_Chunk] = deque()
-        next_first = start
-        sent_batched = False  # as in `entries`
-        while next_first <= last or window:
-            while next_first <= last and len(window) <= read_ahead:
-                chunk_last = min(next_first + batch_entries - 1, last)
-                window.append(self._read_chunk(next_first, chunk_last))
-                sent_batched |= window[-1].batched
-                next_first = chunk_last + 1
-            chunk = window.popleft()
-            try:
-                entries, batch_ok = await chunk.future
-            except errors.ReadException:
-                if not sent_batched:
-                    raise
-                in_flight = [c.future for c in window]
-                entries = await run_blocking(
-                    self.bk.executor, self._read_again_singly, chunk, in_flight
-                )
-            else:
-                self._note_batch_support(batch_ok)
-            for entry in entries:
-                yield entry
+        no thread is blocked. Raises as ``entries``."""
+        return _each_async(self._entry_window(start, end, batch_entries, read_ahead))
+
+    def _entry_window(
+        self, start: int, end: int | None, batch_entries: int, read_ahead: int
+    ) -> ReadWindow[list[LedgerEntry]]:
+        def start_read(first: int, last: int, batch: bool) -> Future:
+            return self.read_entries(first, last, batch=batch)
+
+        return ReadWindow(
+            start_read,
+            read_chunk,
+            self._batching,
+            start,
+            end,
+            lac=self.last_add_confirmed,
+            batch_entries=batch_entries,
+            read_ahead=read_ahead,
+        )
 
     async def batch_read_async(
         self, start: int, max_count: int, max_size: int
@@ -653,6 +579,12 @@ class ReadHandle:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+async def _each_async(chunks: ReadWindow[list[LedgerEntry]]) -> AsyncIterator[LedgerEntry]:
+    async for entries in chunks:
+        for entry in entries:
+            yield entry
 
 
 class LedgerHandle(ReadHandle):
