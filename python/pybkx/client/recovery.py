@@ -11,9 +11,9 @@ from collections.abc import Mapping
 
 from pybkx import errors
 from pybkx._core import FLAG_DO_FENCING, FLAG_HIGH_PRIORITY, Future, LedgerWriter, master_key
-from pybkx.client.ensemble import replacement_ensemble
 from pybkx.client.failures import BookieFailure
 from pybkx.client.read_handle import ReadHandle
+from pybkx.client.replacement import replacement_ensemble
 from pybkx.client.write_handle import new_writer
 from pybkx.meta import LedgerMetadata, LedgerState
 
