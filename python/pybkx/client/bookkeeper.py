@@ -15,9 +15,9 @@ from pybkx import errors
 from pybkx._core import BookieClient, FailureQueue, check_quorums
 from pybkx.client.aio import run_blocking
 from pybkx.client.failures import FailureDispatcher
+from pybkx.client.ledger_recovery import recover
 from pybkx.client.metrics import ensure_registered, timed
 from pybkx.client.read_handle import ReadHandle
-from pybkx.client.recovery import recover
 from pybkx.client.write_handle import LedgerHandle
 from pybkx.config import ClientConfig
 from pybkx.meta import (
