@@ -19,6 +19,7 @@ from pybkx.config import ConfigError
 from pybkx.placement.base import (
     PlacementPolicyAdherence,
 )
+from pybkx.placement.candidates import PlacementHint
 from pybkx.placement.conf import conf_bool, conf_int, conf_str
 from pybkx.placement.rackaware import RackawareEnsemblePlacementPolicy
 from pybkx.placement.selection import (
@@ -30,7 +31,6 @@ from pybkx.placement.selection import (
     windows_containing,
 )
 from pybkx.placement.topology import DEFAULT_REGION_AND_RACK, SEPARATOR
-from pybkx.placement.topology_aware import PlacementHint
 
 __all__ = ["DISABLE_DURABILITY_FEATURE", "RegionAwareEnsemblePlacementPolicy"]
 

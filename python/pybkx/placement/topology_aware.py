@@ -10,7 +10,6 @@ It must never define a placement rule itself; each policy supplies rules, verdic
 from __future__ import annotations
 
 import abc
-import bisect
 import itertools
 import logging
 import random
@@ -18,7 +17,6 @@ import socket
 import threading
 import time
 from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import ClassVar, Final
 
 from pybkx import errors
@@ -33,6 +31,7 @@ from pybkx.placement.base import (
     SettableFeatureProvider,
     check_quorum_sizes,
 )
+from pybkx.placement.candidates import CandidateIndex, CandidateOrder, PlacementHint
 from pybkx.placement.conf import conf_bool, conf_int
 from pybkx.placement.dns import (
     DefaultingResolver,
@@ -55,7 +54,7 @@ from pybkx.placement.selection import (
 from pybkx.placement.stats import PlacementStats
 from pybkx.placement.topology import InvalidTopologyError, NetworkTopology
 
-__all__ = ["PlacementHint", "TopologyAwarePolicy"]
+__all__ = ["TopologyAwarePolicy"]
 
 logger = logging.getLogger(__name__)
 
@@ -69,16 +68,6 @@ MAX_RELOCATION_SEARCHES: Final = 10_000
 FAIL: Final = PlacementPolicyAdherence.FAIL
 MEETS_SOFT: Final = PlacementPolicyAdherence.MEETS_SOFT
 MEETS_STRICT: Final = PlacementPolicyAdherence.MEETS_STRICT
-
-
-@dataclass(frozen=True)
-class PlacementHint:
-    """Preferences for one search: ``local`` is the client's location (preferred for the first
-    position of a new ensemble), ``replaced`` the location of the bookie being replaced."""
-
-    first_position: int | None = None
-    local: Cell | None = None
-    replaced: Cell | None = None
 
 
 class TopologyAwarePolicy(EnsemblePlacementPolicy):
@@ -151,7 +140,7 @@ class TopologyAwarePolicy(EnsemblePlacementPolicy):
             self._readonly: frozenset[str] = frozenset()
             self._history: dict[str, str] = {}
             self._cells: dict[str, Cell] = {}
-            self._candidates: _Index | None = None
+            self._candidates: CandidateIndex | None = None
             self._weights: dict[str, float] | None = None
             self._info: dict[str, BookieInfo] = {}
             self._last_unresolved_retry = 0.0
@@ -441,28 +430,14 @@ class TopologyAwarePolicy(EnsemblePlacementPolicy):
 
     # --- choosing ---------------------------------------------------------------------------
 
-    def _index(self) -> _Index:
+    def _index(self) -> CandidateIndex:
         """The candidate locations of the current cluster (cached until it changes)."""
         if self._candidates is None:
-            weights = self._weights_now()
             pool = {
                 self._cell(location): tuple(sorted(self.topology.bookies_at(location)))
                 for location in self.topology.locations()
             }
-            by_domain: dict[str, list[Cell]] = {}
-            for cell in pool:
-                by_domain.setdefault(cell.domain, []).append(cell)
-            members = by_domain if self.DOMAIN_MATTERS else {"": list(pool)}
-            groups: dict[str, _Group] = {}
-            for domain, cells in members.items():
-                cell_weights = [
-                    (sum(weights.get(b, 1.0) for b in pool[c]) if weights else float(len(pool[c])))
-                    for c in cells
-                ]
-                running = list(itertools.accumulate(cell_weights))
-                groups[domain] = _Group(cells, cell_weights, running)
-            capacity = {cell: len(bookies) for cell, bookies in pool.items()}
-            self._candidates = _Index(pool, capacity, by_domain, groups)
+            self._candidates = CandidateIndex.of(pool, self._weights_now(), self.DOMAIN_MATTERS)
         return self._candidates
 
     def _pool(self, excluded: set[str]) -> tuple[dict[Cell, Sequence[str]], Mapping[Cell, int]]:
@@ -516,44 +491,13 @@ class TopologyAwarePolicy(EnsemblePlacementPolicy):
         levels: Sequence[Sequence[WindowRule]],
         hint: PlacementHint,
     ) -> list[Cell] | None:
-        groups = self._index().groups
-        rng = self._rng
-        domain_matters = self.DOMAIN_MATTERS
-
-        def order(state: SearchState, position: int) -> Iterator[Cell]:
-            special = {cell for cell, n in state.cell_counts.items() if n > 0}
-            if hint.replaced is not None:
-                special.add(hint.replaced)
-            if hint.local is not None and position == hint.first_position:
-                special.add(hint.local)
-            special = {cell for cell in special if state.capacity.get(cell, 0) > 0}
-            domain_keys: dict[str, tuple[int, ...]] = {}
-
-            def domain_key(domain: str) -> tuple[int, ...]:
-                if not domain_matters:
-                    return ()
-                key = domain_keys.get(domain)
-                if key is None:
-                    key = domain_keys[domain] = self._domain_key(state, position, domain, hint)
-                return key
-
-            entries: list[tuple[Hashable, float, Cell | list[_Group]]] = []
-            for cell in special:
-                before, after = self._cell_key(state, position, cell, hint)
-                entries.append(((before, domain_key(cell.domain), after), rng.random(), cell))
-            before, after = self._cell_key(state, position, None, hint)
-            plain: dict[Hashable, list[_Group]] = {}
-            for domain, group in groups.items():
-                plain.setdefault((before, domain_key(domain), after), []).append(group)
-            for key, members in plain.items():
-                entries.append((key, rng.random(), members))
-            entries.sort(key=lambda entry: (entry[0], entry[1]))
-            for _, _, item in entries:
-                if isinstance(item, Cell):
-                    yield item
-                else:
-                    yield from _weighted_order(item, special, state.capacity, rng)
-
+        order = CandidateOrder(
+            self._index().groups,
+            self._cell_key,
+            self._domain_key if self.DOMAIN_MATTERS else None,
+            hint,
+            self._rng,
+        )
         for rules in levels:
             try:
                 cells = assign_cells(
@@ -698,55 +642,62 @@ class TopologyAwarePolicy(EnsemblePlacementPolicy):
             cells = [self._cell(loc) for loc in locations]
             if self._ensemble_verdict(cells, write_quorum, ack_quorum) == FAIL:
                 return PlacementResult([], FAIL)
-            seen: set[str] = set()
-            forced: set[int] = set()
-            for i, bookie in enumerate(current):
-                if bookie in exclude or bookie not in self._writable or bookie in seen:
-                    forced.add(i)
-                seen.add(bookie)
-            failing: list[list[int]] = []
-            for start in window_starts(size, write_quorum):
-                positions = _window(size, write_quorum, start)
-                window = [cells[p] for p in positions]
-                if self._window_verdict(window, write_quorum, ack_quorum) == FAIL:
-                    failing.append(positions)
             unusable = self._adherence_exclusions()
             everything, _ = self._pool(exclude | set(current))
             pool = {c: bookies for c, bookies in everything.items() if c.location not in unusable}
             capacity = {cell: len(bookies) for cell, bookies in pool.items()}
             self._prepare(pool, cells)
             levels = self._levels(size, write_quorum, ack_quorum, False)
-            others = [i for i in range(size) if i not in forced]
-            searches = 0
-            for extra in range(len(others) + 1):
-                for rules in levels:
-                    for chosen in itertools.combinations(others, extra):
-                        free = forced | set(chosen)
-                        if not all(free.intersection(w) for w in failing):
-                            continue  # a failing write quorum would stay as it is
-                        searches += 1
-                        if searches > MAX_RELOCATION_SEARCHES:
-                            logger.warning(
-                                "%s: gave up relocating %s after %d searches",
-                                type(self).__name__,
-                                current,
-                                searches - 1,
-                            )
-                            return PlacementResult([], FAIL)
-                        fixed_cells: list[Cell | None] = [
-                            None if i in free else cells[i] for i in range(size)
-                        ]
-                        found = self._search(
-                            size, write_quorum, fixed_cells, capacity, [rules], PlacementHint()
-                        )
-                        if found is None:
-                            continue
-                        found_verdict = self._verdict(found, write_quorum, ack_quorum)
-                        if found_verdict == FAIL:
-                            continue
-                        fixed = [None if i in free else current[i] for i in range(size)]
-                        return PlacementResult(self._fill(found, fixed, pool), found_verdict)
+            forced = self._must_move(current, exclude)
+            failing = self._failing_windows(cells, write_quorum, ack_quorum)
+            relocations = _relocations(size, forced, failing, levels)
+            for searches, (rules, free) in enumerate(relocations, 1):
+                if searches > MAX_RELOCATION_SEARCHES:
+                    logger.warning(
+                        "%s: gave up relocating %s after %d searches",
+                        type(self).__name__,
+                        current,
+                        searches - 1,
+                    )
+                    return PlacementResult([], FAIL)
+                fixed_cells: list[Cell | None] = [
+                    None if i in free else cells[i] for i in range(size)
+                ]
+                found = self._search(
+                    size, write_quorum, fixed_cells, capacity, [rules], PlacementHint()
+                )
+                if found is None:
+                    continue
+                found_verdict = self._verdict(found, write_quorum, ack_quorum)
+                if found_verdict == FAIL:
+                    continue
+                fixed = [None if i in free else current[i] for i in range(size)]
+                return PlacementResult(self._fill(found, fixed, pool), found_verdict)
         return PlacementResult([], FAIL)
+
+    def _must_move(self, current: Sequence[str], exclude: set[str]) -> set[int]:
+        """The positions of ``current`` whose bookie may not stay: excluded, no longer
+        writable, or a repeat of an earlier position's."""
+        seen: set[str] = set()
+        forced: set[int] = set()
+        for i, bookie in enumerate(current):
+            if bookie in exclude or bookie not in self._writable or bookie in seen:
+                forced.add(i)
+            seen.add(bookie)
+        return forced
+
+    def _failing_windows(
+        self, cells: Sequence[Cell], write_quorum: int, ack_quorum: int
+    ) -> list[list[int]]:
+        """The write quorums (as positions) of an ensemble at ``cells`` that FAIL the policy."""
+        size = len(cells)
+        failing: list[list[int]] = []
+        for start in window_starts(size, write_quorum):
+            positions = _window(size, write_quorum, start)
+            window = [cells[p] for p in positions]
+            if self._window_verdict(window, write_quorum, ack_quorum) == FAIL:
+                failing.append(positions)
+        return failing
 
     # --- adherence --------------------------------------------------------------------------
 
@@ -849,55 +800,19 @@ def _window(size: int, write_quorum: int, start: int) -> list[int]:
     return [(start + i) % size for i in range(write_quorum)]
 
 
-@dataclass
-class _Group:
-    """Candidate locations ranked alike unless special: weights and their running sums."""
-
-    cells: list[Cell]
-    weights: list[float]
-    cumulative: list[float]
-
-
-@dataclass
-class _Index:
-    """The current cluster's bookies by location, how many each location holds, its locations
-    by domain, and the locations grouped for drawing."""
-
-    pool: dict[Cell, tuple[str, ...]]
-    capacity: dict[Cell, int]
-    by_domain: dict[str, list[Cell]]
-    groups: dict[str, _Group]
-
-
-def _weighted_order(
-    groups: list[_Group], skip: set[Cell], capacity: Mapping[Cell, int], rng: random.Random
-) -> Iterator[Cell]:
-    """The cells of ``groups`` that have capacity and are not in ``skip``, in random order, each
-    next one drawn with probability proportional to its weight among those left. The first
-    draw is a few bisections; the full order is only computed if the caller asks for more."""
-    total = sum(group.cumulative[-1] for group in groups if group.cumulative)
-    first: Cell | None = None
-    for _ in range(8 if total > 0 else 0):
-        point = rng.random() * total
-        for group in groups:
-            if not group.cumulative:
-                continue
-            if point < group.cumulative[-1] or group is groups[-1]:
-                index = min(bisect.bisect_right(group.cumulative, point), len(group.cells) - 1)
-                cell = group.cells[index]
-                if cell not in skip and capacity.get(cell, 0) > 0:
-                    first = cell
-                break
-            point -= group.cumulative[-1]
-        if first is not None:
-            yield first
-            break
-    rest = [
-        (rng.expovariate(max(weight, 1e-12)), n, cell)
-        for group in groups
-        for n, (cell, weight) in enumerate(zip(group.cells, group.weights, strict=True))
-        if cell is not first and cell not in skip and capacity.get(cell, 0) > 0
-    ]
-    rest.sort(key=lambda item: (item[0], item[1]))
-    for _, _, cell in rest:
-        yield cell
+def _relocations(
+    size: int,
+    forced: set[int],
+    failing: Sequence[Sequence[int]],
+    levels: Sequence[Sequence[WindowRule]],
+) -> Iterator[tuple[Sequence[WindowRule], set[int]]]:
+    """What ``replace_to_adhere_placement_policy`` tries, in order: the positions set free
+    (``forced`` and as few others as possible, among them one of every failing write quorum,
+    which would stay as it is otherwise), each count with the levels strongest first."""
+    others = [i for i in range(size) if i not in forced]
+    for extra in range(len(others) + 1):
+        for rules in levels:
+            for chosen in itertools.combinations(others, extra):
+                free = forced | set(chosen)
+                if all(free.intersection(w) for w in failing):
+                    yield rules, free
