@@ -284,5 +284,5 @@ class RegionAwareEnsemblePlacementPolicy(RackawareEnsemblePlacementPolicy):
         return self._local.domain if self._local is not None else None
 
     def _read_region(self, bookie: str) -> str | None:
-        location = self._history.get(bookie)
-        return self._cell(location).domain if location is not None else None
+        location = self._where.last_seen(bookie)
+        return self._where.cell(location).domain if location is not None else None
