@@ -117,7 +117,7 @@ class ReadWindow(Generic[T]):
         self._last = last
         self._batch_entries = batch_entries
         self._read_ahead = read_ahead
-        self._window: deque[_Chunk] = deque()
+        self._window: deque[_Chunk] = deque()  # at most read_ahead + 1 (``_next_chunk``)
         self._sent_batched = False
 
     def _next_chunk(self) -> _Chunk | None:
