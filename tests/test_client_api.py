@@ -179,6 +179,43 @@ def test_arrow_batches_read_ahead_in_order(bk: pybkx.BookKeeper, written: int) -
             rh.arrow_batches(*bad)
 
 
+def test_every_read_face_refuses_a_bad_range_with_the_same_error(
+    bk: pybkx.BookKeeper, written: int
+) -> None:
+    """BookKeeper's rule (LedgerHandle.asyncReadEntries, readAsync): a negative first entry or
+    one past the last is IncorrectParameterException, a last entry past the LAC ReadException;
+    raised at the call by every face, iteration included."""
+    rh = bk.open_ledger(written)
+    lac = rh.last_add_confirmed
+
+    async def first_of_aentries(first: int, last: int) -> None:
+        async for _ in rh.aentries(first, last):
+            return
+
+    faces = {
+        "read": rh.read,
+        "read_arrow": rh.read_arrow,
+        "entries": lambda first, last: rh.entries(first, last),
+        "aentries": lambda first, last: asyncio.run(first_of_aentries(first, last)),
+        "arrow_batches": lambda first, last: rh.arrow_batches(first, last, 100),
+    }
+    bad = {
+        (-1, 5): errors.IncorrectParameterException,  # first negative
+        (-3, -1): errors.IncorrectParameterException,  # both negative
+        (0, -1): errors.IncorrectParameterException,  # last negative
+        (10, 9): errors.IncorrectParameterException,  # first past last
+        (0, lac + 1): errors.ReadException,  # last past the LAC
+        (lac + 1, lac + 5): errors.ReadException,  # first past the LAC
+    }
+    for (first, last), expected in bad.items():
+        for name, face in faces.items():
+            with pytest.raises(errors.BKException) as raised:
+                face(first, last)
+            assert type(raised.value) is expected, (name, first, last, raised.value)
+    # Iterating up to the LAC from past it reads nothing (a tailing reader's "nothing new").
+    assert list(rh.entries(lac + 1)) == []
+
+
 def test_a_client_with_no_uri_finds_the_running_sandbox(tmp_path: Path) -> None:
     home = tmp_path / "home"
     env = {**os.environ, "PYBKX_HOME": str(home)}

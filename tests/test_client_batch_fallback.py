@@ -12,6 +12,7 @@ the stride-blind one a pybkx bookie behind a proxy that clears the flag.
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import struct
 import threading
@@ -205,6 +206,28 @@ def test_striped_ledgers_fall_back_too_and_disabled_batching_sends_no_batch(
             got = bk.open_ledger(ledger_id).batch_read(0, 30, 1 << 20)
             assert [e.payload for e in got] == [prefix + b"%d" % e for e in range(30)]
     assert sum(p.dropped for p in proxies) == dropped
+
+
+def test_asyncio_and_arrow_iteration_fall_back_as_entries_does(
+    old_bookies: tuple[str, list[Proxy]],
+) -> None:
+    """The three iteration faces share one read window: a fresh handle's batched reads in
+    flight drop their connections, the chunks that failed are read again singly, and every
+    entry arrives in order."""
+    uri, _ = old_bookies
+    payloads = [b"a%d" % e for e in range(300)]
+    with BookKeeper(uri) as bk:
+        lh = bk.create_ledger(3, 2, 2)
+        lh.append_many(payloads)
+        lh.close()
+
+        async def read_all() -> list[bytes]:
+            rh = bk.open_ledger(lh.ledger_id)
+            return [e.payload async for e in rh.aentries(batch_entries=50)]
+
+        assert asyncio.run(read_all()) == payloads
+        batches = bk.open_ledger(lh.ledger_id).arrow_batches(0, 299, 50)
+        assert [p for b in batches for p in b.column("payload").to_pylist()] == payloads
 
 
 def test_striped_ledgers_on_stride_blind_bookies_are_read_in_runs(

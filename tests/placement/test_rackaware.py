@@ -143,7 +143,7 @@ def test_rack_changes_apply_without_a_restart() -> None:
 
 
 def test_unresolved_bookies_are_resolved_again_later(monkeypatch: pytest.MonkeyPatch) -> None:
-    import pybkx.placement.topology_aware as aware
+    import pybkx.placement.locations as aware
 
     monkeypatch.setattr(aware, "UNRESOLVED_RETRY_S", 0.0)
     mapping = StaticDNSToSwitchMapping({bookie(0): "/r1"})

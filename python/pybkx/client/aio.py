@@ -27,6 +27,8 @@ class _LoopInbox:
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         # Weak: the inboxes map is keyed weakly by loop, and a strong value would keep the key.
         self.loop = weakref.ref(loop)
+        # Bounded by the futures awaited in this loop: each completed one is put here once and
+        # drained on the loop's next turn.
         self._done: deque[tuple[asyncio.Future[Any], Future]] = deque()
         self._scheduled = False
 

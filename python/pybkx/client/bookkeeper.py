@@ -12,12 +12,13 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import Any
 
 from pybkx import errors
-from pybkx._core import BookieClient, FailureQueue, check_quorums
+from pybkx._core import BookieClient, FailureQueue
 from pybkx.client.aio import run_blocking
 from pybkx.client.failures import FailureDispatcher
-from pybkx.client.handles import LedgerHandle, ReadHandle
+from pybkx.client.ledger_recovery import recover
 from pybkx.client.metrics import ensure_registered, timed
-from pybkx.client.recovery import recover
+from pybkx.client.read_handle import ReadHandle
+from pybkx.client.write_handle import LedgerHandle
 from pybkx.config import ClientConfig
 from pybkx.meta import (
     MAX_METADATA_RETRIES,
@@ -29,6 +30,7 @@ from pybkx.meta import (
 )
 from pybkx.meta.discovery import describe_default
 from pybkx.placement import EnsemblePlacementPolicy, PlacementPolicyAdherence, create_policy
+from pybkx.placement.base import check_quorum_sizes
 
 __all__ = ["BookKeeper"]
 
@@ -149,7 +151,7 @@ class BookKeeper:
         custom_metadata: Mapping[str, bytes] | None,
     ) -> LedgerHandle:
         digest = DigestType.parse(digest_type)
-        check_quorums(ensemble_size, write_quorum_size, ack_quorum_size)
+        check_quorum_sizes(ensemble_size, write_quorum_size, ack_quorum_size)
         try:
             placed = self.placement.new_ensemble(
                 ensemble_size, write_quorum_size, ack_quorum_size, dict(custom_metadata or {}), ()

@@ -47,6 +47,8 @@ class FailureDispatcher:
         self._workers = workers
         self._lock = threading.Lock()
         self._handlers: dict[int, FailureHandler] = {}
+        # At most one failure per ensemble index of each registered writer (a later one of the
+        # same slot replaces it).
         self._pending: dict[int, dict[int, BookieFailure]] = {}
         self._running: set[int] = set()
         self._pool: ThreadPoolExecutor | None = None

@@ -16,6 +16,7 @@ from enum import IntEnum
 from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
 from pybkx import errors
+from pybkx._core import check_quorums
 from pybkx.placement.conf import conf_bool, conf_int, conf_str
 from pybkx.placement.stats import PlacementStats
 
@@ -167,12 +168,17 @@ class SettableFeatureProvider(FeatureProvider):
 
 
 def check_quorum_sizes(ensemble_size: int, write_quorum_size: int, ack_quorum_size: int) -> None:
-    """Raise IncorrectParameterException unless E >= Qw >= Qa >= 1."""
-    if not ensemble_size >= write_quorum_size >= ack_quorum_size >= 1:
+    """The ledger's quorum rule, E >= Qw >= Qa >= 1, as the Rust core states it for every
+    part of pybkx (``pybkx._core.check_quorums``). Raises IncorrectParameterException for the
+    sizes it refuses, negative ones included (the binding takes sizes unsigned, and refuses a
+    negative one with OverflowError)."""
+    try:
+        check_quorums(ensemble_size, write_quorum_size, ack_quorum_size)
+    except OverflowError as exc:
         raise errors.IncorrectParameterException(
-            "need ensemble_size >= write_quorum_size >= ack_quorum_size >= 1, got "
-            f"{ensemble_size}/{write_quorum_size}/{ack_quorum_size}"
-        )
+            f"quorum sizes out of range: got {ensemble_size}/{write_quorum_size}/"
+            f"{ack_quorum_size} (need ensemble size >= write quorum >= ack quorum >= 1)"
+        ) from exc
 
 
 # --- the contract ---------------------------------------------------------------------------

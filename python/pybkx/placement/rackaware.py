@@ -12,10 +12,11 @@ from collections.abc import Mapping, Sequence
 from pybkx.placement.base import (
     PlacementPolicyAdherence,
 )
+from pybkx.placement.candidates import PlacementHint
 from pybkx.placement.conf import conf_bool, conf_int
 from pybkx.placement.selection import Cell, MinLocations, SearchState, WindowRule
 from pybkx.placement.topology import DEFAULT_RACK
-from pybkx.placement.topology_aware import PlacementHint, TopologyAwarePolicy
+from pybkx.placement.topology_aware import TopologyAwarePolicy
 
 __all__ = ["RackawareEnsemblePlacementPolicy"]
 

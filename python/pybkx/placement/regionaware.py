@@ -19,6 +19,7 @@ from pybkx.config import ConfigError
 from pybkx.placement.base import (
     PlacementPolicyAdherence,
 )
+from pybkx.placement.candidates import PlacementHint
 from pybkx.placement.conf import conf_bool, conf_int, conf_str
 from pybkx.placement.rackaware import RackawareEnsemblePlacementPolicy
 from pybkx.placement.selection import (
@@ -30,7 +31,6 @@ from pybkx.placement.selection import (
     windows_containing,
 )
 from pybkx.placement.topology import DEFAULT_REGION_AND_RACK, SEPARATOR
-from pybkx.placement.topology_aware import PlacementHint
 
 __all__ = ["DISABLE_DURABILITY_FEATURE", "RegionAwareEnsemblePlacementPolicy"]
 
@@ -284,5 +284,5 @@ class RegionAwareEnsemblePlacementPolicy(RackawareEnsemblePlacementPolicy):
         return self._local.domain if self._local is not None else None
 
     def _read_region(self, bookie: str) -> str | None:
-        location = self._history.get(bookie)
-        return self._cell(location).domain if location is not None else None
+        location = self._where.last_seen(bookie)
+        return self._where.cell(location).domain if location is not None else None

@@ -13,7 +13,7 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from enum import IntEnum
 from typing import Final
 
@@ -101,30 +101,16 @@ def reorder_read_sequence(
     for index in order:
         if not 0 <= index < len(ensemble):
             raise IndexError(f"write set index {index} outside an ensemble of {len(ensemble)}")
-    if threshold_pending > 0 and health is not None and len(order) > 1:
-        pending = [health.get_bookie_pending_requests(ensemble[i]) for i in order]
-        best = min(range(len(order)), key=lambda k: pending[k])
-        if best > 0 and pending[0] >= pending[best] + threshold_pending:
-            order.insert(0, order.pop(best))
-    region_aware = region_of is not None and my_region is not None
+    if threshold_pending > 0 and health is not None:
+        _least_pending_first(order, ensemble, health, threshold_pending)
 
-    def classify(index: int) -> tuple[ReadClass, int]:
-        bookie = ensemble[index]
-        if bookie not in writable:
-            if bookie in readonly:
-                if slow.is_slow(bookie):
-                    return ReadClass.SLOW, _pending(health, bookie)
-                return ReadClass.READ_ONLY, 0
-            return ReadClass.UNAVAILABLE, 0
-        failed = health.get_bookie_failure_history(bookie) if health is not None else -1
-        remote = region_aware and region_of is not None and region_of(bookie) != my_region
-        if failed >= 0:
-            return (ReadClass.REMOTE_FAILED if remote else ReadClass.LOCAL_FAILED), failed
-        if slow.is_slow(bookie):
-            return ReadClass.SLOW, _pending(health, bookie)
-        return (ReadClass.REMOTE if remote else ReadClass.LOCAL), 0
+    def remote(bookie: str) -> bool:
+        return region_of is not None and my_region is not None and region_of(bookie) != my_region
 
-    keyed = [(classify(index), position, index) for position, index in enumerate(order)]
+    keyed = [
+        (_read_class(ensemble[index], writable, readonly, slow, health, remote), position, index)
+        for position, index in enumerate(order)
+    ]
     keyed.sort(key=lambda item: (item[0][0], item[0][1], item[1]))
     groups: dict[ReadClass, list[int]] = {}
     for (cls, _), _, index in keyed:
@@ -134,6 +120,50 @@ def reorder_read_sequence(
         for cls in (ReadClass.LOCAL, ReadClass.REMOTE, ReadClass.READ_ONLY, ReadClass.UNAVAILABLE):
             if cls in groups:
                 chooser.shuffle(groups[cls])
+    return _in_read_order(groups)
+
+
+def _least_pending_first(
+    order: list[int], ensemble: Sequence[str], health: BookiesHealthInfo, threshold: int
+) -> None:
+    """Moves the replica with the fewest pending requests to the front of ``order`` when the
+    first one has at least ``threshold`` more."""
+    if len(order) < 2:
+        return
+    pending = [health.get_bookie_pending_requests(ensemble[i]) for i in order]
+    best = min(range(len(order)), key=lambda k: pending[k])
+    if best > 0 and pending[0] >= pending[best] + threshold:
+        order.insert(0, order.pop(best))
+
+
+def _read_class(
+    bookie: str,
+    writable: Collection[str],
+    readonly: Collection[str],
+    slow: SlowBookies,
+    health: BookiesHealthInfo | None,
+    is_remote: Callable[[str], bool],
+) -> tuple[ReadClass, int]:
+    """The class of ``bookie`` and its rank within the class (lower first): the entry id it
+    last failed, or its pending requests when slow. Only a writable bookie's region counts."""
+    if bookie not in writable:
+        if bookie in readonly:
+            if slow.is_slow(bookie):
+                return ReadClass.SLOW, _pending(health, bookie)
+            return ReadClass.READ_ONLY, 0
+        return ReadClass.UNAVAILABLE, 0
+    failed = health.get_bookie_failure_history(bookie) if health is not None else -1
+    remote = is_remote(bookie)
+    if failed >= 0:
+        return (ReadClass.REMOTE_FAILED if remote else ReadClass.LOCAL_FAILED), failed
+    if slow.is_slow(bookie):
+        return ReadClass.SLOW, _pending(health, bookie)
+    return (ReadClass.REMOTE if remote else ReadClass.LOCAL), 0
+
+
+def _in_read_order(groups: Mapping[ReadClass, list[int]]) -> list[int]:
+    """The replicas of every class in the order to read: local ones with a remote one after
+    every REMOTE_AFTER_LOCAL of them, then read-only, slow and unavailable ones."""
     local = groups.get(ReadClass.LOCAL, []) + groups.get(ReadClass.LOCAL_FAILED, [])
     remote = groups.get(ReadClass.REMOTE, []) + groups.get(ReadClass.REMOTE_FAILED, [])
     out: list[int] = []

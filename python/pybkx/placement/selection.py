@@ -277,6 +277,25 @@ class SearchState:
     domain_counts: dict[str, int] = field(default_factory=dict)
     open_positions: int = 0
 
+    @classmethod
+    def start(
+        cls,
+        ensemble_size: int,
+        write_quorum: int,
+        fixed: Sequence[Cell | None],
+        capacity: Mapping[Cell, int],
+    ) -> SearchState:
+        """The state before the search: ``fixed`` placed (None: open), ``capacity`` left."""
+        state = cls(ensemble_size, write_quorum, [None] * ensemble_size, dict(capacity))
+        for position, cell in enumerate(fixed):
+            if cell is None:
+                state.open_positions += 1
+            else:
+                state.assignment[position] = cell
+                state.cell_counts[cell] = state.cell_counts.get(cell, 0) + 1
+                state.domain_counts[cell.domain] = state.domain_counts.get(cell.domain, 0) + 1
+        return state
+
     def place(self, position: int, cell: Cell) -> None:
         self.assignment[position] = cell
         self.capacity[cell] -= 1
@@ -342,60 +361,79 @@ def assign_cells(
     ``symmetry_key`` maps cells the rules cannot tell apart to one key (only the first of them
     is tried). Raises SearchBudgetExceeded after ``budget`` placements.
     """
-    state = SearchState(
-        ensemble_size=ensemble_size,
-        write_quorum=write_quorum,
-        assignment=[None] * ensemble_size,
-        capacity=dict(capacity),
-    )
+    state = SearchState.start(ensemble_size, write_quorum, fixed, capacity)
     open_positions = [p for p in range(ensemble_size) if fixed[p] is None]
-    state.open_positions = len(open_positions)
-    for position, cell in enumerate(fixed):
-        if cell is not None:
-            state.assignment[position] = cell
-            state.cell_counts[cell] = state.cell_counts.get(cell, 0) + 1
-            state.domain_counts[cell.domain] = state.domain_counts.get(cell.domain, 0) + 1
     if sum(state.capacity.values()) < len(open_positions):
         return None
     if not all(rule.possible(ensemble_size, write_quorum, fixed, capacity) for rule in rules):
         return None
-    windows = {p: windows_containing(ensemble_size, write_quorum, p) for p in open_positions}
     key_of: SymmetryKey = symmetry_key if symmetry_key is not None else (lambda _s, c: c)
-    tries = 0
-
-    def fill(index: int) -> bool:
-        nonlocal tries
-        if index == len(open_positions):
-            return True
-        position = open_positions[index]
-        failed: set[Hashable] = set()
-        for cell in order(state, position):
-            if state.capacity.get(cell, 0) <= 0:
-                continue
-            if failed and key_of(state, cell) in failed:
-                continue  # like a cell that already failed here
-            tries += 1
-            if tries > budget:
-                raise SearchBudgetExceeded(f"more than {budget} placements tried")
-            state.place(position, cell)
-            ok = all(
-                rule.feasible(state.window(window))
-                for window in windows[position]
-                for rule in rules
-            )
-            if ok and fill(index + 1):
-                return True
-            state.unplace(position, cell)
-            failed.add(key_of(state, cell))  # keys are only needed once something failed
-        return False
-
-    if not fill(0):
+    search = _DepthFirst(state, open_positions, rules, order, key_of, budget)
+    if not search.fill(0):
         return None
     out: list[Cell] = []
     for cell in state.assignment:
         assert cell is not None
         out.append(cell)
     return out
+
+
+class _DepthFirst:
+    """The search of ``assign_cells``: the open positions filled in turn, each with the first
+    cell of its order that keeps every rule feasible in every write quorum through it,
+    backtracking when none does; a cell alike (by symmetry key) to one that failed at a
+    position is not tried there again. Raises SearchBudgetExceeded after ``budget`` tries."""
+
+    def __init__(
+        self,
+        state: SearchState,
+        open_positions: Sequence[int],
+        rules: Sequence[WindowRule],
+        order: Order,
+        key_of: SymmetryKey,
+        budget: int,
+    ) -> None:
+        self.state = state
+        self.open_positions = open_positions
+        self.rules = rules
+        self.order = order
+        self.key_of = key_of
+        self.budget = budget
+        self.windows = {
+            p: windows_containing(state.ensemble_size, state.write_quorum, p)
+            for p in open_positions
+        }
+        self.tries = 0
+
+    def fill(self, index: int) -> bool:
+        """Fills the open positions from ``index`` on; False when they cannot be filled."""
+        if index == len(self.open_positions):
+            return True
+        state = self.state
+        position = self.open_positions[index]
+        failed: set[Hashable] = set()
+        for cell in self.order(state, position):
+            if state.capacity.get(cell, 0) <= 0:
+                continue
+            if failed and self.key_of(state, cell) in failed:
+                continue  # like a cell that already failed here
+            self.tries += 1
+            if self.tries > self.budget:
+                raise SearchBudgetExceeded(f"more than {self.budget} placements tried")
+            state.place(position, cell)
+            if self._feasible(position) and self.fill(index + 1):
+                return True
+            state.unplace(position, cell)
+            failed.add(self.key_of(state, cell))  # keys are only needed once something failed
+        return False
+
+    def _feasible(self, position: int) -> bool:
+        """Whether every rule can still hold in every write quorum through ``position``."""
+        return all(
+            rule.feasible(self.state.window(window))
+            for window in self.windows[position]
+            for rule in self.rules
+        )
 
 
 def disk_weights(

@@ -1,24 +1,22 @@
-"""What location-aware policies share: membership, resolution, search, adherence, reads.
-It must never define a placement rule itself; each policy supplies rules, verdicts."""
+"""What location-aware policies share: the EnsemblePlacementPolicy contract over network
+locations (configuration, the search for ensembles and replacements, adherence, read order),
+the subclass supplying the rules and verdicts. It must never define a placement rule itself;
+where bookies are is ``locations``'s, the order candidates are tried in ``candidates``'s.
+"""
 
-# Lifecycle and locking: ``_lock`` guards the state (topology, membership, history) and is held
-# only for in-memory work; ``_change_lock`` serialises cluster and rack changes, whose name
-# resolution (possibly a script) runs outside ``_lock`` so reads and placements never wait on
-# it. Every bookie ever seen keeps its last location in ``_history`` (bounded), so adherence of
-# an ensemble holding a bookie that has since gone is judged by where that bookie was.
+# Locking: ``_lock`` guards the state (the bookies' locations, the candidate index, weights)
+# and is held only for in-memory work; ``_change_lock`` serialises configuration, cluster and
+# rack changes (see ``locations``).
 
 from __future__ import annotations
 
 import abc
-import bisect
 import itertools
 import logging
 import random
 import socket
 import threading
-import time
 from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import ClassVar, Final
 
 from pybkx import errors
@@ -33,13 +31,14 @@ from pybkx.placement.base import (
     SettableFeatureProvider,
     check_quorum_sizes,
 )
+from pybkx.placement.candidates import CandidateIndex, CandidateOrder, PlacementHint
 from pybkx.placement.conf import conf_bool, conf_int
 from pybkx.placement.dns import (
     DefaultingResolver,
     DNSToSwitchMapping,
-    host_of,
     resolver_from_conf,
 )
+from pybkx.placement.locations import BookieLocations
 from pybkx.placement.reorder import SlowBookies, reorder_read_sequence
 from pybkx.placement.selection import (
     Cell,
@@ -53,32 +52,18 @@ from pybkx.placement.selection import (
     windows_containing,
 )
 from pybkx.placement.stats import PlacementStats
-from pybkx.placement.topology import InvalidTopologyError, NetworkTopology
+from pybkx.placement.topology import NetworkTopology
 
-__all__ = ["PlacementHint", "TopologyAwarePolicy"]
+__all__ = ["TopologyAwarePolicy"]
 
 logger = logging.getLogger(__name__)
 
-MAX_HISTORY: Final = 65_536
-"""Bound on remembered locations of bookies no longer writable."""
-UNRESOLVED_RETRY_S: Final = 30.0
-"""Minimum time between attempts to resolve again the bookies left at the default location."""
 MAX_RELOCATION_SEARCHES: Final = 10_000
 """Bound on the searches ``replace_to_adhere_placement_policy`` runs."""
 
 FAIL: Final = PlacementPolicyAdherence.FAIL
 MEETS_SOFT: Final = PlacementPolicyAdherence.MEETS_SOFT
 MEETS_STRICT: Final = PlacementPolicyAdherence.MEETS_STRICT
-
-
-@dataclass(frozen=True)
-class PlacementHint:
-    """Preferences for one search: ``local`` is the client's location (preferred for the first
-    position of a new ensemble), ``replaced`` the location of the bookie being replaced."""
-
-    first_position: int | None = None
-    local: Cell | None = None
-    replaced: Cell | None = None
 
 
 class TopologyAwarePolicy(EnsemblePlacementPolicy):
@@ -146,17 +131,20 @@ class TopologyAwarePolicy(EnsemblePlacementPolicy):
             expiry_ms = conf_int(conf, "bookieFailureHistoryExpirationMSec", 60_000, minimum=0)
             self.slow = SlowBookies(expiry_ms)
             self._configure_policy(conf)
-            self.topology = NetworkTopology(levels=self.LEVELS, min_levels=self.MIN_LEVELS)
-            self._writable: frozenset[str] = frozenset()
-            self._readonly: frozenset[str] = frozenset()
-            self._history: dict[str, str] = {}
-            self._cells: dict[str, Cell] = {}
-            self._candidates: _Index | None = None
+            self._candidates: CandidateIndex | None = None
             self._weights: dict[str, float] | None = None
             self._info: dict[str, BookieInfo] = {}
-            self._last_unresolved_retry = 0.0
             self._mapping = mapping
-            self.resolver = DefaultingResolver(mapping, self.DEFAULT_LOCATION, self.stats)
+            self._where = BookieLocations(
+                type(self).__name__,
+                DefaultingResolver(mapping, self.DEFAULT_LOCATION, self.stats),
+                NetworkTopology(levels=self.LEVELS, min_levels=self.MIN_LEVELS),
+                self.stats,
+                lock=self._lock,
+                change_lock=self._change_lock,
+                changed=self._changed,
+                retry_unresolved=mapping is not None,
+            )
             if mapping is not None:
                 mapping.register_rack_change_listener(self._on_rack_change)
             self._local: Cell | None = self._local_cell(conf, local_node)
@@ -201,7 +189,7 @@ class TopologyAwarePolicy(EnsemblePlacementPolicy):
                 logger.warning("cannot find the local host's address: %s", exc)
                 return None
             local_node = host
-        location = self._valid_location(local_node, self.resolver.resolve_one(local_node))
+        location = self._where.resolve_one(local_node)
         if location == self.DEFAULT_LOCATION:
             return None
         return Cell.of(location)
@@ -304,115 +292,19 @@ class TopologyAwarePolicy(EnsemblePlacementPolicy):
         """A last check of a new ensemble's locations (default: accept)."""
         return True
 
-    # --- locations --------------------------------------------------------------------------
-
-    def _valid_location(self, name: str, location: str) -> str:
-        try:
-            return self.topology.validate(location)
-        except InvalidTopologyError as exc:
-            self.stats.inc("failed_to_resolve_network_location_count")
-            logger.warning(
-                "%s: %s: %s; using %s", type(self).__name__, name, exc, self.DEFAULT_LOCATION
-            )
-            return self.DEFAULT_LOCATION
-
-    def _resolve(self, bookies: Sequence[str]) -> dict[str, str]:
-        answers = self.resolver.resolve(list(bookies))
-        return {b: self._valid_location(b, loc) for b, loc in zip(bookies, answers, strict=True)}
-
-    def _cell(self, location: str) -> Cell:
-        cell = self._cells.get(location)
-        if cell is None:
-            cell = self._cells[location] = Cell.of(location)
-        return cell
-
-    def _remember(self, bookie: str, location: str) -> None:
-        self._history.pop(bookie, None)
-        self._history[bookie] = location
-        while len(self._history) > MAX_HISTORY:
-            del self._history[next(iter(self._history))]
-
-    def network_location(self, bookie: str) -> str:
-        """Where ``bookie`` is (or was last seen); resolved now if it was never seen."""
-        return self._locations([bookie])[0]
-
-    def _locations(self, bookies: Sequence[str]) -> list[str]:
-        with self._lock:
-            known = {b: self._history.get(b) for b in bookies}
-        unknown = [b for b, loc in known.items() if loc is None]
-        if unknown:
-            resolved = self._resolve(unknown)
-            with self._lock:
-                for bookie, location in resolved.items():
-                    known[bookie] = self._history.setdefault(bookie, location)
-        out: list[str] = []
-        for bookie in bookies:
-            found = known[bookie]
-            assert found is not None
-            out.append(found)
-        return out
-
-    # --- membership -------------------------------------------------------------------------
+    # --- bookies and their locations --------------------------------------------------------------
 
     def on_cluster_changed(self, writable: Iterable[str], readonly: Iterable[str]) -> set[str]:
-        writable_now = frozenset(writable)
-        readonly_now = frozenset(readonly)
-        with self._change_lock:
-            with self._lock:
-                joined = [b for b in writable_now if b not in self._writable]
-                before = self._writable | self._readonly
-                retry = self._unresolved_to_retry(writable_now)
-            resolved = self._resolve(joined + retry) if joined or retry else {}
-            with self._lock:
-                for bookie in self._writable - writable_now:
-                    self.topology.remove(bookie)
-                    self.stats.inc("bookies_left")
-                for bookie, location in resolved.items():
-                    self.topology.add(bookie, location)
-                    self._remember(bookie, location)
-                self.stats.inc("bookies_joined", len(joined))
-                self._writable = writable_now
-                self._readonly = readonly_now
-                self._changed()
-        return set(before - writable_now - readonly_now)
-
-    def _unresolved_to_retry(self, writable: frozenset[str]) -> list[str]:
-        if self._mapping is None:
-            return []
-        now = time.monotonic()
-        if now - self._last_unresolved_retry < UNRESOLVED_RETRY_S:
-            return []
-        stuck = [
-            b
-            for b in self.topology.bookies_at(self.DEFAULT_LOCATION)
-            if b in writable and b in self._writable
-        ]
-        if stuck:
-            self._last_unresolved_retry = now
-        return stuck
+        return self._where.cluster_changed(writable, readonly)
 
     def on_bookie_rack_change(self, bookies: Iterable[str] | None = None) -> None:
         """Resolve ``bookies`` (every bookie seen, when None) again and move those whose
         location changed. Names may be bookie ids or their host names."""
-        with self._change_lock:
-            with self._lock:
-                seen = list(self._history)
-            if bookies is None:
-                affected = seen
-            else:
-                names = set(bookies)
-                affected = [b for b in seen if b in names or host_of(b) in names]
-            if not affected:
-                return
-            resolved = self._resolve(affected)
-            with self._lock:
-                for bookie, location in resolved.items():
-                    self._remember(bookie, location)
-                    if bookie in self._writable and self.topology.add(bookie, location):
-                        logger.info(
-                            "%s: bookie %s moved to %s", type(self).__name__, bookie, location
-                        )
-                self._changed()
+        self._where.racks_changed(bookies)
+
+    def network_location(self, bookie: str) -> str:
+        """Where ``bookie`` is (or was last seen); resolved now if it was never seen."""
+        return self._where.locations([bookie])[0]
 
     def refresh_network_locations(self) -> None:
         """Reload the resolver's cached mappings and resolve every bookie again. Raises
@@ -431,8 +323,7 @@ class TopologyAwarePolicy(EnsemblePlacementPolicy):
     def writable_bookies_in_default_location(self) -> int:
         """Writable bookies whose location is unknown (BookKeeper's gauge
         ``num_writable_bookies_in_default_rack``)."""
-        with self._lock:
-            return len(self.topology.bookies_at(self.DEFAULT_LOCATION))
+        return self._where.writable_in_default_location()
 
     def update_bookie_info(self, info: Mapping[str, BookieInfo]) -> None:
         with self._lock:
@@ -441,28 +332,14 @@ class TopologyAwarePolicy(EnsemblePlacementPolicy):
 
     # --- choosing ---------------------------------------------------------------------------
 
-    def _index(self) -> _Index:
+    def _index(self) -> CandidateIndex:
         """The candidate locations of the current cluster (cached until it changes)."""
         if self._candidates is None:
-            weights = self._weights_now()
             pool = {
-                self._cell(location): tuple(sorted(self.topology.bookies_at(location)))
-                for location in self.topology.locations()
+                self._where.cell(location): tuple(sorted(self._where.topology.bookies_at(location)))
+                for location in self._where.topology.locations()
             }
-            by_domain: dict[str, list[Cell]] = {}
-            for cell in pool:
-                by_domain.setdefault(cell.domain, []).append(cell)
-            members = by_domain if self.DOMAIN_MATTERS else {"": list(pool)}
-            groups: dict[str, _Group] = {}
-            for domain, cells in members.items():
-                cell_weights = [
-                    (sum(weights.get(b, 1.0) for b in pool[c]) if weights else float(len(pool[c])))
-                    for c in cells
-                ]
-                running = list(itertools.accumulate(cell_weights))
-                groups[domain] = _Group(cells, cell_weights, running)
-            capacity = {cell: len(bookies) for cell, bookies in pool.items()}
-            self._candidates = _Index(pool, capacity, by_domain, groups)
+            self._candidates = CandidateIndex.of(pool, self._weights_now(), self.DOMAIN_MATTERS)
         return self._candidates
 
     def _pool(self, excluded: set[str]) -> tuple[dict[Cell, Sequence[str]], Mapping[Cell, int]]:
@@ -484,10 +361,10 @@ class TopologyAwarePolicy(EnsemblePlacementPolicy):
             pool, capacity = dict(index.pool), index.capacity
         changed: dict[Cell, int] = {}
         for bookie in excluded:
-            location = self.topology.location_of(bookie)
+            location = self._where.topology.location_of(bookie)
             if location is None:
                 continue
-            cell = self._cell(location)
+            cell = self._where.cell(location)
             bookies = pool.get(cell)
             if bookies is not None:
                 kept = tuple(b for b in bookies if b != bookie)
@@ -504,7 +381,7 @@ class TopologyAwarePolicy(EnsemblePlacementPolicy):
         if not self.weighted:
             return None
         if self._weights is None:
-            self._weights = disk_weights(self._writable, self._info, self.max_weight_multiple)
+            self._weights = disk_weights(self._where.writable, self._info, self.max_weight_multiple)
         return self._weights
 
     def _search(
@@ -516,44 +393,13 @@ class TopologyAwarePolicy(EnsemblePlacementPolicy):
         levels: Sequence[Sequence[WindowRule]],
         hint: PlacementHint,
     ) -> list[Cell] | None:
-        groups = self._index().groups
-        rng = self._rng
-        domain_matters = self.DOMAIN_MATTERS
-
-        def order(state: SearchState, position: int) -> Iterator[Cell]:
-            special = {cell for cell, n in state.cell_counts.items() if n > 0}
-            if hint.replaced is not None:
-                special.add(hint.replaced)
-            if hint.local is not None and position == hint.first_position:
-                special.add(hint.local)
-            special = {cell for cell in special if state.capacity.get(cell, 0) > 0}
-            domain_keys: dict[str, tuple[int, ...]] = {}
-
-            def domain_key(domain: str) -> tuple[int, ...]:
-                if not domain_matters:
-                    return ()
-                key = domain_keys.get(domain)
-                if key is None:
-                    key = domain_keys[domain] = self._domain_key(state, position, domain, hint)
-                return key
-
-            entries: list[tuple[Hashable, float, Cell | list[_Group]]] = []
-            for cell in special:
-                before, after = self._cell_key(state, position, cell, hint)
-                entries.append(((before, domain_key(cell.domain), after), rng.random(), cell))
-            before, after = self._cell_key(state, position, None, hint)
-            plain: dict[Hashable, list[_Group]] = {}
-            for domain, group in groups.items():
-                plain.setdefault((before, domain_key(domain), after), []).append(group)
-            for key, members in plain.items():
-                entries.append((key, rng.random(), members))
-            entries.sort(key=lambda entry: (entry[0], entry[1]))
-            for _, _, item in entries:
-                if isinstance(item, Cell):
-                    yield item
-                else:
-                    yield from _weighted_order(item, special, state.capacity, rng)
-
+        order = CandidateOrder(
+            self._index().groups,
+            self._cell_key,
+            self._domain_key if self.DOMAIN_MATTERS else None,
+            hint,
+            self._rng,
+        )
         for rules in levels:
             try:
                 cells = assign_cells(
@@ -651,10 +497,10 @@ class TopologyAwarePolicy(EnsemblePlacementPolicy):
         check_quorum_sizes(size, write_quorum_size, ack_quorum_size)
         write_quorum, ack_quorum = write_quorum_size, ack_quorum_size
         index = current.index(bookie_to_replace)
-        locations = self._locations(current)
+        locations = self._where.locations(current)
         excluded = set(exclude_bookies) | set(current)
         with self._lock:
-            fixed_cells: list[Cell | None] = [self._cell(loc) for loc in locations]
+            fixed_cells: list[Cell | None] = [self._where.cell(loc) for loc in locations]
             replaced = fixed_cells[index]
             fixed_cells[index] = None
             pool, capacity = self._pool(excluded)
@@ -693,60 +539,67 @@ class TopologyAwarePolicy(EnsemblePlacementPolicy):
         check_quorum_sizes(size, write_quorum_size, ack_quorum_size)
         write_quorum, ack_quorum = write_quorum_size, ack_quorum_size
         exclude = set(exclude_bookies)
-        locations = self._locations(current)
+        locations = self._where.locations(current)
         with self._lock:
-            cells = [self._cell(loc) for loc in locations]
+            cells = [self._where.cell(loc) for loc in locations]
             if self._ensemble_verdict(cells, write_quorum, ack_quorum) == FAIL:
                 return PlacementResult([], FAIL)
-            seen: set[str] = set()
-            forced: set[int] = set()
-            for i, bookie in enumerate(current):
-                if bookie in exclude or bookie not in self._writable or bookie in seen:
-                    forced.add(i)
-                seen.add(bookie)
-            failing: list[list[int]] = []
-            for start in window_starts(size, write_quorum):
-                positions = _window(size, write_quorum, start)
-                window = [cells[p] for p in positions]
-                if self._window_verdict(window, write_quorum, ack_quorum) == FAIL:
-                    failing.append(positions)
             unusable = self._adherence_exclusions()
             everything, _ = self._pool(exclude | set(current))
             pool = {c: bookies for c, bookies in everything.items() if c.location not in unusable}
             capacity = {cell: len(bookies) for cell, bookies in pool.items()}
             self._prepare(pool, cells)
             levels = self._levels(size, write_quorum, ack_quorum, False)
-            others = [i for i in range(size) if i not in forced]
-            searches = 0
-            for extra in range(len(others) + 1):
-                for rules in levels:
-                    for chosen in itertools.combinations(others, extra):
-                        free = forced | set(chosen)
-                        if not all(free.intersection(w) for w in failing):
-                            continue  # a failing write quorum would stay as it is
-                        searches += 1
-                        if searches > MAX_RELOCATION_SEARCHES:
-                            logger.warning(
-                                "%s: gave up relocating %s after %d searches",
-                                type(self).__name__,
-                                current,
-                                searches - 1,
-                            )
-                            return PlacementResult([], FAIL)
-                        fixed_cells: list[Cell | None] = [
-                            None if i in free else cells[i] for i in range(size)
-                        ]
-                        found = self._search(
-                            size, write_quorum, fixed_cells, capacity, [rules], PlacementHint()
-                        )
-                        if found is None:
-                            continue
-                        found_verdict = self._verdict(found, write_quorum, ack_quorum)
-                        if found_verdict == FAIL:
-                            continue
-                        fixed = [None if i in free else current[i] for i in range(size)]
-                        return PlacementResult(self._fill(found, fixed, pool), found_verdict)
+            forced = self._must_move(current, exclude)
+            failing = self._failing_windows(cells, write_quorum, ack_quorum)
+            relocations = _relocations(size, forced, failing, levels)
+            for searches, (rules, free) in enumerate(relocations, 1):
+                if searches > MAX_RELOCATION_SEARCHES:
+                    logger.warning(
+                        "%s: gave up relocating %s after %d searches",
+                        type(self).__name__,
+                        current,
+                        searches - 1,
+                    )
+                    return PlacementResult([], FAIL)
+                fixed_cells: list[Cell | None] = [
+                    None if i in free else cells[i] for i in range(size)
+                ]
+                found = self._search(
+                    size, write_quorum, fixed_cells, capacity, [rules], PlacementHint()
+                )
+                if found is None:
+                    continue
+                found_verdict = self._verdict(found, write_quorum, ack_quorum)
+                if found_verdict == FAIL:
+                    continue
+                fixed = [None if i in free else current[i] for i in range(size)]
+                return PlacementResult(self._fill(found, fixed, pool), found_verdict)
         return PlacementResult([], FAIL)
+
+    def _must_move(self, current: Sequence[str], exclude: set[str]) -> set[int]:
+        """The positions of ``current`` whose bookie may not stay: excluded, no longer
+        writable, or a repeat of an earlier position's."""
+        seen: set[str] = set()
+        forced: set[int] = set()
+        for i, bookie in enumerate(current):
+            if bookie in exclude or bookie not in self._where.writable or bookie in seen:
+                forced.add(i)
+            seen.add(bookie)
+        return forced
+
+    def _failing_windows(
+        self, cells: Sequence[Cell], write_quorum: int, ack_quorum: int
+    ) -> list[list[int]]:
+        """The write quorums (as positions) of an ensemble at ``cells`` that FAIL the policy."""
+        size = len(cells)
+        failing: list[list[int]] = []
+        for start in window_starts(size, write_quorum):
+            positions = _window(size, write_quorum, start)
+            window = [cells[p] for p in positions]
+            if self._window_verdict(window, write_quorum, ack_quorum) == FAIL:
+                failing.append(positions)
+        return failing
 
     # --- adherence --------------------------------------------------------------------------
 
@@ -770,18 +623,18 @@ class TopologyAwarePolicy(EnsemblePlacementPolicy):
         members = list(ensemble)
         if not members or len(set(members)) != len(members):
             return FAIL
-        locations = self._locations(members)
+        locations = self._where.locations(members)
         with self._lock:
-            cells = [self._cell(loc) for loc in locations]
+            cells = [self._where.cell(loc) for loc in locations]
             return self._verdict(cells, write_quorum_size, ack_quorum_size)
 
     def are_acked_bookies_adhering_to_placement_policy(
         self, acked: Iterable[str], write_quorum_size: int, ack_quorum_size: int
     ) -> bool:
         members = list(dict.fromkeys(acked))
-        locations = self._locations(members)
+        locations = self._where.locations(members)
         with self._lock:
-            cells = [self._cell(loc) for loc in locations]
+            cells = [self._where.cell(loc) for loc in locations]
             return self._acked_adhering(cells, write_quorum_size, ack_quorum_size)
 
     # --- reads ------------------------------------------------------------------------------
@@ -797,7 +650,7 @@ class TopologyAwarePolicy(EnsemblePlacementPolicy):
         write_set: Sequence[int],
     ) -> list[int]:
         with self._lock:
-            writable, readonly = self._writable, self._readonly
+            writable, readonly = self._where.writable, self._where.readonly
         my_region = self._my_read_region()
         order = reorder_read_sequence(
             ensemble,
@@ -849,55 +702,19 @@ def _window(size: int, write_quorum: int, start: int) -> list[int]:
     return [(start + i) % size for i in range(write_quorum)]
 
 
-@dataclass
-class _Group:
-    """Candidate locations ranked alike unless special: weights and their running sums."""
-
-    cells: list[Cell]
-    weights: list[float]
-    cumulative: list[float]
-
-
-@dataclass
-class _Index:
-    """The current cluster's bookies by location, how many each location holds, its locations
-    by domain, and the locations grouped for drawing."""
-
-    pool: dict[Cell, tuple[str, ...]]
-    capacity: dict[Cell, int]
-    by_domain: dict[str, list[Cell]]
-    groups: dict[str, _Group]
-
-
-def _weighted_order(
-    groups: list[_Group], skip: set[Cell], capacity: Mapping[Cell, int], rng: random.Random
-) -> Iterator[Cell]:
-    """The cells of ``groups`` that have capacity and are not in ``skip``, in random order, each
-    next one drawn with probability proportional to its weight among those left. The first
-    draw is a few bisections; the full order is only computed if the caller asks for more."""
-    total = sum(group.cumulative[-1] for group in groups if group.cumulative)
-    first: Cell | None = None
-    for _ in range(8 if total > 0 else 0):
-        point = rng.random() * total
-        for group in groups:
-            if not group.cumulative:
-                continue
-            if point < group.cumulative[-1] or group is groups[-1]:
-                index = min(bisect.bisect_right(group.cumulative, point), len(group.cells) - 1)
-                cell = group.cells[index]
-                if cell not in skip and capacity.get(cell, 0) > 0:
-                    first = cell
-                break
-            point -= group.cumulative[-1]
-        if first is not None:
-            yield first
-            break
-    rest = [
-        (rng.expovariate(max(weight, 1e-12)), n, cell)
-        for group in groups
-        for n, (cell, weight) in enumerate(zip(group.cells, group.weights, strict=True))
-        if cell is not first and cell not in skip and capacity.get(cell, 0) > 0
-    ]
-    rest.sort(key=lambda item: (item[0], item[1]))
-    for _, _, cell in rest:
-        yield cell
+def _relocations(
+    size: int,
+    forced: set[int],
+    failing: Sequence[Sequence[int]],
+    levels: Sequence[Sequence[WindowRule]],
+) -> Iterator[tuple[Sequence[WindowRule], set[int]]]:
+    """What ``replace_to_adhere_placement_policy`` tries, in order: the positions set free
+    (``forced`` and as few others as possible, among them one of every failing write quorum,
+    which would stay as it is otherwise), each count with the levels strongest first."""
+    others = [i for i in range(size) if i not in forced]
+    for extra in range(len(others) + 1):
+        for rules in levels:
+            for chosen in itertools.combinations(others, extra):
+                free = forced | set(chosen)
+                if all(free.intersection(w) for w in failing):
+                    yield rules, free

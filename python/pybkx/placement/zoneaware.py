@@ -18,10 +18,11 @@ from pybkx.config import ConfigError
 from pybkx.placement.base import (
     PlacementPolicyAdherence,
 )
+from pybkx.placement.candidates import PlacementHint
 from pybkx.placement.conf import conf_bool, conf_int
 from pybkx.placement.selection import Cell, SearchState, WindowRule, ZoneSpread
 from pybkx.placement.topology import DEFAULT_ZONE_AND_UPGRADE_DOMAIN
-from pybkx.placement.topology_aware import PlacementHint, TopologyAwarePolicy
+from pybkx.placement.topology_aware import TopologyAwarePolicy
 
 __all__ = ["ZoneawareEnsemblePlacementPolicy"]
 

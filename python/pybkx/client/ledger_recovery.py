@@ -11,9 +11,10 @@ from collections.abc import Mapping
 
 from pybkx import errors
 from pybkx._core import FLAG_DO_FENCING, FLAG_HIGH_PRIORITY, Future, LedgerWriter, master_key
-from pybkx.client.ensemble import replacement_ensemble
 from pybkx.client.failures import BookieFailure
-from pybkx.client.handles import ReadHandle, new_writer
+from pybkx.client.read_handle import ReadHandle
+from pybkx.client.replacement import replacement_ensemble
+from pybkx.client.write_handle import new_writer
 from pybkx.meta import LedgerMetadata, LedgerState
 
 __all__ = ["recover"]
@@ -47,8 +48,7 @@ def recover(handle: ReadHandle) -> None:
     if found:
         length = found[0][1] - len(found[0][0])
     elif lac >= 0:
-        entries, _ = handle.read_entries(lac, lac).result()
-        length = entries[0].ledger_length
+        length = handle.read_unconfirmed(lac, lac)[0].ledger_length
     else:
         length = 0
     writer = new_writer(
@@ -84,8 +84,8 @@ def _recovery_read(handle: ReadHandle, entry_id: int) -> tuple[bytes, int] | Non
             entry = handle.bk.bookies.read(
                 bookie, handle.ledger_id, entry_id, FLAG_DO_FENCING | FLAG_HIGH_PRIORITY, key
             ).result()
-            _, _, length, payload = handle.verify_entry(entry, entry_id)
-            return payload, length
+            verified = handle.verify_entry(entry, entry_id)
+            return verified.payload, verified.length
         except (errors.NoSuchEntryException, errors.NoSuchLedgerExistsException):
             missing += 1
             if missing >= missing_needed:

@@ -1,0 +1,134 @@
+"""``LedgerHandle``: one ledger open for writing. Appends go to the Rust ``LedgerWriter`` of
+its last ensemble (round-robin write sets, in-order completion once Qa bookies acknowledged,
+the LAC piggy-backed in every entry); bookies that fail an add are replaced by its ensemble
+changes (``ensemble``); ``close`` waits for pending appends and closes the ledger at the LAC.
+It reads as a ``ReadHandle`` and never moves entries itself.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Sequence
+
+from pybkx import errors
+from pybkx._core import Future, LedgerWriter
+from pybkx.client.aio import run_blocking
+from pybkx.client.context import ClientContext
+from pybkx.client.ensemble import EnsembleChanges
+from pybkx.client.read_handle import ReadHandle
+from pybkx.meta import LedgerMetadata, LedgerState, Versioned
+
+__all__ = ["LedgerHandle", "new_writer"]
+
+logger = logging.getLogger(__name__)
+
+
+def new_writer(
+    bk: ClientContext,
+    ledger_id: int,
+    metadata: LedgerMetadata,
+    *,
+    next_entry_id: int,
+    length: int,
+    recovery: bool,
+) -> LedgerWriter:
+    """A Rust writer for the last ensemble of ``metadata`` (a recovery writer sends recovery
+    adds). Its failures go to ``bk.failures``."""
+    return LedgerWriter(
+        bk.bookies,
+        ledger_id,
+        metadata.write_quorum_size,
+        metadata.ack_quorum_size,
+        metadata.password,
+        metadata.digest_type.name,
+        [bk.address_of(b) for b in metadata.last_ensemble],
+        bk.failures.queue,
+        next_entry_id=next_entry_id,
+        length=length,
+        recovery=recovery,
+        throttle=bk.config.throttle,
+    )
+
+
+class LedgerHandle(ReadHandle):
+    """A ledger open for writing (see ``BookKeeper.create_ledger``). Thread-safe."""
+
+    def __init__(self, bk: ClientContext, ledger_id: int, versioned: Versioned[LedgerMetadata]):
+        super().__init__(bk, ledger_id, versioned)
+        self._writer = new_writer(
+            bk, ledger_id, self.metadata, next_entry_id=0, length=0, recovery=False
+        )
+        self._lock = threading.Lock()
+        self._closing = False
+        changes = EnsembleChanges(self, self._writer)
+        bk.failures.register(self._writer.writer_id, changes.on_bookie_failures)
+
+    @property
+    def last_add_confirmed(self) -> int:
+        return self._writer.last_add_confirmed
+
+    @property
+    def length(self) -> int:
+        return self._writer.length
+
+    def append(self, data: bytes | bytearray | memoryview) -> int:
+        """Append one entry; returns its id once Qa bookies hold it and all earlier entries are
+        confirmed. Raises LedgerClosedException, LedgerFencedException (recovered by another
+        client), NotEnoughBookiesException (no replacement for a failed bookie),
+        IncorrectParameterException (an entry larger than the bookies accept),
+        UnauthorizedAccessException, TypeError (not bytes-like)."""
+        result: int = self.append_async(data).result()
+        return result
+
+    def append_async(self, data: bytes | bytearray | memoryview) -> Future:
+        """Start an append; the future (``result()``, ``add_done_callback``, ``await``) gives the
+        entry id, or raises as ``append`` does. Waits while ``throttle`` appends are pending."""
+        if self._closing:
+            raise errors.LedgerClosedException(f"ledger {self.ledger_id} is closed")
+        return self._writer.append(data)
+
+    def append_many(self, payloads: Sequence[bytes | bytearray | memoryview]) -> int:
+        """Append entries pipelined; returns the last entry id (errors as ``append``)."""
+        if self._closing:
+            raise errors.LedgerClosedException(f"ledger {self.ledger_id} is closed")
+        return self._writer.append_many(list(payloads))
+
+    async def append_many_async(self, payloads: Sequence[bytes | bytearray | memoryview]) -> int:
+        """``append_many`` for asyncio code: the batch moves on the client's bounded executor
+        with the GIL released, so the event loop keeps running. The fastest way to append from
+        asyncio: one await per batch, not per entry. Raises as ``append``."""
+        return await run_blocking(self.bk.executor, self.append_many, payloads)
+
+    # --- closing ----------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Wait for pending appends, then close the ledger in the metadata (last entry = LAC).
+        Idempotent. Raises LedgerFencedException if another client recovered the ledger."""
+        with self._lock:
+            if self._closing and self.is_closed:
+                return
+            self._closing = True
+            self._writer.close()
+        # Pending appends finish, or fail once no replacement bookie can be found.
+        self._writer.when_drained().result()
+        self.bk.failures.unregister(self._writer.writer_id)
+        fatal: errors.BKException | None = None
+        try:
+            self._writer.check()
+        except errors.BKException as exc:
+            fatal = exc
+        if isinstance(fatal, errors.LedgerFencedException):
+            raise fatal
+        if fatal is not None:
+            # As BookKeeper: the ledger still closes, at the last confirmed entry.
+            logger.warning("ledger %d: closing after the writer failed: %s", self.ledger_id, fatal)
+        self.close_metadata(
+            self._writer.last_add_confirmed, self._writer.length, {}, expect=LedgerState.OPEN
+        )
+
+    def __enter__(self) -> LedgerHandle:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
