@@ -48,6 +48,7 @@ def parts_table() -> list[Part]:
             p for p in re.findall(r"`([^`]+)`", folder) if p.startswith(("python/", "rust/"))
         )
         assert paths, f"row {name!r} names no path"
+        uses = re.sub(r"\(.*?\)", "", uses)  # remarks in parentheses are not parts
         used = () if _norm(uses) == "nothing" else tuple(_norm(u) for u in uses.split(","))
         parts.append(Part(_norm(name), paths, used))
     names = {p.name for p in parts}
