@@ -154,7 +154,7 @@ def test_a_refused_add_counts_as_failed_and_read_only_shows_in_server_status(
     try:
         _, during = scrape(url)
         assert value(during, "bookie_SERVER_STATUS") == 0
-        from v2_wire import EREADONLY, Conn, add_request
+        from support.v2_wire import EREADONLY, Conn, add_request
 
         port = cluster.bookie_addresses[1].rsplit(":", 1)[1]
         with Conn(int(port)) as conn:
@@ -290,7 +290,7 @@ def test_enable_statistics_false_records_no_latency(standalone: object) -> None:
         httpServerHost="127.0.0.1",
         httpServerPort=port,
     )
-    from v2_wire import EOK, Conn, add_request
+    from support.v2_wire import EOK, Conn, add_request
 
     with Conn(bookie_port) as conn:
         assert conn.call(add_request(5, 0, b"x")).rc == EOK

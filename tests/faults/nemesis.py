@@ -48,7 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from checker import CheckResult, check
 from netns import Network
-from zookeeper_fixture import ZOOKEEPER_JARS, _ruok
+from support.zookeeper import ZOOKEEPER_JARS, _ruok
 
 from pybkx import errors
 from pybkx.client import BookKeeper

@@ -9,16 +9,16 @@ cluster's behaviour on a really full tmpfs (root only; skipped clearly otherwise
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from support.disks import small_tmpfs
 
 import pybkx
 from pybkx import errors
@@ -140,25 +140,6 @@ def test_a_failed_journal_sync_is_never_acknowledged_and_the_journal_moves_on(
 
 
 # --- a cluster on a really full file system (root) -------------------------------------------
-
-
-@contextlib.contextmanager
-def small_tmpfs(path: Path, size_mib: int) -> Iterator[Path]:
-    path.mkdir(parents=True, exist_ok=True)
-    if os.geteuid() != 0:
-        pytest.skip("fault 2 on a real file system needs root to mount a small tmpfs")
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={size_mib}m", "tmpfs", str(path)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], capture_output=True, check=False)
 
 
 def test_a_full_disk_fails_appends_clearly_and_the_bookie_recovers_without_restart(

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_bookie_process import (
+from support.bookies import (
     LEDGER_ID,
     REQUEST_TIMEOUT_S,
     add_entries,
@@ -25,8 +25,8 @@ from test_bookie_process import (
     storage_of,
     write_conf,
 )
-from test_bookie_process import start_bookie as start_bookie
-from zookeeper_fixture import run_zookeeper
+from support.bookies import start_bookie as start_bookie
+from support.zookeeper import run_zookeeper
 
 from pybkx.meta import open_metadata_store
 

@@ -18,15 +18,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_bookie_process import (
+from support.bookies import (
     REQUEST_TIMEOUT_S,
     bookie_client,
     free_port,
     needs_server,
     write_conf,
 )
-from test_bookie_process import start_bookie as start_bookie
-from v2_wire import read_request
+from support.bookies import start_bookie as start_bookie
+from support.v2_wire import read_request
 
 import pybkx._core as core
 

@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from storage_helpers import OpenStorage, master_key, payload, storage_config
+from storage_helpers import master_key, payload
+from support.storage import OpenStorage, storage_config
 
 from pybkx._core import LedgerStorage
 from pybkx.bookie import open_ledger_storage

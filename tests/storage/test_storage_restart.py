@@ -12,15 +12,14 @@ from typing import Any
 import pytest
 from storage_helpers import (
     MIB,
-    OpenStorage,
     entry_log_files,
     journal_dirs,
     journal_files,
     ledger_dirs,
     master_key,
     payload,
-    storage_config,
 )
+from support.storage import OpenStorage, storage_config
 
 from pybkx._core import LedgerStorage, scan_journal
 from pybkx.bookie import open_ledger_storage

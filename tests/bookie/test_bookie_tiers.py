@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_bookie_process import (
+from support.bookies import (
     PASSWORD,
     REQUEST_TIMEOUT_S,
     ROOMY,
@@ -22,7 +22,7 @@ from test_bookie_process import (
     free_port,
     needs_server,
 )
-from test_bookie_process import start_bookie as start_bookie
+from support.bookies import start_bookie as start_bookie
 
 import pybkx._core as core
 

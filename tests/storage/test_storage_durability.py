@@ -13,14 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from storage_helpers import (
-    MIB,
-    StorageChild,
-    master_key,
-    parse_acks,
-    payload,
-    storage_config,
-)
+from storage_helpers import MIB, StorageChild, master_key, parse_acks, payload
+from support.storage import storage_config
 
 from pybkx._core import LedgerStorage
 from pybkx.bookie import open_ledger_storage

@@ -8,27 +8,26 @@ Owns the disk checker's rules and the bookie's mode moves; never writes a regist
 
 from __future__ import annotations
 
-import contextlib
 import os
-import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_bookie_process import (
+from support.bookies import (
     REQUEST_TIMEOUT_S,
     add_entries,
     bookie_client,
-    free_port,
+    disk_bookie,
     payload,
     read_payload,
 )
+from support.disks import fill, small_tmpfs
 
 from pybkx import errors
-from pybkx.bookie import Bookie, BookieError
+from pybkx.bookie import BookieError
 from pybkx.bookie.disks import DirUsage, DiskThresholds, evaluate
 from pybkx.config import ConfigError, ServerConfig
 from pybkx.meta import open_metadata_store
@@ -145,36 +144,6 @@ def test_disk_keys_are_checked_as_bookkeeper_does(tmp_path: Path) -> None:
 # --- a bookie on a small file system ---------------------------------------------------------
 
 
-@contextlib.contextmanager
-def small_tmpfs(path: Path, size_mib: int) -> Iterator[Path]:
-    """A tmpfs of ``size_mib`` mounted at ``path`` (root only; the test is skipped otherwise)."""
-    path.mkdir(parents=True, exist_ok=True)
-    if os.geteuid() != 0:
-        pytest.skip("mounting a small tmpfs needs root")
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={size_mib}m", "tmpfs", str(path)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], capture_output=True, check=False)
-
-
-def fill(path: Path, leave_free: int) -> Path:
-    """A filler file that leaves about ``leave_free`` bytes free on ``path``'s file system."""
-    st_ = os.statvfs(path)
-    free = st_.f_bavail * st_.f_frsize
-    filler = path / "filler"
-    with filler.open("wb") as f:
-        f.write(b"\0" * max(0, free - leave_free))
-    return filler
-
-
 def wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
     deadline = time.monotonic() + timeout_s
     while not condition():
@@ -189,29 +158,6 @@ def cluster_uri(request: pytest.FixtureRequest, tmp_path: Path) -> str:
         server = request.getfixturevalue("zookeeper_server")
         return f"zk+hierarchical://{server}/t{os.urandom(6).hex()}/ledgers"
     return f"embedded://{tmp_path / 'metadata'}"
-
-
-def disk_bookie(tmp_path: Path, uri: str | None, disk: Path, **extra: object) -> Bookie:
-    keys: dict[str, object] = {
-        "bookiePort": free_port(),
-        "listeningInterface": "127.0.0.1",
-        "allowLoopback": "true",
-        "journalDirectories": str(disk / "journal"),
-        "ledgerDirectories": str(disk / "ledgers"),
-        "journalPreAllocSizeMB": 0,
-        "logSizeLimit": 256 * 1024,
-        "flushInterval": 0,
-        "diskCheckInterval": 100,
-        "diskUsageThreshold": 0.7,
-        "diskUsageWarnThreshold": 0.6,
-        "diskUsageLwmThreshold": 0.5,
-        "minUsableSizeForHighPriorityWrites": 64 * 1024,
-        **extra,
-    }
-    if uri is not None:
-        keys["metadataServiceUri"] = uri
-        keys["zkTimeout"] = 4000
-    return Bookie(ServerConfig.of(**{k: str(v) for k, v in keys.items()}))
 
 
 @pytest.mark.integration

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from v2_wire import (
+from support.v2_wire import (
     AUTH_DISABLED_PLUGIN,
     BATCH_FIXED_LEN,
     EBADVERSION,

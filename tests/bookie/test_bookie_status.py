@@ -9,8 +9,8 @@ import time
 from pathlib import Path
 
 import pytest
-from test_bookie_process import ROOMY
-from test_disk_checker import disk_bookie, wait_for
+from support.bookies import ROOMY, disk_bookie
+from test_disk_checker import wait_for
 
 from pybkx.bookie import Bookie
 from pybkx.bookie.status import STATUS_FILE, BookieStatus, parse, read_status, write_status
