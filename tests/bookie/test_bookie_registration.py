@@ -11,13 +11,13 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO
 
 import pytest
+from support.wait import wait_until
 
 from pybkx import errors
 from pybkx.bookie import Bookie, BookieError
@@ -40,14 +40,6 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-def wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"not within {timeout_s}s: {what}")
-        time.sleep(0.05)
 
 
 class Node:
@@ -182,7 +174,7 @@ def wait_registered(
             pytest.fail(f"bookie exited ({bookie.proc.returncode}):\n{bookie.stderr()}")
         return bookie_id in (store.readonly_bookies() if ro else store.writable_bookies())
 
-    wait_for(registered, START_TIMEOUT_S, f"{bookie_id} registered (read-only={ro})")
+    wait_until(registered, f"{bookie_id} registered (read-only={ro})", timeout_s=START_TIMEOUT_S)
 
 
 def registered_anyhow(store: MetadataStore, bookie_id: str) -> bool:
@@ -256,10 +248,10 @@ def test_a_killed_bookie_loses_its_registration(
 
     assert bookie.stop(signal.SIGKILL) == -signal.SIGKILL
     # Embedded: the owner process is gone at once. ZooKeeper: the session expires.
-    wait_for(
+    wait_until(
         lambda: not registered_anyhow(store, node.bookie_id),
-        ZK_TIMEOUT_MS / 1000 * 3 + 2,
         "the killed bookie's registration is gone",
+        timeout_s=ZK_TIMEOUT_MS / 1000 * 3 + 2,
     )
 
     # It comes back with the same identity: its cookie still matches.

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from support.bookies import ROOMY, disk_bookie
-from test_disk_checker import wait_for
+from support.wait import wait_until
 
 from pybkx.bookie import Bookie
 from pybkx.bookie.status import STATUS_FILE, BookieStatus, parse, read_status, write_status
@@ -102,12 +102,12 @@ def test_a_read_only_mode_the_disks_caused_is_undone_after_a_restart_when_they_h
     bookie = disk_bookie(tmp_path, uri, disk, bookiePort=port, **keys)
     bookie.start()
     try:
-        wait_for(lambda: not bookie.read_only, 10, "writable again by the disk checker")
+        wait_until(lambda: not bookie.read_only, "writable again by the disk checker", timeout_s=10)
         with open_metadata_store(uri) as store:
-            wait_for(
+            wait_until(
                 lambda: bookie.bookie_id in store.writable_bookies(),
-                10,
                 "registered writable again",
+                timeout_s=10,
             )
         status = read_status([disk / "ledgers"])
         assert status is not None and not status.read_only

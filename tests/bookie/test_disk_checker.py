@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -25,6 +24,7 @@ from support.bookies import (
     read_payload,
 )
 from support.disks import fill, small_tmpfs
+from support.wait import wait_until
 
 from pybkx import errors
 from pybkx.bookie import BookieError
@@ -144,14 +144,6 @@ def test_disk_keys_are_checked_as_bookkeeper_does(tmp_path: Path) -> None:
 # --- a bookie on a small file system ---------------------------------------------------------
 
 
-def wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"not within {timeout_s}s: {what}")
-        time.sleep(0.05)
-
-
 @pytest.fixture(params=["embedded", "zookeeper"])
 def cluster_uri(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "zookeeper":
@@ -177,14 +169,14 @@ def test_a_full_disk_turns_the_bookie_read_only_and_it_comes_back_by_itself(
                     f.result(REQUEST_TIMEOUT_S)
 
                 filler = fill(disk, 1 * MIB)  # ~88 % used
-                wait_for(lambda: bookie.read_only, 10, "read-only on a full disk")
-                wait_for(
+                wait_until(lambda: bookie.read_only, "read-only on a full disk", timeout_s=10)
+                wait_until(
                     lambda: (
                         bookie.bookie_id in store.readonly_bookies()
                         and bookie.bookie_id not in store.writable_bookies()
                     ),
-                    10,
                     "registered read-only",
+                    timeout_s=10,
                 )
                 with pytest.raises(errors.WriteOnReadOnlyBookieException):
                     add_entries(client, address, range(10, 11))[0].result(REQUEST_TIMEOUT_S)
@@ -194,14 +186,14 @@ def test_a_full_disk_turns_the_bookie_read_only_and_it_comes_back_by_itself(
                 assert bookie.available_for_high_priority_writes  # 1 MiB free > 64 KiB
 
                 filler.unlink()  # space returns
-                wait_for(lambda: not bookie.read_only, 10, "writable again")
-                wait_for(
+                wait_until(lambda: not bookie.read_only, "writable again", timeout_s=10)
+                wait_until(
                     lambda: (
                         bookie.bookie_id in store.writable_bookies()
                         and bookie.bookie_id not in store.readonly_bookies()
                     ),
-                    10,
                     "registered writable again",
+                    timeout_s=10,
                 )
                 for f in add_entries(client, address, range(10, 20)):
                     f.result(REQUEST_TIMEOUT_S)
@@ -232,7 +224,7 @@ def test_a_full_disk_stops_the_bookie_when_read_only_mode_is_disabled(tmp_path: 
         bookie.start()
         filler = fill(disk, 1 * MIB)
         try:
-            wait_for(lambda: not bookie.running, 10, "the bookie stops by itself")
+            wait_until(lambda: not bookie.running, "the bookie stops by itself", timeout_s=10)
             assert "readOnlyModeEnabled=false" in bookie.halt_reason
         finally:
             bookie.stop()

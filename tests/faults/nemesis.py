@@ -48,6 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from checker import CheckResult, check
 from netns import Network
+from support.wait import WaitTimeout, wait_until
 from support.zookeeper import ZOOKEEPER_JARS, _ruok
 
 from pybkx import errors
@@ -164,11 +165,16 @@ class ZooKeeper:
         ]  # fmt: skip
         with (self.workdir / "zookeeper.log").open("ab") as out:
             self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 60
-        while not _ruok_at(self.host, self.port):
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"ZooKeeper did not start (log {self.workdir})")
-            time.sleep(0.1)
+        proc = self.proc
+
+        def answering() -> bool:
+            if proc.poll() is not None:
+                raise RuntimeError(f"ZooKeeper exited while starting (log {self.workdir})")
+            return _ruok_at(self.host, self.port)
+
+        wait_until(
+            answering, f"ZooKeeper answering (log {self.workdir})", timeout_s=60, interval_s=0.1
+        )
 
     def signal(self, sig: signal.Signals) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -306,17 +312,17 @@ class Cluster:
         self.wait_registered(len(self.bookies), 60)
 
     def wait_registered(self, count: int, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                with open_metadata_store(self.uri, zkTimeout=4000) as store:
-                    if len(store.writable_bookies()) >= count:
-                        return
-            except errors.BKException:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"fewer than {count} bookies registered after {timeout_s}s")
-            time.sleep(0.2)
+        def registered() -> bool:
+            with open_metadata_store(self.uri, zkTimeout=4000) as store:
+                return len(store.writable_bookies()) >= count
+
+        wait_until(
+            registered,
+            f"{count} bookies registered",
+            timeout_s=timeout_s,
+            interval_s=0.2,
+            ignoring=(errors.BKException,),
+        )
 
     def close(self) -> None:
         for b in self.bookies:
@@ -709,33 +715,48 @@ def read_whole(rh: Any, last_entry_id: int) -> list[list[Any]]:
 
 
 def verify(uri: str, ledgers: list[int], rec: Recorder, timeout_s: float = 300.0) -> list[str]:
-    """Recover every ledger (closing the open ones) and read it whole: the final reads."""
+    """Recover every ledger (closing the open ones) and read it whole: the final reads. All of
+    them within ``timeout_s``; returns what could not be verified."""
     problems: list[str] = []
     deadline = time.monotonic() + timeout_s
     with BookKeeper(uri, zkTimeout=10000, readEntryTimeoutSec=5) as bk:
         for lid in ledgers:
-            while True:
-                try:
-                    rh = bk.open_ledger(lid, PASSWORD, recovery=True)
-                    md = rh.metadata
-                    rec.record(
-                        type="close", ledger=lid, last_entry=md.last_entry_id, length=md.length
-                    )
-                    entries = read_whole(rh, md.last_entry_id)
-                    rec.record(
-                        type="read", ledger=lid, reader="verify", final=True, entries=entries
-                    )
-                    break
-                except errors.NoSuchLedgerExistsOnMetadataServerException:
-                    # Recorded once its creation returned and never deleted: it must be there.
-                    problems.append(f"ledger {lid} not verified: its metadata is gone")
-                    break
-                except errors.BKException as exc:
-                    if time.monotonic() > deadline:
-                        problems.append(f"ledger {lid} not verified: {type(exc).__name__}: {exc}")
-                        break
-                    time.sleep(1.0)
+            problem = verify_ledger(bk, lid, rec, max(0.0, deadline - time.monotonic()))
+            if problem is not None:
+                problems.append(problem)
     return problems
+
+
+def verify_ledger(bk: BookKeeper, lid: int, rec: Recorder, timeout_s: float) -> str | None:
+    """Recover ledger ``lid`` and record its close and final read, retried while the cluster
+    heals (once a second, for ``timeout_s``); returns why it could not be verified, if so."""
+
+    verified = "verified"
+
+    def recovered_and_read() -> str:
+        """``verified``, or why the ledger never will be; other BKExceptions are retried."""
+        try:
+            rh = bk.open_ledger(lid, PASSWORD, recovery=True)
+            md = rh.metadata
+            rec.record(type="close", ledger=lid, last_entry=md.last_entry_id, length=md.length)
+            entries = read_whole(rh, md.last_entry_id)
+            rec.record(type="read", ledger=lid, reader="verify", final=True, entries=entries)
+        except errors.NoSuchLedgerExistsOnMetadataServerException:
+            # Recorded once its creation returned and never deleted: it must be there.
+            return "its metadata is gone"
+        return verified
+
+    try:
+        outcome = wait_until(
+            recovered_and_read,
+            f"ledger {lid} recovered and read",
+            timeout_s=timeout_s,
+            interval_s=1.0,
+            ignoring=(errors.BKException,),
+        )
+    except WaitTimeout as timeout:
+        return f"ledger {lid} not verified: {type(timeout.last).__name__}: {timeout.last}"
+    return None if outcome == verified else f"ledger {lid} not verified: {outcome}"
 
 
 #: What the bookies' background work logs, counted over a run's bookie logs.

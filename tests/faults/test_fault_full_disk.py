@@ -14,11 +14,11 @@ import os
 import subprocess
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from support.disks import small_tmpfs
+from support.wait import wait_until
 
 import pybkx
 from pybkx import errors
@@ -30,14 +30,6 @@ from pybkx.tools.sandbox import Sandbox
 KEY = b"key"
 RESULT_TIMEOUT_S = 60.0
 """Bound on every wait: the fault was an append that never returned."""
-
-
-def wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"not within {timeout_s}s: {what}")
-        time.sleep(0.05)
 
 
 # --- the storage under injected ENOSPC (any user) --------------------------------------------
@@ -177,11 +169,17 @@ def test_a_full_disk_fails_appends_clearly_and_the_bookie_recovers_without_resta
             assert bookie in message and "no writable bookie" in message, message
             assert "EIO" in message or "EREADONLY" in message or "read-only" in message, message
             assert len(acked) > 10
-            wait_for(lambda: bookie in store.readonly_bookies(), 10, "registered read-only")
+            wait_until(
+                lambda: bookie in store.readonly_bookies(), "registered read-only", timeout_s=10
+            )
 
             # Space returns: the file system is grown, as the probe did.
             subprocess.run(["mount", "-o", "remount,size=64m", str(disk)], check=True)
-            wait_for(lambda: bookie in store.writable_bookies(), 10, "registered writable again")
+            wait_until(
+                lambda: bookie in store.writable_bookies(),
+                "registered writable again",
+                timeout_s=10,
+            )
             lh.close()  # does not hang
             assert lh.last_add_confirmed == acked[-1]
             rh = bk.open_ledger(lh.ledger_id, b"pw")

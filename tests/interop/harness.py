@@ -15,11 +15,17 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+# The benchmarks import this module with only tests/interop on sys.path; the shared test
+# support (waiting) lives in tests/support.
+if str(REPO / "tests") not in sys.path:
+    sys.path.append(str(REPO / "tests"))
+
+from support import wait  # noqa: E402
+
 JAVA_PROJECT = Path(__file__).resolve().parent / "java"
 BUILD_DIR = REPO / "target" / "interop-java"  # outside the source tree, ignored by git
 STARTUP_TIMEOUT = 60.0
@@ -111,15 +117,19 @@ def accepts(port: int) -> bool:
 
 
 def wait_until(process: Process, ready: Callable[[], bool], what: str) -> None:
-    """Wait until ``ready()``; raises HarnessError if the process dies or time runs out."""
-    deadline = time.monotonic() + STARTUP_TIMEOUT
-    while not ready():
+    """Wait until ``ready()``; raises HarnessError if the process dies or time runs out (then
+    the process is stopped)."""
+
+    def ready_while_alive() -> bool:
         if not process.alive():
             raise process.error(f"exited before {what}")
-        if time.monotonic() > deadline:
-            process.stop()
-            raise process.error(f"not {what} after {STARTUP_TIMEOUT:.0f} s")
-        time.sleep(0.2)
+        return ready()
+
+    try:
+        wait.wait_until(ready_while_alive, what, timeout_s=STARTUP_TIMEOUT, interval_s=0.2)
+    except wait.WaitTimeout:
+        process.stop()
+        raise process.error(f"not {what} after {STARTUP_TIMEOUT:.0f} s") from None
 
 
 def tool(name: str) -> str:

@@ -50,6 +50,7 @@ from support.v2_wire import (
     read_request,
     unhex,
 )
+from support.wait import wait_until
 
 from pybkx._core import BookieServer, DigestManager, LedgerEntry, LedgerStorage, master_key
 from pybkx.config import ServerConfig
@@ -733,7 +734,12 @@ def test_a_client_that_never_reads_costs_the_bookie_a_bounded_buffer(
     n = 200  # 200 MiB of responses asked for
     with Conn(server.port, timeout=30, rcvbuf=64 * 1024) as stuck:
         stuck.send(b"".join(read_request(81, i % 4) for i in range(n)))
-        wait_for(lambda: server.stats()["pybkx_server_connections_paused"] >= 1)
+        wait_until(
+            lambda: server.stats()["pybkx_server_connections_paused"] >= 1,
+            "the stuck connection paused",
+            timeout_s=20,
+            interval_s=0.01,
+        )
         time.sleep(0.5)
         stats = server.stats()
         # At most the high-water mark plus the response that crossed it stay queued.
@@ -744,14 +750,6 @@ def test_a_client_that_never_reads_costs_the_bookie_a_bounded_buffer(
         responses = collect(stuck, n)  # reading again lets it finish
     assert [r.rc for r in responses] == [EOK] * n
     assert server.stats()["pybkx_server_response_bytes_queued"] == 0
-
-
-def wait_for(condition: Callable[[], bool], timeout: float = 20.0) -> None:
-    """A synchronisation point (not a timing assertion): poll until ``condition`` holds."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.01)
 
 
 def stop_while_pipelining(
@@ -791,7 +789,13 @@ def stop_while_pipelining(
             threads.append(threading.Thread(target=reader))
         for thread in threads:
             thread.start()
-        wait_for(lambda: requests_taken(server, "ADD_ENTRY") > 1000)
+        # Polled often: stop() must come while the adds are still pipelining.
+        wait_until(
+            lambda: requests_taken(server, "ADD_ENTRY") > 1000,
+            "more than 1,000 adds taken",
+            timeout_s=20,
+            interval_s=0.01,
+        )
         stopper = threading.Thread(target=server.stop)
         stopper.start()
         if client_reads:

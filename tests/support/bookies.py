@@ -12,7 +12,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -23,6 +22,7 @@ import pybkx._core as core
 from pybkx._core import LedgerStorage
 from pybkx.bookie import Bookie
 from pybkx.config import ClientConfig, ServerConfig
+from support.wait import WaitTimeout, wait_until
 
 PYBKX = Path(sys.executable).with_name("pybkx")
 START_TIMEOUT_S = 30.0
@@ -152,26 +152,31 @@ class BookieProcess:
         return self.stderr_path.read_text(errors="replace")
 
     def wait_listening(self, port: int, timeout_s: float = START_TIMEOUT_S) -> None:
-        deadline = time.monotonic() + timeout_s
-        while not accepts_tcp(port):
+        def listening() -> bool:
             if self.proc.poll() is not None:
                 pytest.fail(
                     f"bookie exited ({self.proc.returncode}) before listening on {port}:\n"
                     f"{self.stderr()}\n{self.stdout()[-3000:]}"
                 )
-            if time.monotonic() > deadline:
-                pytest.fail(f"bookie not listening on {port} after {timeout_s}s:\n{self.stdout()}")
-            time.sleep(0.05)
+            return accepts_tcp(port)
+
+        try:
+            wait_until(listening, f"bookie listening on {port}", timeout_s=timeout_s)
+        except WaitTimeout:
+            pytest.fail(f"bookie not listening on {port} after {timeout_s}s:\n{self.stdout()}")
 
     def wait_started(self, timeout_s: float = START_TIMEOUT_S) -> None:
         """Until the bookie has finished starting (registered, "bookie serving" logged)."""
-        deadline = time.monotonic() + timeout_s
-        while "bookie serving bookie_id=" not in self.stdout():
+
+        def started() -> bool:
             if self.proc.poll() is not None:
                 pytest.fail(f"bookie exited ({self.proc.returncode}) while starting")
-            if time.monotonic() > deadline:
-                pytest.fail(f"bookie not started after {timeout_s}s:\n{self.stdout()[-3000:]}")
-            time.sleep(0.05)
+            return "bookie serving bookie_id=" in self.stdout()
+
+        try:
+            wait_until(started, "bookie serving", timeout_s=timeout_s)
+        except WaitTimeout:
+            pytest.fail(f"bookie not started after {timeout_s}s:\n{self.stdout()[-3000:]}")
 
     def wait(self, timeout_s: float) -> int:
         try:

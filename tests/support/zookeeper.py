@@ -12,10 +12,13 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 from kazoo.client import KazooClient
 from kazoo.handlers.threading import KazooTimeoutError
+
+from support.wait import WaitTimeout, wait_until
 
 ZOOKEEPER_JARS = [
     Path("/etc/zookeeper/conf"),
@@ -56,6 +59,26 @@ def _ruok(port: int) -> bool:
             return sock.recv(16) == b"imok"
     except OSError:
         return False
+
+
+def _wait_serving(process: subprocess.Popen[bytes], port: int, log: Path) -> None:
+    """Until the server opens sessions; fails with the log's tail if it exits or times out."""
+
+    def did_not_start() -> NoReturn:
+        tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:])
+        pytest.fail(f"ZooKeeper did not start (log {log}):\n{tail}", pytrace=False)
+
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+
+    def serving() -> bool:
+        if process.poll() is not None:
+            did_not_start()
+        return _ruok(port) and _session_opens(port, max(1.0, deadline - time.monotonic()))
+
+    try:
+        wait_until(serving, "ZooKeeper serving", timeout_s=STARTUP_TIMEOUT_S, interval_s=0.1)
+    except WaitTimeout:
+        did_not_start()
 
 
 @contextlib.contextmanager
@@ -101,12 +124,7 @@ def run_zookeeper(workdir: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]
     with log.open("wb") as out:
         process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        while not (_ruok(port) and _session_opens(port, max(1.0, deadline - time.monotonic()))):
-            if process.poll() is not None or time.monotonic() > deadline:
-                tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:])
-                pytest.fail(f"ZooKeeper did not start (log {log}):\n{tail}", pytrace=False)
-            time.sleep(0.1)
+        _wait_serving(process, port, log)
         yield f"127.0.0.1:{port}", process
     finally:
         if process.poll() is None:
