@@ -211,7 +211,7 @@ def test_ledger_watcher_sees_another_process_write_and_a_delete(
     assert seen[1] is None
     unsubscribe()
     store.create_ledger_metadata(3, metadata())
-    time.sleep(0.2)
+    time.sleep(0.2)  # not a wait: time for a notification that must not come
     assert len(seen) == 2
 
 
@@ -231,7 +231,7 @@ def test_an_unreadable_ledger_does_not_stop_other_watches(
     current = store.read_ledger_metadata(2)
     store.write_ledger_metadata(2, current.value.closed(0, 1), current.version)
     wait_until(lambda: seen == [2], "the readable ledger's change", timeout_s=WAIT_S)
-    time.sleep(0.1)
+    time.sleep(0.1)  # not a wait: time for a notification of ledger 1 that must not come
     assert seen == [2]
 
 
@@ -362,7 +362,7 @@ def test_lock_excludes_threads_of_one_process(store: EmbeddedMetadataStore) -> N
                 with guard:
                     inside += 1
                     most = max(most, inside)
-                time.sleep(0.001)
+                time.sleep(0.001)  # not a wait: the lock is held a moment, for others to contend
                 with guard:
                     inside -= 1
 
@@ -385,7 +385,7 @@ def test_election_leader_is_the_holder_and_goes_with_its_process(
     elected = threading.Event()
     runner = threading.Thread(target=election.run, args=(elected.set,))
     runner.start()
-    time.sleep(0.2)
+    time.sleep(0.2)  # not a wait: time for an election that must not be won while the child leads
     assert not elected.is_set()
     child.kill()
     runner.join(timeout=WAIT_S)

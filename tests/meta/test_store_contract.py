@@ -218,7 +218,7 @@ def test_watch_on_a_ledger_sees_updates_and_deletion(
     unsubscribe()
     count = len(seen)
     writer.create_ledger_metadata(ledger_id, metadata())
-    time.sleep(0.3)
+    time.sleep(0.3)  # not a wait: time for a notification that must not come
     assert len(seen) == count
 
 
@@ -262,7 +262,7 @@ def test_bookie_registration_moves_between_writable_and_readonly(
 
     unsubscribe()
     store.register_bookie("127.0.0.1:3182", False, service_info(3182))
-    time.sleep(0.3)
+    time.sleep(0.3)  # not a wait: time for a notification that must not come
     assert all(BOOKIE not in w for w, _ in list(states.queue))
     assert "127.0.0.1:3182" not in {b for w, _ in list(states.queue) for b in w}
 
@@ -335,7 +335,7 @@ def test_lock_excludes_a_second_store_until_released(
 
         waiter = threading.Thread(target=wait_for_it)
         waiter.start()
-        time.sleep(0.3)
+        time.sleep(0.3)  # not a wait: time for the waiter to enter a lock it must not get
         assert not acquired.is_set()
     waiter.join(WAIT_S)
     assert acquired.is_set()
@@ -380,12 +380,12 @@ def test_election_has_one_leader_and_the_other_takes_over_after_cancel(
     first = Contender(store, "bookie-1")
     assert first.leading.wait(WAIT_S)
     second = Contender(open_store(), "bookie-2")
-    time.sleep(0.3)
+    time.sleep(0.3)  # not a wait: time for a second leader that must not be
     assert not second.leading.is_set()
     assert first.election.leader() == second.election.leader() == "bookie-1"
 
     first.election.cancel()  # stops contending; the leader's work is not interrupted...
-    time.sleep(0.3)
+    time.sleep(0.3)  # not a wait: time for a hand-over that must not happen yet
     assert not second.leading.is_set()
     first.stop.set()  # ...its end is the end of the leadership
     assert second.leading.wait(WAIT_S)
@@ -405,7 +405,7 @@ def test_election_passes_on_when_the_leaders_store_closes(
     first = Contender(leader_store, "bookie-1")
     assert first.leading.wait(WAIT_S)
     second = Contender(store, "bookie-2")
-    time.sleep(0.2)
+    time.sleep(0.2)  # not a wait: time for a second leader that must not be
     assert not second.leading.is_set()
     leader_store.close()
     assert second.leading.wait(WAIT_S)
@@ -637,7 +637,7 @@ def test_registration_vanishes_when_the_holding_process_is_killed(
         "store.register_bookie('127.0.0.1:4181', False,"
         " BookieServiceInfo.for_address('127.0.0.1', 4181))\n"
         "print('REGISTERED', flush=True)\n"
-        "time.sleep(60)\n"
+        "time.sleep(60)\n"  # not a wait: it holds the registration until it is killed
     )
     process = subprocess.Popen(
         [sys.executable, "-c", child, zk_store.uri], stdout=subprocess.PIPE, text=True
