@@ -5,11 +5,10 @@ the key a restarted bookie is writable. The file's line is BookKeeper's, both wa
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
-from support.bookies import ROOMY, disk_bookie
+from support.bookies import ROOMY, disk_bookie, wait_for_disk_checks
 from support.wait import wait_until
 
 from pybkx.bookie import Bookie
@@ -75,7 +74,7 @@ def test_an_operators_read_only_mode_survives_a_restart(tmp_path: Path) -> None:
         with open_metadata_store(uri) as store:
             assert bookie.bookie_id in store.readonly_bookies()
             assert bookie.bookie_id not in store.writable_bookies()
-        time.sleep(0.5)  # several disk checks with room: an operator's choice stays
+        wait_for_disk_checks(bookie, 3)  # with room: an operator's choice stays
         assert bookie.read_only
         bookie.set_read_only(False)
         bookie = restart(bookie, tmp_path, uri, disk, **keys)

@@ -9,7 +9,6 @@ Owns the disk checker's rules and the bookie's mode moves; never writes a regist
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 
 import pytest
@@ -22,6 +21,7 @@ from support.bookies import (
     disk_bookie,
     payload,
     read_payload,
+    wait_for_disk_checks,
 )
 from support.disks import fill, small_tmpfs
 from support.wait import wait_until
@@ -209,7 +209,7 @@ def test_an_operators_read_only_mode_outlives_the_disk_checker(tmp_path: Path) -
         bookie.start()
         try:
             bookie.set_read_only(True)
-            time.sleep(0.5)  # several checks, disks fine
+            wait_for_disk_checks(bookie, 3)  # disks fine
             assert bookie.read_only
             bookie.set_read_only(False)
             assert not bookie.read_only

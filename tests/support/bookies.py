@@ -100,6 +100,20 @@ def disk_bookie(tmp_path: Path, uri: str | None, disk: Path, **extra: object) ->
     return Bookie(ServerConfig.of(**{k: str(v) for k, v in keys.items()}))
 
 
+def wait_for_disk_checks(bookie: Bookie, count: int) -> None:
+    """Until the running bookie's disk checker has checked ``count`` more times and the bookie
+    has acted on each of those verdicts (the checker's thread acts on a verdict before its next
+    check begins, so ``count`` + 1 checks are awaited)."""
+    checker = bookie.disk_checker
+    assert checker is not None, "the bookie's disk checker is not running"
+    first = checker.checks
+    wait_until(
+        lambda: checker.checks > first + count,
+        f"{count} more disk checks acted on",
+        timeout_s=10,
+    )
+
+
 def accepts_tcp(port: int) -> bool:
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=1.0):
