@@ -804,7 +804,7 @@ def run(config: RunConfig, workdir: Path) -> RunResult:
             t.start()
         nemesis_thread = threading.Thread(target=nemesis.run, daemon=True)
         nemesis_thread.start()
-        time.sleep(config.duration_s)
+        time.sleep(config.duration_s)  # not a wait: the run lasts this long
         nemesis.stop.set()
         nemesis_thread.join(120)
         workload.stop.set()

@@ -62,7 +62,7 @@ def test_a_journal_write_failing_with_enospc_is_held_and_retried_once_space_retu
     try:
         adder = threading.Thread(target=add)
         adder.start()
-        time.sleep(1.0)
+        time.sleep(1.0)  # not a wait: the add is held a second while the fault lasts
         # Not acknowledged while it is not durable, and not failed either: it is retried.
         assert adder.is_alive() and not outcome
         # Meanwhile new requests are refused at once, naming the cause.
@@ -112,16 +112,18 @@ def test_a_failed_journal_sync_is_never_acknowledged_and_the_journal_moves_on(
             storage.add_entry(1, 1, b"unsynced", KEY)
     finally:
         remove_disk_fault(fault)
+
     # A new journal file takes the next writes (at most a retry interval later).
-    deadline = time.monotonic() + RESULT_TIMEOUT_S
-    while True:
-        try:
-            storage.add_entry(1, 2, b"after", KEY)
-            break
-        except errors.BookieException:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
+    def added_after() -> bool:
+        storage.add_entry(1, 2, b"after", KEY)
+        return True
+
+    wait_until(
+        added_after,
+        "a new journal file taking adds",
+        timeout_s=RESULT_TIMEOUT_S,
+        ignoring=(errors.BookieException,),
+    )
     storage.close()
     reopened = open_ledger_storage(**keys)
     try:
@@ -189,17 +191,16 @@ def test_a_full_disk_fails_appends_clearly_and_the_bookie_recovers_without_resta
                 assert all(bytes(e) == data for e in rh.read(first, last))
             rh.close()
             # The client learns of the registration by its watch: allow it a moment.
-            deadline = time.monotonic() + 10
-            while True:
-                try:
-                    again = bk.create_ledger(
-                        ensemble_size=1, write_quorum_size=1, ack_quorum_size=1, password=b"pw"
-                    )
-                    break
-                except errors.NotEnoughBookiesException:
-                    if time.monotonic() > deadline:
-                        raise
-                    time.sleep(0.1)
+            again = wait_until(
+                lambda: bk.create_ledger(
+                    ensemble_size=1, write_quorum_size=1, ack_quorum_size=1, password=b"pw"
+                ),
+                "a ledger created on the bookie writable again",
+                timeout_s=10,
+                interval_s=0.1,
+                ignoring=(errors.NotEnoughBookiesException,),
+                accept=lambda _handle: True,  # a new ledger's handle is falsy (no entries)
+            )
             fresh = [os.urandom(64 << 10) for _ in range(20)]
             assert again.append_many(fresh) == 19
             again.close()
