@@ -50,7 +50,7 @@ def run_child(spec: dict[str, Any], stderr_path: Path, marker: str, delay_s: flo
     child = StorageChild(spec, stderr_path)
     try:
         child.wait_for(marker)
-        time.sleep(delay_s)
+        time.sleep(delay_s)  # not a wait: the kill comes at this moment of the writes
         return child.kill()
     finally:
         child.close()
