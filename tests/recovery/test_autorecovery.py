@@ -101,7 +101,7 @@ ledger = int(sys.argv[2])
 store.mark_ledger_underreplicated(ledger, [sys.argv[3]])
 assert store.lock_underreplicated_ledger(ledger, "doomed-worker") is not None
 print("locked", flush=True)
-time.sleep(600)
+time.sleep(600)  # not a wait: it holds the lock until it is killed
 """
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.wait import wait_until
 
 pyspark = pytest.importorskip("pyspark", reason="the spark extra is not installed")
 
@@ -350,14 +351,13 @@ def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                     stderr=subprocess.STDOUT,
                 )
             )
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            text = (logs / "master.log").read_text(errors="replace")
-            if text.count("Registering worker") >= 2:
-                break
-            time.sleep(0.5)
-        else:
-            pytest.fail("the standalone Spark cluster did not start:\n" + text[-2000:])
+        wait_until(
+            lambda: (logs / "master.log").read_text(errors="replace"),
+            "the standalone Spark cluster's two workers registered (master.log)",
+            timeout_s=120,
+            interval_s=0.5,
+            accept=lambda text: text.count("Registering worker") >= 2,
+        )
         yield master_url
     finally:
         for p in procs:

@@ -15,6 +15,8 @@ T = TypeVar("T")
 
 DEFAULT_TIMEOUT_S = 30.0
 DEFAULT_INTERVAL_S = 0.05
+#: How much of the last value seen a failure shows (the end of a longer one).
+LAST_SEEN_CHARS = 2000
 
 
 class WaitTimeout(AssertionError):
@@ -22,7 +24,10 @@ class WaitTimeout(AssertionError):
     the condition returned (or the last exception it raised of those it was allowed to)."""
 
     def __init__(self, what: str, timeout_s: float, last: object) -> None:
-        super().__init__(f"not within {timeout_s:g}s: {what} (last seen: {last!r})")
+        seen = repr(last)
+        if len(seen) > LAST_SEEN_CHARS:  # a log or a page: its end is what tells
+            seen = "..." + seen[-LAST_SEEN_CHARS:]
+        super().__init__(f"not within {timeout_s:g}s: {what} (last seen: {seen})")
         self.what = what
         self.last = last
 
