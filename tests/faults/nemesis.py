@@ -324,6 +324,15 @@ class Cluster:
             ignoring=(errors.BKException,),
         )
 
+    def heal_everything(self) -> None:
+        """Every bookie without disk faults, running and resumed, and registered again."""
+        for b in self.bookies:
+            b.disk_faults([])
+            if not b.alive():
+                b.start()
+            b.send(signal.SIGCONT)
+        self.wait_registered(len(self.bookies), 120)
+
     def close(self) -> None:
         for b in self.bookies:
             with contextlib.suppress(Exception):
@@ -405,40 +414,48 @@ class Nemesis:
             return
 
     def _plan(self, kind: str) -> tuple[str, Callable[[], None], Callable[[], None]] | None:
-        c = self.cluster
+        """A fault of ``kind`` to start now: what it is, what does it, what heals it (and frees
+        its slot); None when none can start (ZooKeeper or every slot already faulty, no
+        network for a network fault)."""
         if kind in ZK_FAULTS:
-            if self.zk_faulty:
-                return None
-            self.zk_faulty = True
-
-            def zk_done() -> None:
-                self.zk_faulty = False
-
-            if kind == "zk_pause":
-                return (
-                    "zk_pause",
-                    lambda: c.zk.signal(signal.SIGSTOP),
-                    then(lambda: c.zk.signal(signal.SIGCONT), zk_done),
-                )
-            return "zk_kill", c.zk.kill, then(c.zk.start, zk_done)
-        healthy = [b for b in c.bookies if b.index not in self.faulty]
+            return self._plan_zk(kind)
+        healthy = [b for b in self.cluster.bookies if b.index not in self.faulty]
         if len(self.faulty) >= self.config.max_faulty or not healthy:
             return None
         b = self.rng.choice(healthy)
+        action = self._bookie_fault(kind, b)
+        if action is None:
+            return None
         self.faulty.add(b.index)
+        what, do, undo = action
+        return what, do, then(undo, lambda: self.faulty.discard(b.index))
 
-        def done() -> None:
-            self.faulty.discard(b.index)
+    def _plan_zk(self, kind: str) -> tuple[str, Callable[[], None], Callable[[], None]] | None:
+        if self.zk_faulty:
+            return None
+        self.zk_faulty = True
+        zk = self.cluster.zk
 
+        def zk_done() -> None:
+            self.zk_faulty = False
+
+        if kind == "zk_pause":
+            return (
+                "zk_pause",
+                lambda: zk.signal(signal.SIGSTOP),
+                then(lambda: zk.signal(signal.SIGCONT), zk_done),
+            )
+        return "zk_kill", zk.kill, then(zk.start, zk_done)
+
+    def _bookie_fault(
+        self, kind: str, b: BookieNode
+    ) -> tuple[str, Callable[[], None], Callable[[], None]] | None:
+        """What a fault of ``kind`` does to bookie ``b`` and what undoes it."""
         name = f"{kind} bookie{b.index}"
         if kind == "kill":
-            return name, b.kill, then(b.start, done)
+            return name, b.kill, b.start
         if kind == "pause":
-            return (
-                name,
-                lambda: b.send(signal.SIGSTOP),
-                then(lambda: b.send(signal.SIGCONT), done),
-            )
+            return name, lambda: b.send(signal.SIGSTOP), lambda: b.send(signal.SIGCONT)
         if kind in ("disk_slow", "disk_error"):
             ops = ["write", "sync"] if kind == "disk_slow" else ["sync", "write"]
             spec: dict[str, Any] = {"path": str(b.root), "ops": ops}
@@ -447,31 +464,28 @@ class Nemesis:
             else:
                 spec["errno"] = 5  # EIO
                 spec["times"] = self.rng.choice([1, 3])
-            return name, lambda: b.disk_faults([spec]), then(lambda: b.disk_faults([]), done)
-        net = c.net
+            return name, lambda: b.disk_faults([spec]), lambda: b.disk_faults([])
+        return self._network_fault(kind, b, name)
+
+    def _network_fault(
+        self, kind: str, b: BookieNode, name: str
+    ) -> tuple[str, Callable[[], None], Callable[[], None]] | None:
+        """A network fault on bookie ``b``'s namespace; None without namespaces."""
+        net = self.cluster.net
         if net is None:
-            self.faulty.discard(b.index)
             return None
         if kind == "partition":
-            return (
-                name,
-                lambda: net.cut(b.index),
-                then(lambda: net.mend(b.index), done),
-            )
+            return name, lambda: net.cut(b.index), lambda: net.mend(b.index)
         if kind == "zk_partition":
-            return (
-                name,
-                lambda: net.block_zk(b.index, c.zk.port),
-                then(lambda: net.unblock(b.index), done),
-            )
+            zk = self.cluster.zk
+            return name, lambda: net.block_zk(b.index, zk.port), lambda: net.unblock(b.index)
         if kind == "loss":
             share = self.rng.choice([5, 20, 50])
             return (
                 f"{name} {share}%",
                 lambda: net.lose(b.index, share),
-                then(lambda: net.unblock(b.index), done),
+                lambda: net.unblock(b.index),
             )
-        self.faulty.discard(b.index)
         return None
 
 
@@ -788,54 +802,70 @@ def run(config: RunConfig, workdir: Path) -> RunResult:
     workdir.mkdir(parents=True, exist_ok=True)
     history = workdir / "history.jsonl"
     rec = Recorder(history)
-    notes: list[str] = []
-    if config.net and shutil.which("nft") is None:
-        dropped = [k for k in config.kinds if k in ("zk_partition", "loss")]
-        if dropped:
-            notes.append(f"without nftables (make faults-deps) no {', '.join(dropped)} faults")
-            config = replace(config, kinds=tuple(k for k in config.kinds if k not in dropped))
+    config, notes = _without_faults_nftables_lacks(config)
     cluster = Cluster(workdir, config)
     try:
         cluster.start()
         workload = Workload(cluster.uri, config, rng, rec)
         nemesis = Nemesis(cluster, config, rng, rec)
-        threads = workload.threads()
-        for t in threads:
-            t.start()
-        nemesis_thread = threading.Thread(target=nemesis.run, daemon=True)
-        nemesis_thread.start()
-        time.sleep(config.duration_s)  # not a wait: the run lasts this long
-        nemesis.stop.set()
-        nemesis_thread.join(120)
-        workload.stop.set()
-        for t in threads:
-            t.join(APPEND_WAIT_S + 60)
-        stuck = [t.name for t in threads if t.is_alive()]
-        if stuck:
-            notes.append(f"workload threads still running after the stop: {stuck}")
-        for b in cluster.bookies:
-            b.disk_faults([])
-            if not b.alive():
-                b.start()
-            b.send(signal.SIGCONT)
-        cluster.wait_registered(len(cluster.bookies), 120)
+        notes += _run_for_the_duration(config, workload, nemesis)
+        cluster.heal_everything()
         notes += verify(cluster.uri, sorted(workload.ledgers), rec)
-        if nemesis.restarts:
-            notes.append(
-                f"bookies that exited by themselves and were started again: {nemesis.restarts} "
-                "(see bookie*/bookie.log)"
-            )
-        if workload.deleted:
-            notes.append(f"ledgers deleted (read whole first): {len(workload.deleted)}")
-        if config.lifecycle or config.autorecovery:
-            notes.append(f"bookies' background work: {background_work(workdir)}")
-        if workload.errors:
-            notes.append(f"client errors seen (expected under faults): {dict(workload.errors)}")
+        notes += _what_happened(config, workload, nemesis, workdir)
         ledgers = len(workload.ledgers)
     finally:
         rec.close()
         cluster.close()
     return RunResult(nemesis.counts, check(rec.events), ledgers, history, notes)
+
+
+def _without_faults_nftables_lacks(config: RunConfig) -> tuple[RunConfig, list[str]]:
+    """``config`` without the network faults that need nftables when it is missing, and a note
+    saying so."""
+    if not config.net or shutil.which("nft") is not None:
+        return config, []
+    dropped = [k for k in config.kinds if k in ("zk_partition", "loss")]
+    if not dropped:
+        return config, []
+    note = f"without nftables (make faults-deps) no {', '.join(dropped)} faults"
+    return replace(config, kinds=tuple(k for k in config.kinds if k not in dropped)), [note]
+
+
+def _run_for_the_duration(config: RunConfig, workload: Workload, nemesis: Nemesis) -> list[str]:
+    """Workload and nemesis for ``duration_s``, then both stopped; a note on workload threads
+    that did not stop."""
+    threads = workload.threads()
+    for t in threads:
+        t.start()
+    nemesis_thread = threading.Thread(target=nemesis.run, daemon=True)
+    nemesis_thread.start()
+    time.sleep(config.duration_s)  # not a wait: the run lasts this long
+    nemesis.stop.set()
+    nemesis_thread.join(120)
+    workload.stop.set()
+    for t in threads:
+        t.join(APPEND_WAIT_S + 60)
+    stuck = [t.name for t in threads if t.is_alive()]
+    return [f"workload threads still running after the stop: {stuck}"] if stuck else []
+
+
+def _what_happened(
+    config: RunConfig, workload: Workload, nemesis: Nemesis, workdir: Path
+) -> list[str]:
+    """Notes on the run beside the faults: restarts, deletes, background work, client errors."""
+    notes = []
+    if nemesis.restarts:
+        notes.append(
+            f"bookies that exited by themselves and were started again: {nemesis.restarts} "
+            "(see bookie*/bookie.log)"
+        )
+    if workload.deleted:
+        notes.append(f"ledgers deleted (read whole first): {len(workload.deleted)}")
+    if config.lifecycle or config.autorecovery:
+        notes.append(f"bookies' background work: {background_work(workdir)}")
+    if workload.errors:
+        notes.append(f"client errors seen (expected under faults): {dict(workload.errors)}")
+    return notes
 
 
 @contextlib.contextmanager

@@ -740,7 +740,7 @@ def test_a_client_that_never_reads_costs_the_bookie_a_bounded_buffer(
             timeout_s=20,
             interval_s=0.01,
         )
-        time.sleep(0.5)
+        time.sleep(0.5)  # not a wait: half a second in which the queue must stay bounded
         stats = server.stats()
         # At most the high-water mark plus the response that crossed it stay queued.
         assert stats["pybkx_server_response_bytes_queued"] <= high + (1 << 20) + 4096, stats
@@ -806,15 +806,7 @@ def stop_while_pipelining(
         c.close()  # also unblocks the sender if the server drains input after its FIN
     for thread in [stopper, *threads]:
         thread.join()
-    responses: list[Response] = []
-    at = 0
-    while at + 4 <= len(tail):
-        (length,) = struct.unpack_from(">i", tail, at)
-        if at + 4 + length > len(tail):
-            break
-        responses.append(parse_response(tail[at : at + 4 + length]))
-        at += 4 + length
-    partial = len(tail) - at
+    responses, partial = whole_responses(tail)
     taken = requests_taken(server, "ADD_ENTRY") - 1
     print(
         f"stop(): {sent_upto} adds sent, {taken} taken, {len(responses)} answered before the"
@@ -831,6 +823,20 @@ def stop_while_pipelining(
     with pytest.raises(OSError):
         Conn(server.port, timeout=5)
     return sent_upto, taken, responses, partial
+
+
+def whole_responses(received: bytes) -> tuple[list[Response], int]:
+    """The whole response frames at the start of ``received``, and the bytes of a cut frame
+    after them."""
+    responses: list[Response] = []
+    at = 0
+    while at + 4 <= len(received):
+        (length,) = struct.unpack_from(">i", received, at)
+        if at + 4 + length > len(received):
+            break
+        responses.append(parse_response(received[at : at + 4 + length]))
+        at += 4 + length
+    return responses, len(received) - at
 
 
 @pytest.mark.parametrize("client_reads", [True, False], ids=["reading-client", "reading-from-stop"])
