@@ -6,7 +6,6 @@ registry. Owns these checks; the clusters come from ``conftest``."""
 from __future__ import annotations
 
 import math
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -16,6 +15,7 @@ import pytest
 from admin_helpers import http
 from prometheus_client import REGISTRY, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
+from support.ports import accepts_tcp, free_port
 from support.wait import wait_until
 
 import pybkx
@@ -210,19 +210,13 @@ def test_latency_quantiles_appear_once_a_window_completes(tmp_path: Path) -> Non
     assert not math.isnan(p50) and 0 < p50 <= p100
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
 def standalone(tmp_path: Path) -> Iterator[object]:
     """``standalone(**conf)``: a standalone ``pybkx bookie`` process; stopped at teardown."""
     started: list[subprocess.Popen[bytes]] = []
 
     def start(**conf: object) -> tuple[int, Path]:
-        port = _free_port()
+        port = free_port()
         settings = {
             "bookiePort": port,
             "listeningInterface": "127.0.0.1",
@@ -258,16 +252,8 @@ def standalone(tmp_path: Path) -> Iterator[object]:
         process.wait(30)
 
 
-def _answers(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=1):
-            return True
-    except OSError:
-        return False
-
-
 def test_metrics_on_prometheus_port_when_the_admin_server_is_off(standalone: object) -> None:
-    port = _free_port()
+    port = free_port()
     standalone(  # type: ignore[operator]
         statsProviderClass="org.apache.bookkeeper.stats.prometheus.PrometheusMetricsProvider",
         prometheusStatsHttpPort=port,
@@ -279,15 +265,15 @@ def test_metrics_on_prometheus_port_when_the_admin_server_is_off(standalone: obj
 
 
 def test_no_metrics_endpoint_without_a_stats_provider(standalone: object) -> None:
-    port = _free_port()
+    port = free_port()
     standalone(prometheusStatsHttpPort=port)  # type: ignore[operator]
-    assert not _answers(port)  # BookKeeper's NullStatsProvider: no endpoint
+    assert not accepts_tcp(port)  # BookKeeper's NullStatsProvider: no endpoint
 
 
 def test_the_admin_server_answers_500_for_metrics_without_a_stats_provider(
     standalone: object,
 ) -> None:
-    port = _free_port()
+    port = free_port()
     standalone(httpServerEnabled="true", httpServerPort=port, httpServerHost="127.0.0.1")  # type: ignore[operator]
     reply = http("GET", f"http://127.0.0.1:{port}/metrics")
     assert reply.status == 500
@@ -296,7 +282,7 @@ def test_the_admin_server_answers_500_for_metrics_without_a_stats_provider(
 
 
 def test_enable_statistics_false_records_no_latency(standalone: object) -> None:
-    port = _free_port()
+    port = free_port()
     bookie_port, _ = standalone(  # type: ignore[operator]
         statsProviderClass="org.apache.bookkeeper.stats.prometheus.PrometheusMetricsProvider",
         enableStatistics="false",

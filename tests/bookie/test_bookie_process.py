@@ -15,11 +15,9 @@ from support.bookies import (
     LEDGER_ID,
     REQUEST_TIMEOUT_S,
     STOP_TIMEOUT_S,
-    accepts_tcp,
     add_entries,
     assert_one_line_failure,
     bookie_client,
-    free_port,
     needs_server,
     payload,
     read_payload,
@@ -27,6 +25,7 @@ from support.bookies import (
     write_conf,
 )
 from support.bookies import start_bookie as start_bookie
+from support.ports import accepts_tcp, free_port
 
 from pybkx import errors
 from pybkx.meta import open_metadata_store

@@ -19,10 +19,10 @@ from support.bookies import (
     REQUEST_TIMEOUT_S,
     ROOMY,
     bookie_client,
-    free_port,
     needs_server,
 )
 from support.bookies import start_bookie as start_bookie
+from support.ports import free_port
 from support.wait import wait_until
 
 import pybkx._core as core

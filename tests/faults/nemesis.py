@@ -31,7 +31,6 @@ import os
 import random
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -48,8 +47,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from checker import CheckResult, check
 from netns import Network
+from support.ports import free_port, zookeeper_answers
 from support.wait import WaitTimeout, wait_until
-from support.zookeeper import ZOOKEEPER_JARS, _ruok
+from support.zookeeper import ZOOKEEPER_JARS
 
 from pybkx import errors
 from pybkx.client import BookKeeper
@@ -105,12 +105,6 @@ class RunResult:
             f"ledgers {self.ledgers}; acknowledged {self.result.acknowledged}; "
             f"violations {self.result.by_kind() or 0}"
         )
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class Recorder:
@@ -170,7 +164,7 @@ class ZooKeeper:
         def answering() -> bool:
             if proc.poll() is not None:
                 raise RuntimeError(f"ZooKeeper exited while starting (log {self.workdir})")
-            return _ruok_at(self.host, self.port)
+            return zookeeper_answers(self.port, self.host)
 
         wait_until(
             answering, f"ZooKeeper answering (log {self.workdir})", timeout_s=60, interval_s=0.1
@@ -195,17 +189,6 @@ class ZooKeeper:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-
-
-def _ruok_at(host: str, port: int) -> bool:
-    if host == "127.0.0.1":
-        return _ruok(port)
-    try:
-        with socket.create_connection((host, port), timeout=1) as sock:
-            sock.sendall(b"ruok")
-            return sock.recv(16) == b"imok"
-    except OSError:
-        return False
 
 
 class BookieNode:

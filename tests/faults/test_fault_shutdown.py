@@ -18,7 +18,6 @@ from support.bookies import (
     REQUEST_TIMEOUT_S,
     add_entries,
     bookie_client,
-    free_port,
     needs_server,
     payload,
     read_payload,
@@ -26,6 +25,7 @@ from support.bookies import (
     write_conf,
 )
 from support.bookies import start_bookie as start_bookie
+from support.ports import free_port
 from support.wait import wait_until
 from support.zookeeper import run_zookeeper
 

@@ -21,11 +21,11 @@ import pytest
 from support.bookies import (
     REQUEST_TIMEOUT_S,
     bookie_client,
-    free_port,
     needs_server,
     write_conf,
 )
 from support.bookies import start_bookie as start_bookie
+from support.ports import free_port
 from support.v2_wire import read_request
 
 import pybkx._core as core

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.ports import free_port
 from support.wait import wait_until
 
 pyspark = pytest.importorskip("pyspark", reason="the spark extra is not installed")
@@ -284,14 +285,6 @@ def test_a_stream_tails_ledgers_exactly_once_across_restarts_and_a_killed_bookie
         assert got == want
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A Spark standalone cluster on loopback: a master and two workers (one core each), from
@@ -302,7 +295,7 @@ def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     home = Path(pyspark.__file__).parent
     spark_class = str(home / "bin" / "spark-class")
     logs = tmp_path_factory.mktemp("standalone")
-    port = _free_port()
+    port = free_port()
     env = {
         **os.environ,
         "SPARK_HOME": str(home),
@@ -320,7 +313,7 @@ def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                 "--port",
                 str(port),
                 "--webui-port",
-                str(_free_port()),
+                str(free_port()),
             ],
             env=env,
             stdout=(logs / "master.log").open("wb"),
@@ -342,7 +335,7 @@ def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                         "--memory",
                         "1g",
                         "--webui-port",
-                        str(_free_port()),
+                        str(free_port()),
                         "--work-dir",
                         str(logs / f"work-{n}"),
                     ],

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -22,6 +21,7 @@ import pybkx._core as core
 from pybkx._core import LedgerStorage
 from pybkx.bookie import Bookie
 from pybkx.config import ClientConfig, ServerConfig
+from support.ports import accepts_tcp, free_port
 from support.wait import WaitTimeout, wait_until
 
 PYBKX = Path(sys.executable).with_name("pybkx")
@@ -40,13 +40,6 @@ needs_server = pytest.mark.skipif(
 
 if not PYBKX.exists():
     pytest.skip(f"{PYBKX} not installed (make build)", allow_module_level=True)
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 #: Disk thresholds this machine's disk (not a small tmpfs) is within.
@@ -112,14 +105,6 @@ def wait_for_disk_checks(bookie: Bookie, count: int) -> None:
         f"{count} more disk checks acted on",
         timeout_s=10,
     )
-
-
-def accepts_tcp(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=1.0):
-            return True
-    except OSError:
-        return False
 
 
 def write_conf(root: Path, port: int, extra: str = "", *, allow_loopback: bool = True) -> Path:
