@@ -13,12 +13,14 @@ from typing import Any
 
 import pytest
 
-# The helpers sit beside the tests; make them importable whatever pytest's import mode is.
+# The shared helpers (the ``support`` package) sit beside the tests; make them importable
+# whatever pytest's import mode is.
 sys.path.insert(0, str(Path(__file__).parent))
 
+from support.storage import OpenStorage, storage_config
+
 # One session ZooKeeper for every test directory.
-from storage_helpers import OpenStorage, storage_config
-from zookeeper_fixture import zookeeper_server  # noqa: F401
+from support.zookeeper import zookeeper_server  # noqa: F401
 
 from pybkx._core import LedgerStorage
 from pybkx.bookie import open_ledger_storage

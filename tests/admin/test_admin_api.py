@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import base64
 import socket
-import time
 from collections.abc import Iterator
 
 import pytest
 from admin_helpers import Reply, http
+from support.wait import wait_until
 
 import pybkx
 from pybkx.tools.sandbox import Sandbox
@@ -181,13 +181,13 @@ def test_last_log_mark_and_disk_files(cluster: Sandbox, ledger: int) -> None:
     assert position.startswith("Pos - ") and int(position[6:]) > 0
     # Entry logs and index segments appear with the first write-cache flush (flushInterval):
     # the log first, its index segment a moment later, so wait for both.
-    deadline = time.monotonic() + 30
-    while True:
-        files = api(cluster, "GET", "/api/v1/bookie/list_disk_file").json()
-        flushed = files["entrylog files"] and ".idx\t" in files["index files"]
-        if flushed or time.monotonic() > deadline:
-            break
-        time.sleep(0.2)
+    files = wait_until(
+        lambda: api(cluster, "GET", "/api/v1/bookie/list_disk_file").json(),
+        "an entry log and its index segment listed",
+        timeout_s=30,
+        interval_s=0.2,
+        accept=lambda files: files["entrylog files"] and ".idx\t" in files["index files"],
+    )
     assert set(files) == {"journal files", "entrylog files", "index files"}
     assert files["journal files"].endswith(".txn\t")
     assert files["entrylog files"].endswith(".log\t")

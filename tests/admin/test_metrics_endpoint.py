@@ -6,10 +6,8 @@ registry. Owns these checks; the clusters come from ``conftest``."""
 from __future__ import annotations
 
 import math
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,6 +15,8 @@ import pytest
 from admin_helpers import http
 from prometheus_client import REGISTRY, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
+from support.ports import accepts_tcp, free_port
+from support.wait import wait_until
 
 import pybkx
 from pybkx.tools.sandbox import Sandbox
@@ -107,16 +107,19 @@ def test_counters_move_as_entries_are_added_and_read(cluster: Sandbox) -> None:
     # With Qa = 2 an add completes before the third bookie's response is written, and a bookie
     # counts a request once its response is written: wait until all three counted them all.
     name = "bookkeeper_server_ADD_ENTRY_REQUEST_count"
-    deadline = time.monotonic() + 10
-    while True:
-        after = [scrape(u)[1] for u in urls]
-        counted = [
-            value(a, name, success="true") - value(b, name, success="true")
+
+    def counted_them_all(after: list[Series]) -> bool:
+        return all(
+            value(a, name, success="true") - value(b, name, success="true") >= n
             for a, b in zip(after, before, strict=True)
-        ]
-        if all(c >= n for c in counted) or time.monotonic() > deadline:
-            break
-        time.sleep(0.05)
+        )
+
+    after = wait_until(
+        lambda: [scrape(u)[1] for u in urls],
+        f"every bookie counted the {n} adds",
+        timeout_s=10,
+        accept=counted_them_all,
+    )
     for old, new in zip(before, after, strict=True):
 
         def moved(name: str, old: Series = old, new: Series = new, **labels: str) -> float:
@@ -154,7 +157,7 @@ def test_a_refused_add_counts_as_failed_and_read_only_shows_in_server_status(
     try:
         _, during = scrape(url)
         assert value(during, "bookie_SERVER_STATUS") == 0
-        from v2_wire import EREADONLY, Conn, add_request
+        from support.v2_wire import EREADONLY, Conn, add_request
 
         port = cluster.bookie_addresses[1].rsplit(":", 1)[1]
         with Conn(int(port)) as conn:
@@ -162,13 +165,15 @@ def test_a_refused_add_counts_as_failed_and_read_only_shows_in_server_status(
         failed = "bookkeeper_server_ADD_ENTRY_REQUEST_count"
         # The bookie times a request once its response is written, a moment after the client
         # may have read it: wait for the count (a synchronisation point, not a timing check).
-        deadline = time.monotonic() + 10
-        while True:
-            _, after = scrape(url)
-            moved = value(after, failed, success="false") - value(before, failed, success="false")
-            if moved or time.monotonic() > deadline:
-                break
-            time.sleep(0.05)
+        after = wait_until(
+            lambda: scrape(url)[1],
+            "the refused add counted",
+            timeout_s=10,
+            accept=lambda after: (
+                value(after, failed, success="false") != value(before, failed, success="false")
+            ),
+        )
+        moved = value(after, failed, success="false") - value(before, failed, success="false")
         assert moved == 1
     finally:
         assert (
@@ -187,21 +192,22 @@ def test_latency_quantiles_appear_once_a_window_completes(tmp_path: Path) -> Non
             lh = bk.create_ledger(1, 1, 1)
             lh.append_many([b"q"] * 50)
             lh.close()
-        time.sleep(1.2)
-        _, samples = scrape(url)
-    p50 = samples[
-        ("bookkeeper_server_ADD_ENTRY", frozenset({("success", "true"), ("quantile", "0.5")}))
-    ]
+        median = (
+            "bookkeeper_server_ADD_ENTRY",
+            frozenset({("success", "true"), ("quantile", "0.5")}),
+        )
+        # Quantiles are published when a window (a second here) rolls over.
+        samples = wait_until(
+            lambda: scrape(url)[1],
+            "the adds' latency window completed",
+            timeout_s=10,
+            accept=lambda samples: not math.isnan(samples.get(median, math.nan)),
+        )
+    p50 = samples[median]
     p100 = samples[
         ("bookkeeper_server_ADD_ENTRY", frozenset({("success", "true"), ("quantile", "1.0")}))
     ]
     assert not math.isnan(p50) and 0 < p50 <= p100
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture
@@ -210,7 +216,7 @@ def standalone(tmp_path: Path) -> Iterator[object]:
     started: list[subprocess.Popen[bytes]] = []
 
     def start(**conf: object) -> tuple[int, Path]:
-        port = _free_port()
+        port = free_port()
         settings = {
             "bookiePort": port,
             "listeningInterface": "127.0.0.1",
@@ -229,13 +235,15 @@ def standalone(tmp_path: Path) -> Iterator[object]:
                     stderr=subprocess.STDOUT,
                 )
             )
-        deadline = time.monotonic() + 30
+        process = started[-1]
+
+        def serving() -> bool:
+            assert process.poll() is None, log.read_text()
+            return "bookie serving bookie_id=" in log.read_text()
+
         # The process's own line, logged once its HTTP services listen (the core's earlier
         # "bookie serving on ..." line comes before them: waiting for it raced the servers).
-        while "bookie serving bookie_id=" not in log.read_text():
-            assert started[-1].poll() is None, log.read_text()
-            assert time.monotonic() < deadline, log.read_text()
-            time.sleep(0.05)
+        wait_until(serving, f"the bookie serving (log {log})", timeout_s=30)
         return port, log
 
     yield start
@@ -244,16 +252,8 @@ def standalone(tmp_path: Path) -> Iterator[object]:
         process.wait(30)
 
 
-def _answers(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=1):
-            return True
-    except OSError:
-        return False
-
-
 def test_metrics_on_prometheus_port_when_the_admin_server_is_off(standalone: object) -> None:
-    port = _free_port()
+    port = free_port()
     standalone(  # type: ignore[operator]
         statsProviderClass="org.apache.bookkeeper.stats.prometheus.PrometheusMetricsProvider",
         prometheusStatsHttpPort=port,
@@ -265,15 +265,15 @@ def test_metrics_on_prometheus_port_when_the_admin_server_is_off(standalone: obj
 
 
 def test_no_metrics_endpoint_without_a_stats_provider(standalone: object) -> None:
-    port = _free_port()
+    port = free_port()
     standalone(prometheusStatsHttpPort=port)  # type: ignore[operator]
-    assert not _answers(port)  # BookKeeper's NullStatsProvider: no endpoint
+    assert not accepts_tcp(port)  # BookKeeper's NullStatsProvider: no endpoint
 
 
 def test_the_admin_server_answers_500_for_metrics_without_a_stats_provider(
     standalone: object,
 ) -> None:
-    port = _free_port()
+    port = free_port()
     standalone(httpServerEnabled="true", httpServerPort=port, httpServerHost="127.0.0.1")  # type: ignore[operator]
     reply = http("GET", f"http://127.0.0.1:{port}/metrics")
     assert reply.status == 500
@@ -282,7 +282,7 @@ def test_the_admin_server_answers_500_for_metrics_without_a_stats_provider(
 
 
 def test_enable_statistics_false_records_no_latency(standalone: object) -> None:
-    port = _free_port()
+    port = free_port()
     bookie_port, _ = standalone(  # type: ignore[operator]
         statsProviderClass="org.apache.bookkeeper.stats.prometheus.PrometheusMetricsProvider",
         enableStatistics="false",
@@ -290,7 +290,7 @@ def test_enable_statistics_false_records_no_latency(standalone: object) -> None:
         httpServerHost="127.0.0.1",
         httpServerPort=port,
     )
-    from v2_wire import EOK, Conn, add_request
+    from support.v2_wire import EOK, Conn, add_request
 
     with Conn(bookie_port) as conn:
         assert conn.call(add_request(5, 0, b"x")).rc == EOK

@@ -6,12 +6,12 @@ Owns the periodic pass; the operator's ``PUT /api/v1/bookie/gc`` is test_admin_a
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from admin_helpers import http
+from support.wait import wait_until
 
 import pybkx
 from pybkx.tools.sandbox import Sandbox
@@ -52,18 +52,18 @@ def test_deleted_ledgers_leave_every_bookie_at_the_next_pass(gc_cluster: Sandbox
         kept.append_many([b"kept-%d" % i for i in range(20)])
         bk.delete_ledger(doomed.ledger_id)
 
-        deadline = time.monotonic() + WAIT_S
         for url in gc_cluster.admin_urls:
-            while True:
-                details = gc_details(url)
-                # A few passes after the deletion: the kept ledger is still there.
-                if (
+            # A few passes after the deletion: the kept ledger is still there.
+            details = wait_until(
+                lambda url=url: gc_details(url),
+                "a pass deleted the ledger, and a few passes ran",
+                timeout_s=WAIT_S,
+                interval_s=0.1,
+                accept=lambda details: (
                     int(str(details["deletedLedgerCounter"])) >= 1
                     and int(str(details["gcRuns"])) >= 3
-                ):
-                    break
-                assert time.monotonic() < deadline, f"no pass deleted the ledger: {details}"
-                time.sleep(0.1)
+                ),
+            )
             assert details["deletedLedgerCounter"] == 1, details
             assert details["majorCompactionCounter"] == 0  # periodic passes force nothing
 

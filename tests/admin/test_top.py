@@ -8,10 +8,10 @@ import shutil
 import subprocess
 import sys
 import threading
-import time
 import uuid
 
 import pytest
+from support.wait import wait_until
 
 import pybkx
 from pybkx.tools.sandbox import Sandbox
@@ -46,26 +46,27 @@ def test_top_shows_every_bookie_live_with_its_adds(cluster: Sandbox) -> None:
     writer = threading.Thread(target=write)
     writer.start()
     tmux("new-session", "-d", "-s", session, "-x", "220", "-y", "30", command)
-    screens: list[str] = []
     try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            time.sleep(0.5)
-            screen = tmux("capture-pane", "-p", "-t", session)
-            screens.append(screen)
-            rows = [line for line in screen.splitlines() if "writable" in line and "│" in line]
-            if len(rows) == 3 and all(_adds(line) > 0 for line in rows):
-                break
+        screen = wait_until(
+            lambda: tmux("capture-pane", "-p", "-t", session),
+            "`pybkx top` showing adds on all three bookies",
+            timeout_s=30,
+            interval_s=0.5,
+            accept=_every_bookie_adds,
+        )
     finally:
         stop.set()
         writer.join(60)
         subprocess.run(["tmux", "kill-session", "-t", session], check=False, timeout=30)
-    screen = screens[-1]
     assert "cluster adds/s:" in screen and "bookies: 3 writable, 0 read-only" in screen, screen
     for bookie in cluster.bookie_addresses:
         assert bookie in screen, screen
+
+
+def _every_bookie_adds(screen: str) -> bool:
+    """Three bookie rows on the screen, each with adds/s above 0."""
     rows = [line for line in screen.splitlines() if "writable" in line and "│" in line]
-    assert len(rows) == 3 and all(_adds(line) > 0 for line in rows), screen
+    return len(rows) == 3 and all(_adds(line) > 0 for line in rows)
 
 
 def _adds(row: str) -> float:

@@ -32,7 +32,7 @@ from __future__ import annotations
 import itertools
 import json
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -112,147 +112,222 @@ def _acked(e: Event) -> bool:
     return e["type"] == "append" and e.get("status") == "ok"
 
 
-def _check_ledger(ledger: int, events: Sequence[Event]) -> list[Violation]:
-    acks = [e for e in events if _acked(e)]
-    reads = [e for e in events if e["type"] == "read"]
-    closes = [e for e in events if e["type"] == "close"]
-    out: list[Violation] = []
+@dataclass(frozen=True)
+class _Ledger:
+    """One ledger's events in time order, and the kinds most rules look at."""
 
-    # 2. Reads are prefixes of one sequence: first the shape of each read, then agreement.
+    ledger: int
+    events: Sequence[Event]
+    acks: list[Event]
+    reads: list[Event]
+    closes: list[Event]
+
+    @classmethod
+    def of(cls, ledger: int, events: Sequence[Event]) -> _Ledger:
+        return cls(
+            ledger,
+            events,
+            acks=[e for e in events if _acked(e)],
+            reads=[e for e in events if e["type"] == "read"],
+            closes=[e for e in events if e["type"] == "close"],
+        )
+
+
+def _check_ledger(ledger: int, events: Sequence[Event]) -> list[Violation]:
+    """Every rule over one ledger's events, in rule order."""
+    history = _Ledger.of(ledger, events)
+    return [violation for rule in _RULES for violation in rule(history)]
+
+
+def _reads_diverge(h: _Ledger) -> list[Violation]:
+    """2. Reads are prefixes of one sequence: each read contiguous, and all agreeing on every
+    entry's payload (in the order of the reads)."""
+    out = []
     seen: dict[int, tuple[str, Event]] = {}
-    read_as: dict[int, list[tuple[str, Event]]] = defaultdict(list)
-    for r in reads:
-        ids = [int(x[0]) for x in r["entries"]]
-        if ids and ids != list(range(ids[0], ids[0] + len(ids))):
-            gap = next(i for i, (a, b) in enumerate(itertools.pairwise(ids)) if b != a + 1)
-            out.append(
-                Violation(
-                    "diverged",
-                    ledger,
-                    f"read by {r.get('reader')} is not contiguous: entry {ids[gap]} then "
-                    f"{ids[gap + 1]}",
-                    (r,),
-                )
-            )
+    for r in h.reads:
+        out += _gap_in(h.ledger, r)
         for entry, digest, *_ in r["entries"]:
-            read_as[int(entry)].append((str(digest), r))
             first = seen.setdefault(int(entry), (str(digest), r))
             if first[0] != str(digest):
                 out.append(
                     Violation(
                         "diverged",
-                        ledger,
+                        h.ledger,
                         f"entry {entry} read as {first[0]} and as {digest}",
                         (first[1], r),
                     )
                 )
-    # An acknowledged payload read back differently.
-    for a in acks:
+    return out
+
+
+def _gap_in(ledger: int, r: Event) -> list[Violation]:
+    """The first gap in one read's entry ids, if any."""
+    ids = [int(x[0]) for x in r["entries"]]
+    if not ids or ids == list(range(ids[0], ids[0] + len(ids))):
+        return []
+    gap = next(i for i, (a, b) in enumerate(itertools.pairwise(ids)) if b != a + 1)
+    return [
+        Violation(
+            "diverged",
+            ledger,
+            f"read by {r.get('reader')} is not contiguous: entry {ids[gap]} then {ids[gap + 1]}",
+            (r,),
+        )
+    ]
+
+
+# 1. Nothing acknowledged lost: read back as acknowledged, in every final read (it reads to the
+# end), and not beyond where the ledger was closed.
+
+
+def _acks_read_differently(h: _Ledger) -> list[Violation]:
+    read_as: dict[int, list[tuple[str, Event]]] = defaultdict(list)
+    for r in h.reads:
+        for entry, digest, *_ in r["entries"]:
+            read_as[int(entry)].append((str(digest), r))
+    out = []
+    for a in h.acks:
         other = [(d, r) for d, r in read_as.get(int(a["entry"]), []) if d != str(a["hash"])]
         if other:
             digest, r = other[0]
             out.append(
                 Violation(
                     "lost",
-                    ledger,
+                    h.ledger,
                     f"entry {a['entry']} acknowledged as {a['hash']}, read as {digest}",
                     (a, r),
                 )
             )
+    return out
 
-    # 1. Nothing acknowledged lost: every final read holds every ack (it reads to the end).
-    for r in (r for r in reads if r.get("final")):
+
+def _acks_missing_from_final_reads(h: _Ledger) -> list[Violation]:
+    out = []
+    for r in (r for r in h.reads if r.get("final")):
         held = {int(x[0]) for x in r["entries"]}
-        for a in acks:
-            if int(a["entry"]) not in held:
-                out.append(
-                    Violation(
-                        "lost",
-                        ledger,
-                        f"acknowledged entry {a['entry']} missing from the final read",
-                        (a, r),
-                    )
-                )
-    for c in closes:
-        beyond = [a for a in acks if int(a["entry"]) > int(c["last_entry"])]
+        out += [
+            Violation(
+                "lost",
+                h.ledger,
+                f"acknowledged entry {a['entry']} missing from the final read",
+                (a, r),
+            )
+            for a in h.acks
+            if int(a["entry"]) not in held
+        ]
+    return out
+
+
+def _acks_beyond_close(h: _Ledger) -> list[Violation]:
+    out = []
+    for c in h.closes:
+        beyond = [a for a in h.acks if int(a["entry"]) > int(c["last_entry"])]
         if beyond:
             a = max(beyond, key=lambda x: int(x["entry"]))
             out.append(
                 Violation(
                     "lost",
-                    ledger,
+                    h.ledger,
                     f"closed at last entry {c['last_entry']}, but entry {a['entry']} was "
                     f"acknowledged ({len(beyond)} beyond it)",
                     (a, c),
                 )
             )
+    return out
 
-    # 3. No acknowledgement of an add sent after a fence completed.
-    fences = [e for e in events if e["type"] == "fence"]
-    if fences:
-        fence = min(fences, key=lambda f: float(f["t"]))
-        late = [a for a in acks if float(a.get("sent", a["t"])) > float(fence["t"])]
-        if late:
-            a = min(late, key=lambda x: float(x.get("sent", x["t"])))
-            out.append(
-                Violation(
-                    "ack_after_fence",
-                    ledger,
-                    f"entry {a['entry']} sent at {a.get('sent')} after the fence at "
-                    f"{fence['t']} was acknowledged ({len(late)} such)",
-                    (fence, a),
-                )
-            )
 
-    # 4. LAC never goes backwards for one observer.
+def _acks_after_fence(h: _Ledger) -> list[Violation]:
+    """3. No acknowledgement of an add sent after a fence completed."""
+    fences = [e for e in h.events if e["type"] == "fence"]
+    if not fences:
+        return []
+    fence = min(fences, key=lambda f: float(f["t"]))
+    late = [a for a in h.acks if float(a.get("sent", a["t"])) > float(fence["t"])]
+    if not late:
+        return []
+    a = min(late, key=lambda x: float(x.get("sent", x["t"])))
+    return [
+        Violation(
+            "ack_after_fence",
+            h.ledger,
+            f"entry {a['entry']} sent at {a.get('sent')} after the fence at "
+            f"{fence['t']} was acknowledged ({len(late)} such)",
+            (fence, a),
+        )
+    ]
+
+
+def _lac_backwards(h: _Ledger) -> list[Violation]:
+    """4. LAC never goes backwards for one observer."""
+    out = []
     last: dict[str, Event] = {}
-    for e in (e for e in events if e["type"] == "lac"):
+    for e in (e for e in h.events if e["type"] == "lac"):
         who = str(e.get("observer"))
         prev = last.get(who)
         if prev is not None and int(e["lac"]) < int(prev["lac"]):
             out.append(
                 Violation(
                     "lac_backwards",
-                    ledger,
+                    h.ledger,
                     f"{who} saw LAC {prev['lac']} then {e['lac']}",
                     (prev, e),
                 )
             )
         if prev is None or int(e["lac"]) >= int(prev["lac"]):
             last[who] = e
+    return out
 
-    # 5. Closed length: the sum of the sizes of entries 0..last entry; closes agree.
+
+# 5. Closed length: the sum of the sizes of entries 0..last entry; closes agree.
+
+
+def _lengths_not_the_sum_of_sizes(h: _Ledger) -> list[Violation]:
     sizes: dict[int, int] = {}
-    for a in acks:
+    for a in h.acks:
         sizes.setdefault(int(a["entry"]), int(a["size"]))
-    for r in reads:
+    for r in h.reads:
         for x in r["entries"]:
             if len(x) > 2:
                 sizes.setdefault(int(x[0]), int(x[2]))
-    for c in closes:
+    out = []
+    for c in h.closes:
         last_entry = int(c["last_entry"])
-        missing = [i for i in range(last_entry + 1) if i not in sizes]
-        if not missing:
-            want = sum(sizes[i] for i in range(last_entry + 1))
-            if int(c["length"]) != want:
-                out.append(
-                    Violation(
-                        "bad_length",
-                        ledger,
-                        f"closed length {c['length']} but entries 0..{last_entry} hold {want} "
-                        "bytes",
-                        (c,),
-                    )
-                )
-    for a, b in itertools.pairwise(closes):
-        if (int(a["last_entry"]), int(a["length"])) != (int(b["last_entry"]), int(b["length"])):
+        if any(i not in sizes for i in range(last_entry + 1)):
+            continue  # an entry's size is unknown: nothing to compare
+        want = sum(sizes[i] for i in range(last_entry + 1))
+        if int(c["length"]) != want:
             out.append(
                 Violation(
                     "bad_length",
-                    ledger,
-                    f"closed as ({a['last_entry']}, {a['length']}) and as "
-                    f"({b['last_entry']}, {b['length']})",
-                    (a, b),
+                    h.ledger,
+                    f"closed length {c['length']} but entries 0..{last_entry} hold {want} bytes",
+                    (c,),
                 )
             )
     return out
+
+
+def _closes_disagree(h: _Ledger) -> list[Violation]:
+    return [
+        Violation(
+            "bad_length",
+            h.ledger,
+            f"closed as ({a['last_entry']}, {a['length']}) and as "
+            f"({b['last_entry']}, {b['length']})",
+            (a, b),
+        )
+        for a, b in itertools.pairwise(h.closes)
+        if (int(a["last_entry"]), int(a["length"])) != (int(b["last_entry"]), int(b["length"]))
+    ]
+
+
+_RULES: tuple[Callable[[_Ledger], list[Violation]], ...] = (
+    _reads_diverge,
+    _acks_read_differently,
+    _acks_missing_from_final_reads,
+    _acks_beyond_close,
+    _acks_after_fence,
+    _lac_backwards,
+    _lengths_not_the_sum_of_sizes,
+    _closes_disagree,
+)

@@ -31,7 +31,6 @@ import os
 import random
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -48,7 +47,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from checker import CheckResult, check
 from netns import Network
-from zookeeper_fixture import ZOOKEEPER_JARS, _ruok
+from support.ports import free_port, zookeeper_answers
+from support.wait import WaitTimeout, wait_until
+from support.zookeeper import ZOOKEEPER_JARS
 
 from pybkx import errors
 from pybkx.client import BookKeeper
@@ -106,12 +107,6 @@ class RunResult:
         )
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 class Recorder:
     """The history: events appended under a lock, each also written to a JSON-lines file."""
 
@@ -164,11 +159,16 @@ class ZooKeeper:
         ]  # fmt: skip
         with (self.workdir / "zookeeper.log").open("ab") as out:
             self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 60
-        while not _ruok_at(self.host, self.port):
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"ZooKeeper did not start (log {self.workdir})")
-            time.sleep(0.1)
+        proc = self.proc
+
+        def answering() -> bool:
+            if proc.poll() is not None:
+                raise RuntimeError(f"ZooKeeper exited while starting (log {self.workdir})")
+            return zookeeper_answers(self.port, self.host)
+
+        wait_until(
+            answering, f"ZooKeeper answering (log {self.workdir})", timeout_s=60, interval_s=0.1
+        )
 
     def signal(self, sig: signal.Signals) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -189,17 +189,6 @@ class ZooKeeper:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-
-
-def _ruok_at(host: str, port: int) -> bool:
-    if host == "127.0.0.1":
-        return _ruok(port)
-    try:
-        with socket.create_connection((host, port), timeout=1) as sock:
-            sock.sendall(b"ruok")
-            return sock.recv(16) == b"imok"
-    except OSError:
-        return False
 
 
 class BookieNode:
@@ -306,17 +295,26 @@ class Cluster:
         self.wait_registered(len(self.bookies), 60)
 
     def wait_registered(self, count: int, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                with open_metadata_store(self.uri, zkTimeout=4000) as store:
-                    if len(store.writable_bookies()) >= count:
-                        return
-            except errors.BKException:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"fewer than {count} bookies registered after {timeout_s}s")
-            time.sleep(0.2)
+        def registered() -> bool:
+            with open_metadata_store(self.uri, zkTimeout=4000) as store:
+                return len(store.writable_bookies()) >= count
+
+        wait_until(
+            registered,
+            f"{count} bookies registered",
+            timeout_s=timeout_s,
+            interval_s=0.2,
+            ignoring=(errors.BKException,),
+        )
+
+    def heal_everything(self) -> None:
+        """Every bookie without disk faults, running and resumed, and registered again."""
+        for b in self.bookies:
+            b.disk_faults([])
+            if not b.alive():
+                b.start()
+            b.send(signal.SIGCONT)
+        self.wait_registered(len(self.bookies), 120)
 
     def close(self) -> None:
         for b in self.bookies:
@@ -399,40 +397,48 @@ class Nemesis:
             return
 
     def _plan(self, kind: str) -> tuple[str, Callable[[], None], Callable[[], None]] | None:
-        c = self.cluster
+        """A fault of ``kind`` to start now: what it is, what does it, what heals it (and frees
+        its slot); None when none can start (ZooKeeper or every slot already faulty, no
+        network for a network fault)."""
         if kind in ZK_FAULTS:
-            if self.zk_faulty:
-                return None
-            self.zk_faulty = True
-
-            def zk_done() -> None:
-                self.zk_faulty = False
-
-            if kind == "zk_pause":
-                return (
-                    "zk_pause",
-                    lambda: c.zk.signal(signal.SIGSTOP),
-                    then(lambda: c.zk.signal(signal.SIGCONT), zk_done),
-                )
-            return "zk_kill", c.zk.kill, then(c.zk.start, zk_done)
-        healthy = [b for b in c.bookies if b.index not in self.faulty]
+            return self._plan_zk(kind)
+        healthy = [b for b in self.cluster.bookies if b.index not in self.faulty]
         if len(self.faulty) >= self.config.max_faulty or not healthy:
             return None
         b = self.rng.choice(healthy)
+        action = self._bookie_fault(kind, b)
+        if action is None:
+            return None
         self.faulty.add(b.index)
+        what, do, undo = action
+        return what, do, then(undo, lambda: self.faulty.discard(b.index))
 
-        def done() -> None:
-            self.faulty.discard(b.index)
+    def _plan_zk(self, kind: str) -> tuple[str, Callable[[], None], Callable[[], None]] | None:
+        if self.zk_faulty:
+            return None
+        self.zk_faulty = True
+        zk = self.cluster.zk
 
+        def zk_done() -> None:
+            self.zk_faulty = False
+
+        if kind == "zk_pause":
+            return (
+                "zk_pause",
+                lambda: zk.signal(signal.SIGSTOP),
+                then(lambda: zk.signal(signal.SIGCONT), zk_done),
+            )
+        return "zk_kill", zk.kill, then(zk.start, zk_done)
+
+    def _bookie_fault(
+        self, kind: str, b: BookieNode
+    ) -> tuple[str, Callable[[], None], Callable[[], None]] | None:
+        """What a fault of ``kind`` does to bookie ``b`` and what undoes it."""
         name = f"{kind} bookie{b.index}"
         if kind == "kill":
-            return name, b.kill, then(b.start, done)
+            return name, b.kill, b.start
         if kind == "pause":
-            return (
-                name,
-                lambda: b.send(signal.SIGSTOP),
-                then(lambda: b.send(signal.SIGCONT), done),
-            )
+            return name, lambda: b.send(signal.SIGSTOP), lambda: b.send(signal.SIGCONT)
         if kind in ("disk_slow", "disk_error"):
             ops = ["write", "sync"] if kind == "disk_slow" else ["sync", "write"]
             spec: dict[str, Any] = {"path": str(b.root), "ops": ops}
@@ -441,31 +447,28 @@ class Nemesis:
             else:
                 spec["errno"] = 5  # EIO
                 spec["times"] = self.rng.choice([1, 3])
-            return name, lambda: b.disk_faults([spec]), then(lambda: b.disk_faults([]), done)
-        net = c.net
+            return name, lambda: b.disk_faults([spec]), lambda: b.disk_faults([])
+        return self._network_fault(kind, b, name)
+
+    def _network_fault(
+        self, kind: str, b: BookieNode, name: str
+    ) -> tuple[str, Callable[[], None], Callable[[], None]] | None:
+        """A network fault on bookie ``b``'s namespace; None without namespaces."""
+        net = self.cluster.net
         if net is None:
-            self.faulty.discard(b.index)
             return None
         if kind == "partition":
-            return (
-                name,
-                lambda: net.cut(b.index),
-                then(lambda: net.mend(b.index), done),
-            )
+            return name, lambda: net.cut(b.index), lambda: net.mend(b.index)
         if kind == "zk_partition":
-            return (
-                name,
-                lambda: net.block_zk(b.index, c.zk.port),
-                then(lambda: net.unblock(b.index), done),
-            )
+            zk = self.cluster.zk
+            return name, lambda: net.block_zk(b.index, zk.port), lambda: net.unblock(b.index)
         if kind == "loss":
             share = self.rng.choice([5, 20, 50])
             return (
                 f"{name} {share}%",
                 lambda: net.lose(b.index, share),
-                then(lambda: net.unblock(b.index), done),
+                lambda: net.unblock(b.index),
             )
-        self.faulty.discard(b.index)
         return None
 
 
@@ -709,33 +712,48 @@ def read_whole(rh: Any, last_entry_id: int) -> list[list[Any]]:
 
 
 def verify(uri: str, ledgers: list[int], rec: Recorder, timeout_s: float = 300.0) -> list[str]:
-    """Recover every ledger (closing the open ones) and read it whole: the final reads."""
+    """Recover every ledger (closing the open ones) and read it whole: the final reads. All of
+    them within ``timeout_s``; returns what could not be verified."""
     problems: list[str] = []
     deadline = time.monotonic() + timeout_s
     with BookKeeper(uri, zkTimeout=10000, readEntryTimeoutSec=5) as bk:
         for lid in ledgers:
-            while True:
-                try:
-                    rh = bk.open_ledger(lid, PASSWORD, recovery=True)
-                    md = rh.metadata
-                    rec.record(
-                        type="close", ledger=lid, last_entry=md.last_entry_id, length=md.length
-                    )
-                    entries = read_whole(rh, md.last_entry_id)
-                    rec.record(
-                        type="read", ledger=lid, reader="verify", final=True, entries=entries
-                    )
-                    break
-                except errors.NoSuchLedgerExistsOnMetadataServerException:
-                    # Recorded once its creation returned and never deleted: it must be there.
-                    problems.append(f"ledger {lid} not verified: its metadata is gone")
-                    break
-                except errors.BKException as exc:
-                    if time.monotonic() > deadline:
-                        problems.append(f"ledger {lid} not verified: {type(exc).__name__}: {exc}")
-                        break
-                    time.sleep(1.0)
+            problem = verify_ledger(bk, lid, rec, max(0.0, deadline - time.monotonic()))
+            if problem is not None:
+                problems.append(problem)
     return problems
+
+
+def verify_ledger(bk: BookKeeper, lid: int, rec: Recorder, timeout_s: float) -> str | None:
+    """Recover ledger ``lid`` and record its close and final read, retried while the cluster
+    heals (once a second, for ``timeout_s``); returns why it could not be verified, if so."""
+
+    verified = "verified"
+
+    def recovered_and_read() -> str:
+        """``verified``, or why the ledger never will be; other BKExceptions are retried."""
+        try:
+            rh = bk.open_ledger(lid, PASSWORD, recovery=True)
+            md = rh.metadata
+            rec.record(type="close", ledger=lid, last_entry=md.last_entry_id, length=md.length)
+            entries = read_whole(rh, md.last_entry_id)
+            rec.record(type="read", ledger=lid, reader="verify", final=True, entries=entries)
+        except errors.NoSuchLedgerExistsOnMetadataServerException:
+            # Recorded once its creation returned and never deleted: it must be there.
+            return "its metadata is gone"
+        return verified
+
+    try:
+        outcome = wait_until(
+            recovered_and_read,
+            f"ledger {lid} recovered and read",
+            timeout_s=timeout_s,
+            interval_s=1.0,
+            ignoring=(errors.BKException,),
+        )
+    except WaitTimeout as timeout:
+        return f"ledger {lid} not verified: {type(timeout.last).__name__}: {timeout.last}"
+    return None if outcome == verified else f"ledger {lid} not verified: {outcome}"
 
 
 #: What the bookies' background work logs, counted over a run's bookie logs.
@@ -767,54 +785,70 @@ def run(config: RunConfig, workdir: Path) -> RunResult:
     workdir.mkdir(parents=True, exist_ok=True)
     history = workdir / "history.jsonl"
     rec = Recorder(history)
-    notes: list[str] = []
-    if config.net and shutil.which("nft") is None:
-        dropped = [k for k in config.kinds if k in ("zk_partition", "loss")]
-        if dropped:
-            notes.append(f"without nftables (make faults-deps) no {', '.join(dropped)} faults")
-            config = replace(config, kinds=tuple(k for k in config.kinds if k not in dropped))
+    config, notes = _without_faults_nftables_lacks(config)
     cluster = Cluster(workdir, config)
     try:
         cluster.start()
         workload = Workload(cluster.uri, config, rng, rec)
         nemesis = Nemesis(cluster, config, rng, rec)
-        threads = workload.threads()
-        for t in threads:
-            t.start()
-        nemesis_thread = threading.Thread(target=nemesis.run, daemon=True)
-        nemesis_thread.start()
-        time.sleep(config.duration_s)
-        nemesis.stop.set()
-        nemesis_thread.join(120)
-        workload.stop.set()
-        for t in threads:
-            t.join(APPEND_WAIT_S + 60)
-        stuck = [t.name for t in threads if t.is_alive()]
-        if stuck:
-            notes.append(f"workload threads still running after the stop: {stuck}")
-        for b in cluster.bookies:
-            b.disk_faults([])
-            if not b.alive():
-                b.start()
-            b.send(signal.SIGCONT)
-        cluster.wait_registered(len(cluster.bookies), 120)
+        notes += _run_for_the_duration(config, workload, nemesis)
+        cluster.heal_everything()
         notes += verify(cluster.uri, sorted(workload.ledgers), rec)
-        if nemesis.restarts:
-            notes.append(
-                f"bookies that exited by themselves and were started again: {nemesis.restarts} "
-                "(see bookie*/bookie.log)"
-            )
-        if workload.deleted:
-            notes.append(f"ledgers deleted (read whole first): {len(workload.deleted)}")
-        if config.lifecycle or config.autorecovery:
-            notes.append(f"bookies' background work: {background_work(workdir)}")
-        if workload.errors:
-            notes.append(f"client errors seen (expected under faults): {dict(workload.errors)}")
+        notes += _what_happened(config, workload, nemesis, workdir)
         ledgers = len(workload.ledgers)
     finally:
         rec.close()
         cluster.close()
     return RunResult(nemesis.counts, check(rec.events), ledgers, history, notes)
+
+
+def _without_faults_nftables_lacks(config: RunConfig) -> tuple[RunConfig, list[str]]:
+    """``config`` without the network faults that need nftables when it is missing, and a note
+    saying so."""
+    if not config.net or shutil.which("nft") is not None:
+        return config, []
+    dropped = [k for k in config.kinds if k in ("zk_partition", "loss")]
+    if not dropped:
+        return config, []
+    note = f"without nftables (make faults-deps) no {', '.join(dropped)} faults"
+    return replace(config, kinds=tuple(k for k in config.kinds if k not in dropped)), [note]
+
+
+def _run_for_the_duration(config: RunConfig, workload: Workload, nemesis: Nemesis) -> list[str]:
+    """Workload and nemesis for ``duration_s``, then both stopped; a note on workload threads
+    that did not stop."""
+    threads = workload.threads()
+    for t in threads:
+        t.start()
+    nemesis_thread = threading.Thread(target=nemesis.run, daemon=True)
+    nemesis_thread.start()
+    time.sleep(config.duration_s)  # not a wait: the run lasts this long
+    nemesis.stop.set()
+    nemesis_thread.join(120)
+    workload.stop.set()
+    for t in threads:
+        t.join(APPEND_WAIT_S + 60)
+    stuck = [t.name for t in threads if t.is_alive()]
+    return [f"workload threads still running after the stop: {stuck}"] if stuck else []
+
+
+def _what_happened(
+    config: RunConfig, workload: Workload, nemesis: Nemesis, workdir: Path
+) -> list[str]:
+    """Notes on the run beside the faults: restarts, deletes, background work, client errors."""
+    notes = []
+    if nemesis.restarts:
+        notes.append(
+            f"bookies that exited by themselves and were started again: {nemesis.restarts} "
+            "(see bookie*/bookie.log)"
+        )
+    if workload.deleted:
+        notes.append(f"ledgers deleted (read whole first): {len(workload.deleted)}")
+    if config.lifecycle or config.autorecovery:
+        notes.append(f"bookies' background work: {background_work(workdir)}")
+    if workload.errors:
+        notes.append(f"client errors seen (expected under faults): {dict(workload.errors)}")
+    return notes
 
 
 @contextlib.contextmanager

@@ -9,11 +9,11 @@ while the bookies are stopped.
 
 from __future__ import annotations
 
-import time
 import urllib.request
 from pathlib import Path
 
 import pytest
+from support.wait import wait_until
 
 import pybkx
 from pybkx import errors
@@ -48,13 +48,17 @@ def corruption_lines(log_path: Path, awaited: str) -> list[str]:
     Rust's records reach the log file through a queue the bookie drains when it holds the GIL,
     so a line may be written a moment after the read that logged it was answered.
     """
-    deadline = time.monotonic() + 30
-    while True:
+
+    def lines() -> list[str]:
         text = log_path.read_text(errors="replace")
-        lines = [line for line in text.splitlines() if "corrupt entry copy" in line]
-        if any(awaited in line for line in lines) or time.monotonic() > deadline:
-            return lines
-        time.sleep(0.05)
+        return [line for line in text.splitlines() if "corrupt entry copy" in line]
+
+    return wait_until(
+        lines,
+        f"a corrupt-copy line naming {awaited}",
+        timeout_s=30,
+        accept=lambda found: any(awaited in line for line in found),
+    )
 
 
 def metric(admin_url: str, name: str) -> float:

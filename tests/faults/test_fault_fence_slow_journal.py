@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_bookie_process import (
+from support.bookies import (
     LEDGER_ID,
     PASSWORD,
     REQUEST_TIMEOUT_S,

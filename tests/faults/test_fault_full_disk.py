@@ -9,16 +9,16 @@ cluster's behaviour on a really full tmpfs (root only; skipped clearly otherwise
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from support.disks import small_tmpfs
+from support.wait import wait_until
 
 import pybkx
 from pybkx import errors
@@ -30,14 +30,6 @@ from pybkx.tools.sandbox import Sandbox
 KEY = b"key"
 RESULT_TIMEOUT_S = 60.0
 """Bound on every wait: the fault was an append that never returned."""
-
-
-def wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"not within {timeout_s}s: {what}")
-        time.sleep(0.05)
 
 
 # --- the storage under injected ENOSPC (any user) --------------------------------------------
@@ -70,7 +62,7 @@ def test_a_journal_write_failing_with_enospc_is_held_and_retried_once_space_retu
     try:
         adder = threading.Thread(target=add)
         adder.start()
-        time.sleep(1.0)
+        time.sleep(1.0)  # not a wait: the add is held a second while the fault lasts
         # Not acknowledged while it is not durable, and not failed either: it is retried.
         assert adder.is_alive() and not outcome
         # Meanwhile new requests are refused at once, naming the cause.
@@ -120,16 +112,18 @@ def test_a_failed_journal_sync_is_never_acknowledged_and_the_journal_moves_on(
             storage.add_entry(1, 1, b"unsynced", KEY)
     finally:
         remove_disk_fault(fault)
+
     # A new journal file takes the next writes (at most a retry interval later).
-    deadline = time.monotonic() + RESULT_TIMEOUT_S
-    while True:
-        try:
-            storage.add_entry(1, 2, b"after", KEY)
-            break
-        except errors.BookieException:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
+    def added_after() -> bool:
+        storage.add_entry(1, 2, b"after", KEY)
+        return True
+
+    wait_until(
+        added_after,
+        "a new journal file taking adds",
+        timeout_s=RESULT_TIMEOUT_S,
+        ignoring=(errors.BookieException,),
+    )
     storage.close()
     reopened = open_ledger_storage(**keys)
     try:
@@ -140,25 +134,6 @@ def test_a_failed_journal_sync_is_never_acknowledged_and_the_journal_moves_on(
 
 
 # --- a cluster on a really full file system (root) -------------------------------------------
-
-
-@contextlib.contextmanager
-def small_tmpfs(path: Path, size_mib: int) -> Iterator[Path]:
-    path.mkdir(parents=True, exist_ok=True)
-    if os.geteuid() != 0:
-        pytest.skip("fault 2 on a real file system needs root to mount a small tmpfs")
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={size_mib}m", "tmpfs", str(path)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], capture_output=True, check=False)
 
 
 def test_a_full_disk_fails_appends_clearly_and_the_bookie_recovers_without_restart(
@@ -196,11 +171,17 @@ def test_a_full_disk_fails_appends_clearly_and_the_bookie_recovers_without_resta
             assert bookie in message and "no writable bookie" in message, message
             assert "EIO" in message or "EREADONLY" in message or "read-only" in message, message
             assert len(acked) > 10
-            wait_for(lambda: bookie in store.readonly_bookies(), 10, "registered read-only")
+            wait_until(
+                lambda: bookie in store.readonly_bookies(), "registered read-only", timeout_s=10
+            )
 
             # Space returns: the file system is grown, as the probe did.
             subprocess.run(["mount", "-o", "remount,size=64m", str(disk)], check=True)
-            wait_for(lambda: bookie in store.writable_bookies(), 10, "registered writable again")
+            wait_until(
+                lambda: bookie in store.writable_bookies(),
+                "registered writable again",
+                timeout_s=10,
+            )
             lh.close()  # does not hang
             assert lh.last_add_confirmed == acked[-1]
             rh = bk.open_ledger(lh.ledger_id, b"pw")
@@ -210,17 +191,16 @@ def test_a_full_disk_fails_appends_clearly_and_the_bookie_recovers_without_resta
                 assert all(bytes(e) == data for e in rh.read(first, last))
             rh.close()
             # The client learns of the registration by its watch: allow it a moment.
-            deadline = time.monotonic() + 10
-            while True:
-                try:
-                    again = bk.create_ledger(
-                        ensemble_size=1, write_quorum_size=1, ack_quorum_size=1, password=b"pw"
-                    )
-                    break
-                except errors.NotEnoughBookiesException:
-                    if time.monotonic() > deadline:
-                        raise
-                    time.sleep(0.1)
+            again = wait_until(
+                lambda: bk.create_ledger(
+                    ensemble_size=1, write_quorum_size=1, ack_quorum_size=1, password=b"pw"
+                ),
+                "a ledger created on the bookie writable again",
+                timeout_s=10,
+                interval_s=0.1,
+                ignoring=(errors.NotEnoughBookiesException,),
+                accept=lambda _handle: True,  # a new ledger's handle is falsy (no entries)
+            )
             fresh = [os.urandom(64 << 10) for _ in range(20)]
             assert again.append_many(fresh) == 19
             again.close()

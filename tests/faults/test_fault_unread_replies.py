@@ -18,15 +18,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_bookie_process import (
+from support.bookies import (
     REQUEST_TIMEOUT_S,
     bookie_client,
-    free_port,
     needs_server,
     write_conf,
 )
-from test_bookie_process import start_bookie as start_bookie
-from v2_wire import read_request
+from support.bookies import start_bookie as start_bookie
+from support.ports import free_port
+from support.v2_wire import read_request
 
 import pybkx._core as core
 
@@ -102,7 +102,7 @@ def test_clients_that_never_read_replies_do_not_grow_the_bookie(
             deadline = time.monotonic() + PRESSURE_S
             while time.monotonic() < deadline:
                 peak = max(peak, rss_bytes(bookie.proc.pid))
-                time.sleep(0.1)
+                time.sleep(0.1)  # not a wait: the RSS is sampled while the flood lasts
             # Another client is served meanwhile.
             read = client.read(address, LEDGER_ID, 1).result(REQUEST_TIMEOUT_S)
             assert bytes(read).endswith(b"y" * SMALL)

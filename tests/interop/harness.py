@@ -12,14 +12,22 @@ import hashlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+# The benchmarks import this module with only tests/interop on sys.path; the shared test
+# support (waiting, ports) lives in tests/support. `accepts` and `free_port` stay names of this
+# module: the benchmarks call them through it.
+if str(REPO / "tests") not in sys.path:
+    sys.path.append(str(REPO / "tests"))
+
+from support import wait  # noqa: E402
+from support.ports import accepts_tcp as accepts  # noqa: E402
+from support.ports import free_port, zookeeper_answers  # noqa: E402
+
 JAVA_PROJECT = Path(__file__).resolve().parent / "java"
 BUILD_DIR = REPO / "target" / "interop-java"  # outside the source tree, ignored by git
 STARTUP_TIMEOUT = 60.0
@@ -96,30 +104,20 @@ class Process:
         return self.popen.returncode
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def accepts(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=1):
-            return True
-    except OSError:
-        return False
-
-
 def wait_until(process: Process, ready: Callable[[], bool], what: str) -> None:
-    """Wait until ``ready()``; raises HarnessError if the process dies or time runs out."""
-    deadline = time.monotonic() + STARTUP_TIMEOUT
-    while not ready():
+    """Wait until ``ready()``; raises HarnessError if the process dies or time runs out (then
+    the process is stopped)."""
+
+    def ready_while_alive() -> bool:
         if not process.alive():
             raise process.error(f"exited before {what}")
-        if time.monotonic() > deadline:
-            process.stop()
-            raise process.error(f"not {what} after {STARTUP_TIMEOUT:.0f} s")
-        time.sleep(0.2)
+        return ready()
+
+    try:
+        wait.wait_until(ready_while_alive, what, timeout_s=STARTUP_TIMEOUT, interval_s=0.2)
+    except wait.WaitTimeout:
+        process.stop()
+        raise process.error(f"not {what} after {STARTUP_TIMEOUT:.0f} s") from None
 
 
 def tool(name: str) -> str:
@@ -185,15 +183,6 @@ def java_argv(classpath: str, main: str, *args: str, heap: str = "128m") -> list
     return [tool("java"), f"-Xmx{heap}", *JVM_OPTS, "-cp", classpath, main, *args]
 
 
-def _ruok(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=1) as sock:
-            sock.sendall(b"ruok")
-            return sock.recv(16) == b"imok"
-    except OSError:
-        return False
-
-
 def start_zookeeper(classpath: str, workdir: Path) -> tuple[Process, str]:
     """A standalone ZooKeeper (from BookKeeper's classpath) on loopback, and its address."""
     port = free_port()
@@ -212,7 +201,7 @@ def start_zookeeper(classpath: str, workdir: Path) -> tuple[Process, str]:
     )
     argv = java_argv(classpath, "org.apache.zookeeper.server.ZooKeeperServerMain", str(config))
     process = Process("zookeeper", argv, workdir / "zookeeper.log")
-    wait_until(process, lambda: _ruok(port), "answering ruok")
+    wait_until(process, lambda: zookeeper_answers(port), "answering ruok")
     return process, f"127.0.0.1:{port}"
 
 

@@ -30,7 +30,7 @@ from harness import java_argv
 from interop_scenario import BATCH_OVERHEAD
 
 from pybkx import errors
-from pybkx.client import BookKeeper, ReadHandle
+from pybkx.client import BookKeeper, LedgerHandle, ReadHandle
 from pybkx.tools.sandbox import Sandbox
 
 pytestmark = pytest.mark.interop
@@ -391,83 +391,130 @@ def test_java_recovers_open_pybkx_ledgers_and_fences_the_writer(
     """The pybkx writer never closes; Java tails it, then recovers it, then the writer is
     fenced. The last entry is appended after all others were acknowledged, so the LAC it
     carries, what the bookies report without recovery, is ENTRIES - 2."""
-    written = []
-    ops: list[dict[str, Any]] = []
-    for case in CASES:
-        data = payloads(f"pybkx-open-{case.name}")
-        lh = pybkx.create_ledger(
-            case.ensemble, case.write_quorum, case.ack_quorum, case.digest, case.password
-        )
-        lh.append_many(data[:-1])
-        lh.append(data[-1])
-        with BookKeeper(cluster.metadata_uri, zkTimeout=2000) as tail_bk:
-            tailing = tail_bk.open_ledger(lh.ledger_id, case.password, recovery=False)
-            pybkx_tail = (tailing.read_last_add_confirmed(), tailing.length)
-        written.append((case, lh, data, pybkx_tail))
-        ledger = lh.ledger_id
-        ops += [
-            case.open_op(ledger, recovery=False),
-            {"op": "read_lac", "ledger": ledger},
-            {"op": "read", "ledger": ledger, "first": 0, "last": ENTRIES - 2},
-            case.open_op(ledger, recovery=True),
-            {"op": "read", "ledger": ledger, "first": 0, "last": ENTRIES - 1},
-            {"op": "metadata", "ledger": ledger},
-        ]
+    written = [open_pybkx_ledger(cluster, pybkx, case) for case in CASES]
+    ops = [op for ledger in written for op in java_tails_then_recovers(ledger)]
     results = iter(java.run(ops))
 
     expect = Expect(cluster)
-    last = ENTRIES - 1
-    for case, lh, data, (pybkx_lac, pybkx_length) in written:
-        where = f"{case.name} ledger {lh.ledger_id}"
+    for ledger in written:
+        where = f"{ledger.case.name} ledger {ledger.handle.ledger_id}"
         tail_open, lac, tail_read, opened, read, metadata = (next(results) for _ in range(6))
-        length = sum(map(len, data))
-        if expect.ok(f"{where} (open without recovery)", tail_open):
-            expect.equal(where, "Java: closed before recovery", tail_open["closed"], False)
-            expect.equal(
-                where, "Java: LAC when opened without recovery", tail_open["lac"], last - 1
-            )
-            expect.equal(
-                where, "Java: state before recovery", tail_open["metadata"]["state"], "OPEN"
-            )
-        if expect.ok(where, lac):
-            expect.equal(where, "Java readLastAddConfirmed", lac["lac"], last - 1)
-            expect.equal(where, "pybkx read_last_add_confirmed", pybkx_lac, last - 1)
-            # Over V3 BookKeeper's client asks READ_LAC and keeps the LAC without a length (its
-            # explicit-LAC path): only the V2 path, which reads the last entry, learns one.
-            if not java.settings:
-                expect.equal(
-                    where, "length with the LAC (Java vs pybkx)", lac["length"], pybkx_length
-                )
-        if expect.ok(f"{where} (read up to the LAC)", tail_read):
-            expect.entries(
-                f"{where} (tailing)", tail_read["entries"], java_entries(data, 0, last - 1)
-            )
-        if expect.ok(f"{where} (open with recovery)", opened):
-            expect.equal(where, "Java: LAC after recovery", opened["lac"], last)
-            expect.equal(where, "Java: length after recovery", opened["length"], length)
-            expect.java_metadata(where, opened["metadata"], case, "CLOSED", last, length)
-        if expect.ok(f"{where} (read after recovery)", read):
-            expect.entries(
-                f"{where} (after recovery)", read["entries"], java_entries(data, 0, last)
-            )
-        if expect.ok(where, metadata):
-            expect.java_metadata(where, metadata["metadata"], case, "CLOSED", last, length)
-
-        try:
-            entry_id = lh.append(b"after Java recovered the ledger")
-            expect.problems.append(f"{where}: pybkx append after recovery succeeded: {entry_id}")
-        except errors.LedgerFencedException:
-            pass
-        except errors.BKException as exc:
-            expect.problems.append(f"{where}: pybkx append: {exc!r}, expected LedgerFenced")
-        try:
-            reopened = pybkx.open_ledger(lh.ledger_id, case.password)
-        except errors.BKException as exc:
-            expect.problems.append(f"{where}: pybkx open_ledger after recovery: {exc!r}")
-            continue
-        if "error" not in metadata:
-            expect.pybkx_handle(where, reopened, case, metadata["metadata"], last, length)
+        expect_java_tailed(expect, java, where, ledger, (tail_open, lac, tail_read))
+        expect_java_recovered(expect, where, ledger, (opened, read, metadata))
+        expect_pybkx_fenced(expect, pybkx, where, ledger, metadata)
     expect.check()
+
+
+@dataclass(frozen=True)
+class OpenLedger:
+    """A ledger pybkx wrote and left open, and what a pybkx reader saw of it without recovery."""
+
+    case: Case
+    handle: LedgerHandle
+    data: list[bytes]
+    tail_lac: int
+    tail_length: int
+
+    @property
+    def last(self) -> int:
+        return ENTRIES - 1
+
+    @property
+    def length(self) -> int:
+        return sum(map(len, self.data))
+
+
+def open_pybkx_ledger(cluster: Sandbox, pybkx: BookKeeper, case: Case) -> OpenLedger:
+    """ENTRIES entries, the last one appended after the others were acknowledged; the ledger
+    is left open, and another pybkx client reads its LAC and length without recovery."""
+    data = payloads(f"pybkx-open-{case.name}")
+    lh = pybkx.create_ledger(
+        case.ensemble, case.write_quorum, case.ack_quorum, case.digest, case.password
+    )
+    lh.append_many(data[:-1])
+    lh.append(data[-1])
+    with BookKeeper(cluster.metadata_uri, zkTimeout=2000) as tail_bk:
+        tailing = tail_bk.open_ledger(lh.ledger_id, case.password, recovery=False)
+        return OpenLedger(case, lh, data, tailing.read_last_add_confirmed(), tailing.length)
+
+
+def java_tails_then_recovers(open_ledger: OpenLedger) -> list[dict[str, Any]]:
+    """Java's operations on an open ledger: tail it without recovery, then recover and read it
+    whole, then its metadata (six results)."""
+    case, ledger = open_ledger.case, open_ledger.handle.ledger_id
+    return [
+        case.open_op(ledger, recovery=False),
+        {"op": "read_lac", "ledger": ledger},
+        {"op": "read", "ledger": ledger, "first": 0, "last": ENTRIES - 2},
+        case.open_op(ledger, recovery=True),
+        {"op": "read", "ledger": ledger, "first": 0, "last": ENTRIES - 1},
+        {"op": "metadata", "ledger": ledger},
+    ]
+
+
+def expect_java_tailed(
+    expect: Expect, java: Java, where: str, ledger: OpenLedger, results: tuple[Result, ...]
+) -> None:
+    """Without recovery Java sees the ledger open at LAC ENTRIES - 2, as pybkx's reader did."""
+    tail_open, lac, tail_read = results
+    last = ledger.last
+    if expect.ok(f"{where} (open without recovery)", tail_open):
+        expect.equal(where, "Java: closed before recovery", tail_open["closed"], False)
+        expect.equal(where, "Java: LAC when opened without recovery", tail_open["lac"], last - 1)
+        expect.equal(where, "Java: state before recovery", tail_open["metadata"]["state"], "OPEN")
+    if expect.ok(where, lac):
+        expect.equal(where, "Java readLastAddConfirmed", lac["lac"], last - 1)
+        expect.equal(where, "pybkx read_last_add_confirmed", ledger.tail_lac, last - 1)
+        # Over V3 BookKeeper's client asks READ_LAC and keeps the LAC without a length (its
+        # explicit-LAC path): only the V2 path, which reads the last entry, learns one.
+        if not java.settings:
+            expect.equal(
+                where, "length with the LAC (Java vs pybkx)", lac["length"], ledger.tail_length
+            )
+    if expect.ok(f"{where} (read up to the LAC)", tail_read):
+        expect.entries(
+            f"{where} (tailing)", tail_read["entries"], java_entries(ledger.data, 0, last - 1)
+        )
+
+
+def expect_java_recovered(
+    expect: Expect, where: str, ledger: OpenLedger, results: tuple[Result, ...]
+) -> None:
+    """Java's recovery closes the ledger at its last entry, and reads every entry."""
+    opened, read, metadata = results
+    case, last, length = ledger.case, ledger.last, ledger.length
+    if expect.ok(f"{where} (open with recovery)", opened):
+        expect.equal(where, "Java: LAC after recovery", opened["lac"], last)
+        expect.equal(where, "Java: length after recovery", opened["length"], length)
+        expect.java_metadata(where, opened["metadata"], case, "CLOSED", last, length)
+    if expect.ok(f"{where} (read after recovery)", read):
+        expect.entries(
+            f"{where} (after recovery)", read["entries"], java_entries(ledger.data, 0, last)
+        )
+    if expect.ok(where, metadata):
+        expect.java_metadata(where, metadata["metadata"], case, "CLOSED", last, length)
+
+
+def expect_pybkx_fenced(
+    expect: Expect, pybkx: BookKeeper, where: str, ledger: OpenLedger, metadata: Result
+) -> None:
+    """After Java's recovery the pybkx writer is fenced, and pybkx opens the closed ledger."""
+    try:
+        entry_id = ledger.handle.append(b"after Java recovered the ledger")
+        expect.problems.append(f"{where}: pybkx append after recovery succeeded: {entry_id}")
+    except errors.LedgerFencedException:
+        pass
+    except errors.BKException as exc:
+        expect.problems.append(f"{where}: pybkx append: {exc!r}, expected LedgerFenced")
+    try:
+        reopened = pybkx.open_ledger(ledger.handle.ledger_id, ledger.case.password)
+    except errors.BKException as exc:
+        expect.problems.append(f"{where}: pybkx open_ledger after recovery: {exc!r}")
+        return
+    if "error" not in metadata:
+        expect.pybkx_handle(
+            where, reopened, ledger.case, metadata["metadata"], ledger.last, ledger.length
+        )
 
 
 def test_java_batch_reads_pybkx_ledgers(
@@ -572,6 +619,39 @@ def test_pybkx_recovers_ledgers_left_open_by_java(
     Qw bookies. pybkx recovers and closes both with every acknowledged entry; Java then sees
     them closed where pybkx closed them, and reads every entry."""
     data = {case: payloads(f"java-open-{case.name}") for case in CASES}
+    created, acked = java_writers_left_open(cluster, java, data)
+
+    expect = Expect(cluster)
+    recovered: list[RecoveredLedger] = []
+    for case in CASES:
+        for writer in (f"done-{case.name}", f"stalled-{case.name}"):
+            where = f"{writer} ledger {created[writer].get('ledger')}"
+            if not expect.ok(where, created[writer]):
+                continue
+            # What the Java writer itself did, not pybkx: in order, stalled only by bookie 0.
+            ids = acked[writer]
+            assert ids == list(range(len(ids))) and len(ids) >= ENTRIES // 2, (where, ids)
+            if writer.startswith("stalled") and cluster.bookie_addresses[0] in str(
+                created[writer]["metadata"]["ensembles"]
+            ):
+                assert len(ids) < ENTRIES, (where, "acknowledged without bookie 0")
+            ledger = pybkx_recovers(expect, pybkx, where, case, created[writer], ids, data[case])
+            if ledger is not None:
+                recovered.append(ledger)
+
+    java_ops = [op for ledger in recovered for op in ledger.java_ops()]
+    results = iter(java.run(java_ops))
+    for ledger in recovered:
+        expect_java_reads_closed(expect, ledger, data[ledger.case], results)
+    expect.check()
+
+
+def java_writers_left_open(
+    cluster: Sandbox, java: Java, data: dict[Case, list[bytes]]
+) -> tuple[dict[str, Result], dict[str, list[int]]]:
+    """Per case a "done" and a "stalled" Java writer (see the test) left open by a halted JVM,
+    bookie 0 killed and restarted; what creating each returned, and the ids each had
+    acknowledged."""
     half = ENTRIES // 2
     created: dict[str, Result] = {}
     with java.session() as send:
@@ -597,58 +677,77 @@ def test_pybkx_recovers_ledgers_left_open_by_java(
                         "wait_for": 0,
                     }
                 )
-            time.sleep(0.3)  # the running bookies store their copies
-            acked = send({"op": "halt"})["acked"]
+            # Not a wait on a condition: 0.3 s for the running bookies to store copies of the
+            # entries bookie 0 holds up (how many depends on the ensembles); recovery must
+            # close the ledgers with every acknowledged entry however many they stored.
+            time.sleep(0.3)
+            acked: dict[str, list[int]] = send({"op": "halt"})["acked"]
         finally:
             cluster.kill_bookie(0)
     cluster.wait_unregistered([0])
     cluster.restart_bookie(0)
+    return created, acked
 
-    expect = Expect(cluster)
-    recovered: list[tuple[Case, str, int, int]] = []
-    java_ops: list[dict[str, Any]] = []
-    for case in CASES:
-        for writer in (f"done-{case.name}", f"stalled-{case.name}"):
-            where = f"{writer} ledger {created[writer].get('ledger')}"
-            if not expect.ok(where, created[writer]):
-                continue
-            ledger_id, ids = created[writer]["ledger"], acked[writer]
-            # What the Java writer itself did, not pybkx: in order, stalled only by bookie 0.
-            assert ids == list(range(len(ids))) and len(ids) >= half, (where, ids)
-            if writer.startswith("stalled") and cluster.bookie_addresses[0] in str(
-                created[writer]["metadata"]["ensembles"]
-            ):
-                assert len(ids) < ENTRIES, (where, "acknowledged without bookie 0")
-            try:
-                handle = pybkx.open_ledger(ledger_id, case.password, recovery=True)
-            except errors.BKException as exc:
-                expect.problems.append(f"{where}: pybkx recovery failed: {exc!r}")
-                continue
-            last = handle.last_add_confirmed
-            expect.that(
-                where,
-                f"pybkx: LAC {last} after recovery, Java acknowledged up to {ids[-1]}",
-                ids[-1] <= last <= ENTRIES - 1,
-            )
-            length = sum(map(len, data[case][: last + 1]))
-            expect.pybkx_handle(where, handle, case, created[writer]["metadata"], last, length)
-            expect.pybkx_entries(where, handle, data[case], last)
-            recovered.append((case, where, last, length))
-            java_ops += [
-                {"op": "metadata", "ledger": ledger_id},
-                case.open_op(ledger_id, recovery=True),
-                {"op": "read", "ledger": ledger_id, "first": 0, "last": last},
-            ]
 
-    results = iter(java.run(java_ops))
-    for case, where, last, length in recovered:
-        metadata, opened, read = next(results), next(results), next(results)
-        if expect.ok(where, metadata):
-            expect.java_metadata(where, metadata["metadata"], case, "CLOSED", last, length)
-        if expect.ok(f"{where} (reopened by Java)", opened):
-            expect.equal(where, "Java: closed", opened["closed"], True)
-            expect.equal(where, "Java: LAC", opened["lac"], last)
-            expect.equal(where, "Java: length", opened["length"], length)
-        if expect.ok(f"{where} (Java read)", read):
-            expect.entries(where, read["entries"], java_entries(data[case], 0, last))
-    expect.check()
+@dataclass(frozen=True)
+class RecoveredLedger:
+    """A Java writer's ledger as pybkx recovered and closed it."""
+
+    case: Case
+    where: str
+    ledger_id: int
+    last: int
+    length: int
+
+    def java_ops(self) -> list[dict[str, Any]]:
+        """Java's look at it afterwards: its metadata, an open with recovery, a read of all."""
+        return [
+            {"op": "metadata", "ledger": self.ledger_id},
+            self.case.open_op(self.ledger_id, recovery=True),
+            {"op": "read", "ledger": self.ledger_id, "first": 0, "last": self.last},
+        ]
+
+
+def pybkx_recovers(
+    expect: Expect,
+    pybkx: BookKeeper,
+    where: str,
+    case: Case,
+    created: Result,
+    acked: list[int],
+    data: list[bytes],
+) -> RecoveredLedger | None:
+    """pybkx opens a Java writer's ledger with recovery: closed at or past the writer's last
+    acknowledged entry, with its metadata and entries right; None if recovery failed."""
+    ledger_id = created["ledger"]
+    try:
+        handle = pybkx.open_ledger(ledger_id, case.password, recovery=True)
+    except errors.BKException as exc:
+        expect.problems.append(f"{where}: pybkx recovery failed: {exc!r}")
+        return None
+    last = handle.last_add_confirmed
+    expect.that(
+        where,
+        f"pybkx: LAC {last} after recovery, Java acknowledged up to {acked[-1]}",
+        acked[-1] <= last <= ENTRIES - 1,
+    )
+    length = sum(map(len, data[: last + 1]))
+    expect.pybkx_handle(where, handle, case, created["metadata"], last, length)
+    expect.pybkx_entries(where, handle, data, last)
+    return RecoveredLedger(case, where, ledger_id, last, length)
+
+
+def expect_java_reads_closed(
+    expect: Expect, ledger: RecoveredLedger, data: list[bytes], results: Iterator[Result]
+) -> None:
+    """Java sees the ledger closed where pybkx closed it and reads every entry."""
+    metadata, opened, read = next(results), next(results), next(results)
+    case, where, last, length = ledger.case, ledger.where, ledger.last, ledger.length
+    if expect.ok(where, metadata):
+        expect.java_metadata(where, metadata["metadata"], case, "CLOSED", last, length)
+    if expect.ok(f"{where} (reopened by Java)", opened):
+        expect.equal(where, "Java: closed", opened["closed"], True)
+        expect.equal(where, "Java: LAC", opened["lac"], last)
+        expect.equal(where, "Java: length", opened["length"], length)
+    if expect.ok(f"{where} (Java read)", read):
+        expect.entries(where, read["entries"], java_entries(data, 0, last))

@@ -11,16 +11,20 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support.wait import wait_until
 from test_operations_against_java import bookie_shell, shell_conf
 
 import pybkx
 from pybkx.tools.sandbox import Sandbox
 
 pytestmark = pytest.mark.interop
+
+#: How long an auditor's election or the healing of a ledger may take here.
+HEAL_TIMEOUT_S = 60.0
 
 
 @pytest.fixture
@@ -103,7 +107,7 @@ def test_bookkeepers_triggeraudit_wakes_the_pybkx_auditor(
         conf = shell_conf(tmp_path, cluster.metadata_uri)
         store = cluster.metadata_store
         election = store.auditor_election("test-observer")
-        _wait("an auditor", lambda: election.leader() is not None)
+        wait_until(lambda: election.leader() is not None, "an auditor", timeout_s=HEAL_TIMEOUT_S)
         auditor = election.leader()
         said = "\n".join(bookie_shell(java_classpath, conf, "whoisauditor"))
         assert auditor is not None and auditor in said, said
@@ -116,7 +120,9 @@ def test_bookkeepers_triggeraudit_wakes_the_pybkx_auditor(
         index = cluster.bookie_addresses.index(lost)
         cluster.kill_bookie(index)
         cluster.wait_unregistered([index])
-        time.sleep(2)  # the auditor has seen it lost and delayed its audit (600 s)
+        # Not a wait: two seconds in which the auditor sees the bookie lost and, its audit
+        # delayed 600 s, must mark nothing.
+        time.sleep(2)
         assert not store.underreplicated_ledgers()
 
         bookie_shell(java_classpath, conf, "triggeraudit")
@@ -126,11 +132,6 @@ def test_bookkeepers_triggeraudit_wakes_the_pybkx_auditor(
             names = {b for ensemble in md.ensembles.values() for b in ensemble}
             return lost not in names and not store.underreplicated_ledgers()
 
-        _wait("the ledger healed after BookKeeper's triggeraudit", healed)
-
-
-def _wait(what: str, check: Callable[[], bool], timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, f"not within {timeout_s} s: {what}"
-        time.sleep(0.2)
+        wait_until(
+            healed, "the ledger healed after BookKeeper's triggeraudit", timeout_s=HEAL_TIMEOUT_S
+        )

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from support.wait import wait_until
 
 from pybkx import errors
 from pybkx.meta import BookieServiceInfo, LedgerMetadata, Versioned, open_metadata_store, serde
@@ -30,14 +31,6 @@ WAIT_S = 20.0
 
 def metadata() -> LedgerMetadata:
     return LedgerMetadata(3, 2, 2, {0: ("127.0.0.1:3181", "127.0.0.1:3182", "127.0.0.1:3183")})
-
-
-def wait_until(condition: Callable[[], bool], what: str, timeout: float = WAIT_S) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.01)
 
 
 class Child:
@@ -211,14 +204,14 @@ def test_ledger_watcher_sees_another_process_write_and_a_delete(
     child.expect("READY")
     child.send()
     child.expect("WON")
-    wait_until(lambda: len(seen) == 1, "the child's write")
+    wait_until(lambda: len(seen) == 1, "the child's write", timeout_s=WAIT_S)
     assert seen[0] is not None and seen[0].version == 1 and seen[0].value.is_closed
     store.remove_ledger_metadata(3)
-    wait_until(lambda: len(seen) == 2, "the delete")
+    wait_until(lambda: len(seen) == 2, "the delete", timeout_s=WAIT_S)
     assert seen[1] is None
     unsubscribe()
     store.create_ledger_metadata(3, metadata())
-    time.sleep(0.2)
+    time.sleep(0.2)  # not a wait: time for a notification that must not come
     assert len(seen) == 2
 
 
@@ -237,8 +230,8 @@ def test_an_unreadable_ledger_does_not_stop_other_watches(
         store.read_ledger_metadata(1)
     current = store.read_ledger_metadata(2)
     store.write_ledger_metadata(2, current.value.closed(0, 1), current.version)
-    wait_until(lambda: seen == [2], "the readable ledger's change")
-    time.sleep(0.1)
+    wait_until(lambda: seen == [2], "the readable ledger's change", timeout_s=WAIT_S)
+    time.sleep(0.1)  # not a wait: time for a notification of ledger 1 that must not come
     assert seen == [2]
 
 
@@ -254,7 +247,11 @@ def test_registration_of_a_sigkilled_process_vanishes(
     assert store.bookie_service_info("10.0.0.1:3181").endpoints[0].port == 3181
     child.kill()
     # Still a zombie (not reaped): dead all the same.
-    wait_until(lambda: not store.writable_bookies(), "the killed child's registration to vanish")
+    wait_until(
+        lambda: not store.writable_bookies(),
+        "the killed child's registration to vanish",
+        timeout_s=WAIT_S,
+    )
     with pytest.raises(errors.BookieHandleNotAvailableException):
         store.bookie_service_info("10.0.0.1:3181")
     child.reap()
@@ -271,9 +268,15 @@ def test_bookies_watcher_sees_a_child_register_and_die(
     assert events == [(frozenset(), frozenset())]  # called at once
     child = spawn("register", uri, "10.0.0.2:3181", "1")
     child.expect("READY")
-    wait_until(lambda: events[-1] == (frozenset(), {"10.0.0.2:3181"}), "the child's registration")
+    wait_until(
+        lambda: events[-1] == (frozenset(), {"10.0.0.2:3181"}),
+        "the child's registration",
+        timeout_s=WAIT_S,
+    )
     child.kill()
-    wait_until(lambda: events[-1] == (frozenset(), frozenset()), "the child's death")
+    wait_until(
+        lambda: events[-1] == (frozenset(), frozenset()), "the child's death", timeout_s=WAIT_S
+    )
     assert len(events) == 3
 
 
@@ -359,7 +362,7 @@ def test_lock_excludes_threads_of_one_process(store: EmbeddedMetadataStore) -> N
                 with guard:
                     inside += 1
                     most = max(most, inside)
-                time.sleep(0.001)
+                time.sleep(0.001)  # not a wait: the lock is held a moment, for others to contend
                 with guard:
                     inside -= 1
 
@@ -382,7 +385,7 @@ def test_election_leader_is_the_holder_and_goes_with_its_process(
     elected = threading.Event()
     runner = threading.Thread(target=election.run, args=(elected.set,))
     runner.start()
-    time.sleep(0.2)
+    time.sleep(0.2)  # not a wait: time for an election that must not be won while the child leads
     assert not elected.is_set()
     child.kill()
     runner.join(timeout=WAIT_S)

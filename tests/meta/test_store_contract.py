@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 from java_metadata import run_metadata_formats
 from kazoo.client import KazooClient
+from support.wait import wait_until
 
 from pybkx import errors
 from pybkx.meta import (
@@ -39,14 +40,6 @@ from pybkx.meta.zookeeper.layout import SHORT_ID_LIMIT
 OpenStore = Callable[..., MetadataStore]
 WAIT_S = 10.0
 BOOKIE = "127.0.0.1:3181"
-
-
-def wait_until(condition: Callable[[], bool], what: str, timeout: float = WAIT_S) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"not {what} after {timeout:.0f} s")
-        time.sleep(0.02)
 
 
 def metadata(**changes: Any) -> LedgerMetadata:
@@ -218,14 +211,14 @@ def test_watch_on_a_ledger_sees_updates_and_deletion(
     updated = writer.write_ledger_metadata(
         ledger_id, created.value.replace(state=LedgerState.IN_RECOVERY), created.version
     )
-    wait_until(lambda: (ledger_id, updated) in seen, "told of the update")
+    wait_until(lambda: (ledger_id, updated) in seen, "told of the update", timeout_s=WAIT_S)
     writer.remove_ledger_metadata(ledger_id)
-    wait_until(lambda: (ledger_id, None) in seen, "told of the deletion")
+    wait_until(lambda: (ledger_id, None) in seen, "told of the deletion", timeout_s=WAIT_S)
 
     unsubscribe()
     count = len(seen)
     writer.create_ledger_metadata(ledger_id, metadata())
-    time.sleep(0.3)
+    time.sleep(0.3)  # not a wait: time for a notification that must not come
     assert len(seen) == count
 
 
@@ -269,7 +262,7 @@ def test_bookie_registration_moves_between_writable_and_readonly(
 
     unsubscribe()
     store.register_bookie("127.0.0.1:3182", False, service_info(3182))
-    time.sleep(0.3)
+    time.sleep(0.3)  # not a wait: time for a notification that must not come
     assert all(BOOKIE not in w for w, _ in list(states.queue))
     assert "127.0.0.1:3182" not in {b for w, _ in list(states.queue) for b in w}
 
@@ -286,6 +279,7 @@ def test_registration_vanishes_when_its_store_is_closed(
     wait_until(
         lambda: not store.writable_bookies() and not store.readonly_bookies(),
         "unregistered after close",
+        timeout_s=WAIT_S,
     )
 
 
@@ -341,7 +335,7 @@ def test_lock_excludes_a_second_store_until_released(
 
         waiter = threading.Thread(target=wait_for_it)
         waiter.start()
-        time.sleep(0.3)
+        time.sleep(0.3)  # not a wait: time for the waiter to enter a lock it must not get
         assert not acquired.is_set()
     waiter.join(WAIT_S)
     assert acquired.is_set()
@@ -386,16 +380,18 @@ def test_election_has_one_leader_and_the_other_takes_over_after_cancel(
     first = Contender(store, "bookie-1")
     assert first.leading.wait(WAIT_S)
     second = Contender(open_store(), "bookie-2")
-    time.sleep(0.3)
+    time.sleep(0.3)  # not a wait: time for a second leader that must not be
     assert not second.leading.is_set()
     assert first.election.leader() == second.election.leader() == "bookie-1"
 
     first.election.cancel()  # stops contending; the leader's work is not interrupted...
-    time.sleep(0.3)
+    time.sleep(0.3)  # not a wait: time for a hand-over that must not happen yet
     assert not second.leading.is_set()
     first.stop.set()  # ...its end is the end of the leadership
     assert second.leading.wait(WAIT_S)
-    wait_until(lambda: second.election.leader() == "bookie-2", "bookie-2 named leader")
+    wait_until(
+        lambda: second.election.leader() == "bookie-2", "bookie-2 named leader", timeout_s=WAIT_S
+    )
     for contender in (first, second):
         contender.stop.set()
         contender.thread.join(WAIT_S)
@@ -409,7 +405,7 @@ def test_election_passes_on_when_the_leaders_store_closes(
     first = Contender(leader_store, "bookie-1")
     assert first.leading.wait(WAIT_S)
     second = Contender(store, "bookie-2")
-    time.sleep(0.2)
+    time.sleep(0.2)  # not a wait: time for a second leader that must not be
     assert not second.leading.is_set()
     leader_store.close()
     assert second.leading.wait(WAIT_S)
@@ -641,7 +637,7 @@ def test_registration_vanishes_when_the_holding_process_is_killed(
         "store.register_bookie('127.0.0.1:4181', False,"
         " BookieServiceInfo.for_address('127.0.0.1', 4181))\n"
         "print('REGISTERED', flush=True)\n"
-        "time.sleep(60)\n"
+        "time.sleep(60)\n"  # not a wait: it holds the registration until it is killed
     )
     process = subprocess.Popen(
         [sys.executable, "-c", child, zk_store.uri], stdout=subprocess.PIPE, text=True
@@ -653,7 +649,9 @@ def test_registration_vanishes_when_the_holding_process_is_killed(
         os.kill(process.pid, signal.SIGKILL)
         process.wait(WAIT_S)
         killed = time.monotonic()
-        wait_until(lambda: not zk_store.writable_bookies(), "expired after the kill")
+        wait_until(
+            lambda: not zk_store.writable_bookies(), "expired after the kill", timeout_s=WAIT_S
+        )
         assert time.monotonic() - killed < 2.0 + 3.0  # the session timeout, plus slack
     finally:
         if process.poll() is None:
@@ -674,7 +672,9 @@ def test_registrations_come_back_after_the_session_expires(
     intruder.stop()
     intruder.close()
     wait_until(
-        lambda: zk_store._zk.client_id not in (None, (session_id, password)), "on a new session"
+        lambda: zk_store._zk.client_id not in (None, (session_id, password)),
+        "on a new session",
+        timeout_s=WAIT_S,
     )
     wait_until(
         lambda: (
@@ -682,6 +682,7 @@ def test_registrations_come_back_after_the_session_expires(
             and zk_store.readonly_bookies() == {"127.0.0.1:3182"}
         ),
         "registered again",
+        timeout_s=WAIT_S,
     )
     assert zk_store.bookie_service_info(BOOKIE) == service_info()
 

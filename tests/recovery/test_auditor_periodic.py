@@ -15,11 +15,12 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from recovery_helpers import FAST, assert_replicated, create_on, payload
+from support.wait import wait_until
 
 from pybkx import errors
 from pybkx.client import BookKeeper
@@ -41,14 +42,8 @@ PERIODIC = {
 #: One periodic check every 2 s, the other off.
 REPLICAS_CHECK = {"auditorReplicasCheckInterval": 2, "auditorPeriodicCheckInterval": 0}
 LEDGERS_CHECK = {"auditorReplicasCheckInterval": 0, "auditorPeriodicCheckInterval": 2}
-
-
-def wait_for(what: str, check: Callable[[], bool], timeout_s: float = 45.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout_s} s: {what}")
-        time.sleep(0.2)
+#: How long an auditor's election, a periodic check or a heal may take here.
+AUDIT_TIMEOUT_S = 45.0
 
 
 def put(url: str, body: bytes | None = None) -> tuple[int, str]:
@@ -107,7 +102,7 @@ def test_a_periodic_check_heals_a_bookie_that_came_back_empty(cluster: Sandbox) 
     with BookKeeper(cluster.metadata_uri, **FAST) as bk:
         store = bk.store
         election = store.auditor_election("test-observer")
-        wait_for("an auditor", lambda: election.leader() is not None)
+        wait_until(lambda: election.leader() is not None, "an auditor", timeout_s=AUDIT_TIMEOUT_S)
         auditor = election.leader()
         victim = next(b for b in cluster.bookie_addresses if b != auditor)
         striped = create_on(bk, (3, 2, 2), {victim}, 400)
@@ -116,7 +111,11 @@ def test_a_periodic_check_heals_a_bookie_that_came_back_empty(cluster: Sandbox) 
         whole.close()
         ids = [striped.ledger_id, whole.ledger_id]
         stamps = ("replicascheckctime", "checkallledgersctime")
-        wait_for("a check", lambda: any(store.check_ctime(n) is not None for n in stamps))
+        wait_until(
+            lambda: any(store.check_ctime(n) is not None for n in stamps),
+            "a check",
+            timeout_s=AUDIT_TIMEOUT_S,
+        )
         assert not store.underreplicated_ledgers()  # healthy ledgers are left alone
 
         # A maintenance restart, as BookKeeper's docs advise it: the lost-bookie audit delayed.
@@ -127,13 +126,14 @@ def test_a_periodic_check_heals_a_bookie_that_came_back_empty(cluster: Sandbox) 
         wipe_data(cluster.directory / f"bookie-{index}")
         cluster.restart_bookie(index)
 
-        # Within wait_for's 45 s, far inside the delay: the lost-bookie audit marked nothing.
-        wait_for(
-            "every ledger healed off the emptied bookie, and unmarked",
+        # Within AUDIT_TIMEOUT_S, far inside the delay: the lost-bookie audit marked nothing.
+        wait_until(
             lambda: (
                 not any(victim in named(store, i) for i in ids)
                 and not store.underreplicated_ledgers()
             ),
+            "every ledger healed off the emptied bookie, and unmarked",
+            timeout_s=AUDIT_TIMEOUT_S,
         )
         assert victim in store.writable_bookies()  # it was never lost
         for ledger_id in ids:
@@ -154,7 +154,7 @@ def test_an_open_ledgers_ended_segment_heals_under_its_writer(cluster: Sandbox) 
     with BookKeeper(cluster.metadata_uri, **FAST) as bk:
         store = bk.store
         election = store.auditor_election("test-observer")
-        wait_for("an auditor", lambda: election.leader() is not None)
+        wait_until(lambda: election.leader() is not None, "an auditor", timeout_s=AUDIT_TIMEOUT_S)
         auditor = election.leader()
         others = [b for b in cluster.bookie_addresses if b != auditor]
         lh = create_on(bk, (3, 2, 2), set(others[:2]), 0)  # holds exactly one of the two
@@ -179,16 +179,21 @@ def test_an_open_ledgers_ended_segment_heals_under_its_writer(cluster: Sandbox) 
             md = store.read_ledger_metadata(lh.ledger_id).value
             return victim not in md.ensembles[0] and not store.underreplicated_ledgers()
 
-        wait_for("the ended segment healed under the writer", first_segment_healed)
+        wait_until(
+            first_segment_healed,
+            "the ended segment healed under the writer",
+            timeout_s=AUDIT_TIMEOUT_S,
+        )
         assert not store.read_ledger_metadata(lh.ledger_id).value.is_closed
         lh.close()
         md = store.read_ledger_metadata(lh.ledger_id).value
         assert victim not in md.ensembles[0]  # the close kept the worker's change
-        wait_for(
-            "the closed ledger healed",
+        wait_until(
             lambda: (
                 victim not in named(store, lh.ledger_id) and not store.underreplicated_ledgers()
             ),
+            "the closed ledger healed",
+            timeout_s=AUDIT_TIMEOUT_S,
         )
         assert_replicated(bk, lh.ledger_id, {victim})
 
@@ -197,7 +202,7 @@ def test_triggeraudit_and_decommission_over_http(cluster: Sandbox) -> None:
     with BookKeeper(cluster.metadata_uri, **FAST) as bk:
         store = bk.store
         election = store.auditor_election("test-observer")
-        wait_for("an auditor", lambda: election.leader() is not None)
+        wait_until(lambda: election.leader() is not None, "an auditor", timeout_s=AUDIT_TIMEOUT_S)
         auditor = election.leader()
         admin = cluster.admin_urls[cluster.bookie_addresses.index(auditor)]
 
@@ -234,7 +239,9 @@ def test_triggeraudit_and_decommission_over_http(cluster: Sandbox) -> None:
                 return True
             return False
 
-        wait_for("the decommissioned bookie's cookie deleted", cookie_gone)
+        wait_until(
+            cookie_gone, "the decommissioned bookie's cookie deleted", timeout_s=AUDIT_TIMEOUT_S
+        )
         assert victim not in named(store, lh.ledger_id)
         assert not store.underreplicated_ledgers()
         assert_replicated(bk, lh.ledger_id, {victim})

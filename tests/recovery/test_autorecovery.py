@@ -12,12 +12,13 @@ import select
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from kazoo.client import KazooClient
 from recovery_helpers import FAST, assert_replicated, create_on
+from support.wait import wait_until
 
 from pybkx import errors
 from pybkx.client import BookKeeper
@@ -32,18 +33,12 @@ AUTORECOVERY = {
     "openLedgerRereplicationGracePeriod": 1000,
     "rwRereplicateBackoffMs": 500,
 }
+#: How long an auditor's election or the healing of the ledgers may take here.
+HEAL_TIMEOUT_S = 90.0
 
 
 def zk_uri(server: str, name: str) -> str:
     return f"zk+hierarchical://{server}/{name}-{os.getpid()}-{time.time_ns()}/ledgers"
-
-
-def wait_for(what: str, check: Callable[[], bool], timeout_s: float = 90.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout_s} s: {what}")
-        time.sleep(0.2)
 
 
 @pytest.fixture(params=["embedded", "zookeeper"])
@@ -60,7 +55,7 @@ def test_a_killed_auditor_is_replaced_and_its_ledgers_heal(cluster: Sandbox) -> 
     with BookKeeper(cluster.metadata_uri, **FAST) as bk:
         store = bk.store
         election = store.auditor_election("test-observer")
-        wait_for("an auditor", lambda: election.leader() is not None)
+        wait_until(lambda: election.leader() is not None, "an auditor", timeout_s=HEAL_TIMEOUT_S)
         auditor = election.leader()
         assert auditor in cluster.bookie_addresses
 
@@ -72,7 +67,11 @@ def test_a_killed_auditor_is_replaced_and_its_ledgers_heal(cluster: Sandbox) -> 
         ids = [closed.ledger_id, whole.ledger_id, open_ledger.ledger_id]
 
         cluster.kill_bookie(cluster.bookie_addresses.index(bk.address_of(auditor)))
-        wait_for("a new auditor", lambda: election.leader() not in (None, auditor))
+        wait_until(
+            lambda: election.leader() not in (None, auditor),
+            "a new auditor",
+            timeout_s=HEAL_TIMEOUT_S,
+        )
 
         def healed() -> bool:
             names = {
@@ -83,7 +82,7 @@ def test_a_killed_auditor_is_replaced_and_its_ledgers_heal(cluster: Sandbox) -> 
             }
             return auditor not in names and not store.underreplicated_ledgers()
 
-        wait_for("every ledger healed and unmarked", healed)
+        wait_until(healed, "every ledger healed and unmarked", timeout_s=HEAL_TIMEOUT_S)
         for ledger_id in ids:
             assert_replicated(bk, ledger_id, {auditor})
         # The open ledger was fenced once its grace period ended: its writer is stopped.
@@ -102,7 +101,7 @@ ledger = int(sys.argv[2])
 store.mark_ledger_underreplicated(ledger, [sys.argv[3]])
 assert store.lock_underreplicated_ledger(ledger, "doomed-worker") is not None
 print("locked", flush=True)
-time.sleep(600)
+time.sleep(600)  # not a wait: it holds the lock until it is killed
 """
 
 
@@ -112,7 +111,7 @@ def test_a_worker_killed_holding_its_lock_leaves_the_ledger_to_another(
     with BookKeeper(cluster.metadata_uri, **FAST) as bk:
         store = bk.store
         election = store.auditor_election("test-observer")
-        wait_for("an auditor", lambda: election.leader() is not None)
+        wait_until(lambda: election.leader() is not None, "an auditor", timeout_s=HEAL_TIMEOUT_S)
         victim = next(b for b in cluster.bookie_addresses if b != election.leader())
         ledger = create_on(bk, (3, 2, 2), {victim}, 600)
         ledger.close()
@@ -148,7 +147,9 @@ def test_a_worker_killed_holding_its_lock_leaves_the_ledger_to_another(
             in_use = {b for ens in md.ensembles.values() for b in ens}
             return victim not in in_use and not store.underreplicated_ledgers()
 
-        wait_for("the ledger healed by another worker and unmarked", healed)
+        wait_until(
+            healed, "the ledger healed by another worker and unmarked", timeout_s=HEAL_TIMEOUT_S
+        )
         assert_replicated(bk, ledger.ledger_id, {victim})
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 from recovery_helpers import FAST, assert_replicated, create_on, payload
+from support.wait import wait_until
 
 from pybkx import errors
 from pybkx._core import BookieClient
@@ -87,18 +88,24 @@ def test_a_returning_bookie_drops_the_copies_moved_elsewhere_and_keeps_the_rest(
         kept = create_on(bk, (2, 2, 2), {victim}, 50)
         kept.close()
 
-        deadline = time.monotonic() + WAIT_S
-        while gc_details(sandbox, index)["overReplicatedLedgerCounter"] < 1:
-            assert time.monotonic() < deadline, gc_details(sandbox, index)
-            time.sleep(0.2)
-        details = gc_details(sandbox, index)
+        details = wait_until(
+            lambda: gc_details(sandbox, index),
+            "the over-replicated copy removed",
+            timeout_s=WAIT_S,
+            interval_s=0.2,
+            accept=lambda details: details["overReplicatedLedgerCounter"] >= 1,
+        )
         assert details["overReplicatedLedgerCounter"] == 1
         # More passes leave the kept ledger alone.
         runs = details["gcRuns"]
-        while gc_details(sandbox, index)["gcRuns"] < runs + 3:
-            assert time.monotonic() < deadline
-            time.sleep(0.2)
-        assert gc_details(sandbox, index)["overReplicatedLedgerCounter"] == 1
+        details = wait_until(
+            lambda: gc_details(sandbox, index),
+            "three more GC passes",
+            timeout_s=WAIT_S,
+            interval_s=0.2,
+            accept=lambda details: details["gcRuns"] >= runs + 3,
+        )
+        assert details["overReplicatedLedgerCounter"] == 1
 
         raw = BookieClient(ClientConfig.of(readEntryTimeoutSec=5))
         try:

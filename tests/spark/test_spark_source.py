@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.ports import free_port
+from support.wait import wait_until
 
 pyspark = pytest.importorskip("pyspark", reason="the spark extra is not installed")
 
@@ -283,14 +285,6 @@ def test_a_stream_tails_ledgers_exactly_once_across_restarts_and_a_killed_bookie
         assert got == want
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A Spark standalone cluster on loopback: a master and two workers (one core each), from
@@ -301,7 +295,7 @@ def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     home = Path(pyspark.__file__).parent
     spark_class = str(home / "bin" / "spark-class")
     logs = tmp_path_factory.mktemp("standalone")
-    port = _free_port()
+    port = free_port()
     env = {
         **os.environ,
         "SPARK_HOME": str(home),
@@ -319,7 +313,7 @@ def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                 "--port",
                 str(port),
                 "--webui-port",
-                str(_free_port()),
+                str(free_port()),
             ],
             env=env,
             stdout=(logs / "master.log").open("wb"),
@@ -341,7 +335,7 @@ def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                         "--memory",
                         "1g",
                         "--webui-port",
-                        str(_free_port()),
+                        str(free_port()),
                         "--work-dir",
                         str(logs / f"work-{n}"),
                     ],
@@ -350,14 +344,13 @@ def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                     stderr=subprocess.STDOUT,
                 )
             )
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            text = (logs / "master.log").read_text(errors="replace")
-            if text.count("Registering worker") >= 2:
-                break
-            time.sleep(0.5)
-        else:
-            pytest.fail("the standalone Spark cluster did not start:\n" + text[-2000:])
+        wait_until(
+            lambda: (logs / "master.log").read_text(errors="replace"),
+            "the standalone Spark cluster's two workers registered (master.log)",
+            timeout_s=120,
+            interval_s=0.5,
+            accept=lambda text: text.count("Registering worker") >= 2,
+        )
         yield master_url
     finally:
         for p in procs:

@@ -65,6 +65,8 @@ def test_latest_offset_waits_for_the_next_entry(cluster: tuple[Sandbox, BookKeep
     assert start == {"ledgers": {str(lh.ledger_id): 10}}
 
     def write_later() -> None:
+        # Not a wait on a condition: the appends come half a second after latestOffset began
+        # waiting for them (nothing outside shows it waiting).
         time.sleep(0.5)
         lh.append(payload(11))
         lh.append(payload(12))  # carries LAC 11 to the bookies

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from test_bookie_process import local_bookie
+from support.bookies import local_bookie
 
 from pybkx.admin.bookie_metrics import bookie_metrics
 from pybkx.bookie.storage import open_ledger_storage

@@ -166,6 +166,8 @@ def test_ctrl_c_interrupts_a_blocked_result(silent_bookie: str, tmp_path: Path) 
     try:
         assert child.stdout is not None
         assert child.stdout.readline().strip() == "waiting"
+        # Not a wait on a condition: nothing outside shows the child blocked in result(); a
+        # moment after "waiting" it is.
         time.sleep(0.3)
         child.send_signal(signal.SIGINT)
         started = time.monotonic()

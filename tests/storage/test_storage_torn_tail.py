@@ -19,8 +19,8 @@ from storage_helpers import (
     master_key,
     parse_acks,
     payload,
-    storage_config,
 )
+from support.storage import storage_config
 
 from pybkx._core import LedgerStorage, scan_journal
 from pybkx.bookie import open_ledger_storage

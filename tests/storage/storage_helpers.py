@@ -1,6 +1,7 @@
-"""Test helpers for the storage engine: deterministic payloads, configs, files, crash children.
+"""Test helpers for the storage engine: deterministic payloads, files, crash children.
 
-Owns only test utilities shared by the tests and ``storage_child.py``; must never import pytest.
+Owns only test utilities shared by the storage tests and ``storage_child.py``; must never import
+pytest. The configuration of a test storage is ``support/storage.py``'s.
 """
 
 from __future__ import annotations
@@ -12,19 +13,13 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from pybkx._core import LedgerStorage
+from typing import IO, Any
 
 MIB = 1 << 20
 CHILD_SCRIPT = Path(__file__).with_name("storage_child.py")
 CHILD_READY_TIMEOUT_S = 60.0
-
-OpenStorage = Callable[..., "LedgerStorage"]
-"""``open_storage(config, **overrides)`` fixture type (see conftest.py)."""
 
 
 def payload(
@@ -43,35 +38,6 @@ def payload(
 
 def master_key(ledger_id: int) -> bytes:
     return f"key-{ledger_id}".encode()
-
-
-def storage_config(
-    root: Path,
-    *,
-    journals: int = 1,
-    ledgers: int = 1,
-    index: bool = False,
-    **overrides: Any,
-) -> dict[str, Any]:
-    """LedgerStorage kwargs over fresh directories under ``root``, with small test limits."""
-    journal_dirs = [root / f"journal{i}" for i in range(journals)]
-    ledger_dirs = [root / f"ledgers{i}" for i in range(ledgers)]
-    for d in [*journal_dirs, *ledger_dirs]:
-        d.mkdir(parents=True, exist_ok=True)
-    config: dict[str, Any] = {
-        "journalDirectories": [str(d) for d in journal_dirs],
-        "ledgerDirectories": [str(d) for d in ledger_dirs],
-        "journalPreAllocSizeMB": 1,
-        "journalMaxSizeMB": 64,
-        "logSizeLimit": 64 * MIB,
-        "flushInterval": 0,
-    }
-    if index:
-        index_dir = root / "index0"
-        index_dir.mkdir(parents=True, exist_ok=True)
-        config["indexDirectories"] = [str(index_dir)]
-    config.update(overrides)
-    return config
 
 
 def _dir_list(value: str | list[str]) -> list[Path]:

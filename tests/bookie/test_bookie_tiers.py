@@ -9,20 +9,21 @@ annotators, crash points of a move) are test_storage_demotion.py's.
 from __future__ import annotations
 
 import signal
-import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-from test_bookie_process import (
+from support.bookies import (
     PASSWORD,
     REQUEST_TIMEOUT_S,
     ROOMY,
     bookie_client,
-    free_port,
     needs_server,
 )
-from test_bookie_process import start_bookie as start_bookie
+from support.bookies import start_bookie as start_bookie
+from support.ports import free_port
+from support.wait import wait_until
 
 import pybkx._core as core
 
@@ -103,16 +104,25 @@ def assert_every_entry_reads_back(client: Any, address: str) -> None:
             ), f"ledger {ledger_id} entry {entry_id}"
 
 
+@dataclass(frozen=True)
+class TierBytes:
+    """The entry-log bytes of each tier; true once the demotion settled."""
+
+    top: int
+    lower: int
+
+    def __bool__(self) -> bool:
+        return self.top <= QUOTA and self.lower >= 4 * MIB
+
+
 def wait_for_demotion(ssd: Path, hdd: Path) -> None:
     """Until the top tier is within its quota and the lower tier holds the demoted logs."""
-    deadline = time.monotonic() + SETTLE_TIMEOUT_S
-    while not (log_bytes(ssd) <= QUOTA and log_bytes(hdd) >= 4 * MIB):
-        if time.monotonic() > deadline:
-            pytest.fail(
-                f"top tier {log_bytes(ssd)} B (quota {QUOTA}), lower tier {log_bytes(hdd)} B "
-                f"after {SETTLE_TIMEOUT_S}s"
-            )
-        time.sleep(0.1)
+    wait_until(
+        lambda: TierBytes(log_bytes(ssd), log_bytes(hdd)),
+        f"the top tier within its quota ({QUOTA} B), the lower one holding the demoted logs",
+        timeout_s=SETTLE_TIMEOUT_S,
+        interval_s=0.1,
+    )
 
 
 @needs_server

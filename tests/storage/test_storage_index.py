@@ -20,7 +20,7 @@ FIXTURE = Path(__file__).parent / "fixtures" / "storage-v1.tar.gz"
 
 
 def v1_payload(ledger: int, entry: int) -> bytes:
-    """The payloads tests/fixtures/make_storage_v1.py wrote."""
+    """The payloads tests/storage/fixtures/make_storage_v1.py wrote."""
     return f"v1-ledger-{ledger}-entry-{entry}-".encode() * (1 + (ledger * 7 + entry) % 5)
 
 

@@ -11,10 +11,10 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from support.wait import wait_until
 
 from pybkx.meta import open_metadata_store
 from pybkx.tools.sandbox import Sandbox, SandboxError, zk_uri_from
@@ -22,14 +22,6 @@ from pybkx.tools.sandbox import Sandbox, SandboxError, zk_uri_from
 pytestmark = pytest.mark.integration
 
 SMALL_BOOKIE = {"journalPreAllocSizeMB": 1, "flushInterval": 0, "zkTimeout": 2000}
-
-
-def wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"not within {timeout_s}s: {what}")
-        time.sleep(0.05)
 
 
 def process_exists(pid: int) -> bool:
@@ -72,10 +64,10 @@ def test_a_three_bookie_sandbox_loses_and_regains_a_bookie() -> None:
 
         assert sandbox.kill_bookie(1) == -signal.SIGKILL
         assert not sandbox.is_alive(1)
-        wait_for(
+        wait_until(
             lambda: store.writable_bookies() == {addresses[0], addresses[2]},
-            5,
             "the killed bookie's registration is gone",
+            timeout_s=5,
         )
         assert sandbox.poll() == []  # a kill the sandbox was asked for is no surprise
 
@@ -99,7 +91,7 @@ def test_a_bookie_dying_on_its_own_is_reported_once(tmp_path: Path) -> None:
         pid = sandbox.pid(0)
         assert pid is not None
         os.kill(pid, signal.SIGKILL)
-        wait_for(lambda: not sandbox.is_alive(0), 5, "bookie 0 dead")
+        wait_until(lambda: not sandbox.is_alive(0), "bookie 0 dead", timeout_s=5)
         assert sandbox.poll() == [(0, -signal.SIGKILL)]
         assert sandbox.poll() == []
     assert (tmp_path / "sb" / "bookie-0" / "bookie.log").is_file()  # a given directory stays

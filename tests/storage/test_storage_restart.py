@@ -12,15 +12,14 @@ from typing import Any
 import pytest
 from storage_helpers import (
     MIB,
-    OpenStorage,
     entry_log_files,
     journal_dirs,
     journal_files,
     ledger_dirs,
     master_key,
     payload,
-    storage_config,
 )
+from support.storage import OpenStorage, storage_config
 
 from pybkx._core import LedgerStorage, scan_journal
 from pybkx.bookie import open_ledger_storage
@@ -257,7 +256,7 @@ def test_timed_checkpoints_trim_the_journal_under_steady_adds(
         storage.add_entries(ledger_id, batch, master_key(ledger_id))
         entry_id += len(batch)
         written += sum(len(d) for _, d in batch)
-        time.sleep(0.01)
+        time.sleep(0.01)  # not a wait: the adds are paced over several flush intervals
     kept = journal_files(journal_dir)
     assert written > 20 * MIB, f"only {written} bytes written"
     # About 5 MiB are written per interval: the files since the last checkpoint, one backup

@@ -7,15 +7,18 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 from kazoo.client import KazooClient
 from kazoo.handlers.threading import KazooTimeoutError
+
+from support.ports import free_port, zookeeper_answers
+from support.wait import WaitTimeout, wait_until
 
 ZOOKEEPER_JARS = [
     Path("/etc/zookeeper/conf"),
@@ -23,12 +26,6 @@ ZOOKEEPER_JARS = [
     Path("/usr/share/java/slf4j-simple.jar"),
 ]
 STARTUP_TIMEOUT_S = 30.0
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _session_opens(port: int, timeout_s: float) -> bool:
@@ -49,13 +46,26 @@ def _session_opens(port: int, timeout_s: float) -> bool:
         client.close()
 
 
-def _ruok(port: int) -> bool:
+def _wait_serving(process: subprocess.Popen[bytes], port: int, log: Path) -> None:
+    """Until the server opens sessions; fails with the log's tail if it exits or times out."""
+
+    def did_not_start() -> NoReturn:
+        tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:])
+        pytest.fail(f"ZooKeeper did not start (log {log}):\n{tail}", pytrace=False)
+
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+
+    def serving() -> bool:
+        if process.poll() is not None:
+            did_not_start()
+        return zookeeper_answers(port) and _session_opens(
+            port, max(1.0, deadline - time.monotonic())
+        )
+
     try:
-        with socket.create_connection(("127.0.0.1", port), timeout=1) as sock:
-            sock.sendall(b"ruok")
-            return sock.recv(16) == b"imok"
-    except OSError:
-        return False
+        wait_until(serving, "ZooKeeper serving", timeout_s=STARTUP_TIMEOUT_S, interval_s=0.1)
+    except WaitTimeout:
+        did_not_start()
 
 
 @contextlib.contextmanager
@@ -74,7 +84,7 @@ def run_zookeeper(workdir: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]
             f"(`make deps`); missing: {', '.join(missing) or 'java'}",
             pytrace=False,
         )
-    port = _free_port()
+    port = free_port()
     config = workdir / "zoo.cfg"
     config.write_text(
         "tickTime=500\n"
@@ -101,12 +111,7 @@ def run_zookeeper(workdir: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]
     with log.open("wb") as out:
         process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        while not (_ruok(port) and _session_opens(port, max(1.0, deadline - time.monotonic()))):
-            if process.poll() is not None or time.monotonic() > deadline:
-                tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:])
-                pytest.fail(f"ZooKeeper did not start (log {log}):\n{tail}", pytrace=False)
-            time.sleep(0.1)
+        _wait_serving(process, port, log)
         yield f"127.0.0.1:{port}", process
     finally:
         if process.poll() is None:

@@ -84,6 +84,7 @@ def write_while_killing(
     SIGKILL a bookie of the ensemble (optionally restarting it half a second later) and keep
     appending. Returns the acknowledged ids."""
     victim = index_of(cluster, random.choice(lh.metadata.last_ensemble))
+    # Not a wait: the victim stays down half a second, with appends in flight.
     restarter = threading.Thread(target=lambda: (time.sleep(0.5), cluster.restart_bookie(victim)))
     futures = []
     for e in range(entries):

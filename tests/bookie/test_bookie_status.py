@@ -5,12 +5,11 @@ the key a restarted bookie is writable. The file's line is BookKeeper's, both wa
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
-from test_bookie_process import ROOMY
-from test_disk_checker import disk_bookie, wait_for
+from support.bookies import ROOMY, disk_bookie, wait_for_disk_checks
+from support.wait import wait_until
 
 from pybkx.bookie import Bookie
 from pybkx.bookie.status import STATUS_FILE, BookieStatus, parse, read_status, write_status
@@ -75,7 +74,7 @@ def test_an_operators_read_only_mode_survives_a_restart(tmp_path: Path) -> None:
         with open_metadata_store(uri) as store:
             assert bookie.bookie_id in store.readonly_bookies()
             assert bookie.bookie_id not in store.writable_bookies()
-        time.sleep(0.5)  # several disk checks with room: an operator's choice stays
+        wait_for_disk_checks(bookie, 3)  # with room: an operator's choice stays
         assert bookie.read_only
         bookie.set_read_only(False)
         bookie = restart(bookie, tmp_path, uri, disk, **keys)
@@ -102,12 +101,12 @@ def test_a_read_only_mode_the_disks_caused_is_undone_after_a_restart_when_they_h
     bookie = disk_bookie(tmp_path, uri, disk, bookiePort=port, **keys)
     bookie.start()
     try:
-        wait_for(lambda: not bookie.read_only, 10, "writable again by the disk checker")
+        wait_until(lambda: not bookie.read_only, "writable again by the disk checker", timeout_s=10)
         with open_metadata_store(uri) as store:
-            wait_for(
+            wait_until(
                 lambda: bookie.bookie_id in store.writable_bookies(),
-                10,
                 "registered writable again",
+                timeout_s=10,
             )
         status = read_status([disk / "ledgers"])
         assert status is not None and not status.read_only

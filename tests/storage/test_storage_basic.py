@@ -12,7 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from storage_helpers import OpenStorage, master_key, payload, storage_config
+from storage_helpers import master_key, payload
+from support.storage import OpenStorage, storage_config
+from support.wait import wait_until
 
 from pybkx._core import LedgerStorage
 from pybkx.bookie import open_ledger_storage
@@ -485,13 +487,15 @@ def test_read_ahead_threads_read_a_scanned_ledger_ahead_as_configured(
             storage.checkpoint()
     with open_ledger_storage(**config) as storage:
         got = storage.read_range(LEDGER, 0, per_run, 1 << 30)
-        deadline = time.monotonic() + 20
         if threads:
-            while storage.stats()["pybkx_storage_read_ahead_entries"] < per_run:
-                assert time.monotonic() < deadline, "nothing was read ahead"
-                time.sleep(0.01)
+            wait_until(
+                lambda: storage.stats()["pybkx_storage_read_ahead_entries"] >= per_run,
+                "a run read ahead",
+                timeout_s=20,
+                interval_s=0.01,
+            )
         else:
-            time.sleep(0.2)
+            time.sleep(0.2)  # not a wait: time for a read-ahead that must not happen
             assert storage.stats()["pybkx_storage_read_ahead_entries"] == 0
         while len(got) < rounds * per_run:
             got.extend(storage.read_range(LEDGER, len(got), per_run, 1 << 30))

@@ -5,231 +5,32 @@ Owns the bookie process's life cycle seen from outside; must never touch its fil
 
 from __future__ import annotations
 
-import contextlib
 import signal
 import socket
-import subprocess
-import sys
-import time
-from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import pytest
+from support.bookies import (
+    LEDGER_ID,
+    REQUEST_TIMEOUT_S,
+    STOP_TIMEOUT_S,
+    add_entries,
+    assert_one_line_failure,
+    bookie_client,
+    needs_server,
+    payload,
+    read_payload,
+    storage_of,
+    write_conf,
+)
+from support.bookies import start_bookie as start_bookie
+from support.ports import accepts_tcp, free_port
 
-import pybkx._core as core
 from pybkx import errors
-from pybkx._core import LedgerStorage
-from pybkx.bookie import Bookie
-from pybkx.config import ClientConfig, ServerConfig
 from pybkx.meta import open_metadata_store
 
 pytestmark = pytest.mark.integration
-
-PYBKX = Path(sys.executable).with_name("pybkx")
-START_TIMEOUT_S = 30.0
-STOP_TIMEOUT_S = 10.0
-FAIL_TIMEOUT_S = 30.0
-REQUEST_TIMEOUT_S = 10.0
-
-LEDGER_ID = 7
-PASSWORD = b"secret"
-
-needs_server = pytest.mark.skipif(
-    not hasattr(core, "BookieServer"),
-    reason="this build of pybkx._core has no BookieServer/BookieClient yet (make build)",
-)
-
-if not PYBKX.exists():
-    pytest.skip(f"{PYBKX} not installed (make build)", allow_module_level=True)
-
-
-# --- helpers ---------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-#: Disk thresholds this machine's disk (not a small tmpfs) is within.
-ROOMY = {
-    "diskUsageThreshold": "0.99",
-    "diskUsageWarnThreshold": "0.98",
-    "diskUsageLwmThreshold": "0.98",
-}
-
-
-def local_bookie(tmp_path: Path, **keys: str) -> Bookie:
-    """An in-process standalone bookie on loopback (not started): journal and ledgers (unless
-    tiers are given) under ``tmp_path``, no preallocation, ROOMY thresholds, then ``keys``."""
-    config = {
-        "bookiePort": str(free_port()),
-        "listeningInterface": "127.0.0.1",
-        "allowLoopback": "true",
-        "journalDirectories": str(tmp_path / "journal"),
-        "journalPreAllocSizeMB": "0",
-        **ROOMY,
-        **keys,
-    }
-    if "tieredStorageLevels" not in keys:
-        config.setdefault("ledgerDirectories", str(tmp_path / "ledgers"))
-    return Bookie(ServerConfig.of(**config))
-
-
-def accepts_tcp(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=1.0):
-            return True
-    except OSError:
-        return False
-
-
-def write_conf(root: Path, port: int, extra: str = "", *, allow_loopback: bool = True) -> Path:
-    """A small loopback bookie under ``root``; ``extra`` lines are appended."""
-    conf = root / "bk_server.conf"
-    conf.write_text(
-        "# pybkx test bookie\n"
-        f"bookiePort={port}\n"
-        "listeningInterface=127.0.0.1\n"
-        f"allowLoopback={str(allow_loopback).lower()}\n"
-        f"journalDirectories={root / 'journal'}\n"
-        f"ledgerDirectories={root / 'ledgers'}\n"
-        "journalPreAllocSizeMB=1\n"
-        "logSizeLimit=16777216\n"
-        "flushInterval=0\n" + extra
-    )
-    return conf
-
-
-def storage_of(conf: Path) -> LedgerStorage:
-    """Open the bookie's storage directly (only while no bookie runs on it)."""
-    return LedgerStorage(ServerConfig.from_file(conf))
-
-
-def payload(entry_id: int) -> bytes:
-    return f"entry {entry_id} ".encode() * (1 + entry_id % 7)
-
-
-class BookieProcess:
-    """``pybkx bookie ARGS`` with stdout (logs) and stderr in files under ``log_dir``."""
-
-    def __init__(self, args: list[str], log_dir: Path, name: str) -> None:
-        self.stdout_path = log_dir / f"{name}.stdout"
-        self.stderr_path = log_dir / f"{name}.stderr"
-        self._files: list[IO[bytes]] = [self.stdout_path.open("wb"), self.stderr_path.open("wb")]
-        self.proc = subprocess.Popen(
-            [str(PYBKX), "bookie", *args], stdout=self._files[0], stderr=self._files[1]
-        )
-
-    def stdout(self) -> str:
-        return self.stdout_path.read_text(errors="replace")
-
-    def stderr(self) -> str:
-        return self.stderr_path.read_text(errors="replace")
-
-    def wait_listening(self, port: int, timeout_s: float = START_TIMEOUT_S) -> None:
-        deadline = time.monotonic() + timeout_s
-        while not accepts_tcp(port):
-            if self.proc.poll() is not None:
-                pytest.fail(
-                    f"bookie exited ({self.proc.returncode}) before listening on {port}:\n"
-                    f"{self.stderr()}\n{self.stdout()[-3000:]}"
-                )
-            if time.monotonic() > deadline:
-                pytest.fail(f"bookie not listening on {port} after {timeout_s}s:\n{self.stdout()}")
-            time.sleep(0.05)
-
-    def wait_started(self, timeout_s: float = START_TIMEOUT_S) -> None:
-        """Until the bookie has finished starting (registered, "bookie serving" logged)."""
-        deadline = time.monotonic() + timeout_s
-        while "bookie serving bookie_id=" not in self.stdout():
-            if self.proc.poll() is not None:
-                pytest.fail(f"bookie exited ({self.proc.returncode}) while starting")
-            if time.monotonic() > deadline:
-                pytest.fail(f"bookie not started after {timeout_s}s:\n{self.stdout()[-3000:]}")
-            time.sleep(0.05)
-
-    def wait(self, timeout_s: float) -> int:
-        try:
-            return self.proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            pytest.fail(f"bookie still running after {timeout_s}s:\n{self.stdout()[-3000:]}")
-
-    def stop(self, sig: signal.Signals = signal.SIGTERM) -> int:
-        """Send ``sig`` and return the exit code (failing if it takes too long)."""
-        self.proc.send_signal(sig)
-        return self.wait(STOP_TIMEOUT_S)
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-        for f in self._files:
-            f.close()
-
-
-@pytest.fixture
-def start_bookie(tmp_path: Path) -> Iterator[Any]:
-    """``start_bookie(*args)``: a running ``pybkx bookie`` process, killed at teardown if alive."""
-    started: list[BookieProcess] = []
-
-    def _start(*args: str) -> BookieProcess:
-        bookie = BookieProcess(list(args), tmp_path, f"bookie{len(started)}")
-        started.append(bookie)
-        return bookie
-
-    yield _start
-    for bookie in started:
-        bookie.close()
-
-
-def assert_one_line_failure(bookie: BookieProcess, *fragments: str) -> str:
-    """The bookie exits non-zero with exactly one stderr line holding ``fragments``."""
-    code = bookie.wait(FAIL_TIMEOUT_S)
-    stderr = bookie.stderr()
-    assert code != 0, f"expected a failure, exit code 0; stdout:\n{bookie.stdout()}"
-    assert "Traceback" not in stderr
-    lines = stderr.strip().splitlines()
-    assert len(lines) == 1, f"expected one stderr line, got:\n{stderr}"
-    for fragment in fragments:
-        assert fragment in lines[0], f"{fragment!r} not in {lines[0]!r}"
-    return lines[0]
-
-
-@contextlib.contextmanager
-def bookie_client() -> Iterator[Any]:
-    client = core.BookieClient(
-        ClientConfig.of(addEntryTimeoutSec=REQUEST_TIMEOUT_S, readEntryTimeoutSec=REQUEST_TIMEOUT_S)
-    )
-    try:
-        yield client
-    finally:
-        client.close()
-
-
-def add_entries(client: Any, address: str, entry_ids: range) -> list[Any]:
-    """Send ADDs for ``entry_ids`` of LEDGER_ID (pipelined); return their futures."""
-    digest = core.DigestManager(LEDGER_ID, PASSWORD, "CRC32C")
-    key = core.master_key(PASSWORD)
-    length = sum(len(payload(e)) for e in range(entry_ids.start))
-    futures = []
-    for entry_id in entry_ids:
-        data = payload(entry_id)
-        length += len(data)
-        entry = digest.package(entry_id, entry_id - 1, length, data)
-        futures.append(client.add(address, LEDGER_ID, entry_id, key, entry))
-    return futures
-
-
-def read_payload(client: Any, address: str, entry_id: int) -> bytes:
-    digest = core.DigestManager(LEDGER_ID, PASSWORD, "CRC32C")
-    entry = client.read(address, LEDGER_ID, entry_id).result(REQUEST_TIMEOUT_S)
-    verified_id, _lac, _length, data = digest.verify(entry, entry_id)
-    assert verified_id == entry_id
-    return bytes(data)
 
 
 # --- a bookie that starts, serves and stops ---------------------------------------------------

@@ -220,7 +220,7 @@ def test_kill_9_during_moves_between_tiers_loses_no_entry(tmp_path: Path) -> Non
         child = StorageChild(spec, tmp_path / f"tiered-{round_no}.stderr")
         try:
             child.wait_for("READY")
-            time.sleep(rng.uniform(0.1, 0.6))
+            time.sleep(rng.uniform(0.1, 0.6))  # not a wait: the kill comes at a random moment
             lines = child.kill()
         finally:
             child.close()

@@ -8,16 +8,16 @@ from __future__ import annotations
 
 import shutil
 import signal
-import socket
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO
 
 import pytest
+from support.bookies import BookieProcess, assert_one_line_failure
+from support.ports import free_port
+from support.wait import wait_until
 
 from pybkx import errors
 from pybkx.bookie import Bookie, BookieError
@@ -28,26 +28,11 @@ pytestmark = pytest.mark.integration
 
 PYBKX = [sys.executable, "-m", "pybkx"]
 START_TIMEOUT_S = 20.0
-STOP_TIMEOUT_S = 10.0
 ZK_TIMEOUT_MS = 2000
 """The bookies' ZooKeeper session timeout: a SIGKILLed bookie's registration lasts this long."""
 
 
 # --- helpers ---------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"not within {timeout_s}s: {what}")
-        time.sleep(0.05)
 
 
 class Node:
@@ -84,41 +69,6 @@ class Node:
 
     def config(self, **extra: object) -> ServerConfig:
         return ServerConfig.from_file(self.conf(**extra))
-
-
-class BookieProcess:
-    """``pybkx bookie ARGS``; stdout (logs) and stderr in files beside its configuration."""
-
-    def __init__(self, args: list[str], log_dir: Path, name: str) -> None:
-        self.stdout_path = log_dir / f"{name}.stdout"
-        self.stderr_path = log_dir / f"{name}.stderr"
-        self._files: list[IO[bytes]] = [self.stdout_path.open("wb"), self.stderr_path.open("wb")]
-        self.proc = subprocess.Popen(
-            [*PYBKX, "bookie", *args], stdout=self._files[0], stderr=self._files[1]
-        )
-
-    def log(self) -> str:
-        return self.stdout_path.read_text(errors="replace")
-
-    def stderr(self) -> str:
-        return self.stderr_path.read_text(errors="replace")
-
-    def wait(self, timeout_s: float = STOP_TIMEOUT_S) -> int:
-        try:
-            return self.proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            pytest.fail(f"bookie still running after {timeout_s}s:\n{self.log()[-3000:]}")
-
-    def stop(self, sig: signal.Signals = signal.SIGTERM) -> int:
-        self.proc.send_signal(sig)
-        return self.wait()
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-        for f in self._files:
-            f.close()
 
 
 Start = Callable[..., BookieProcess]
@@ -182,23 +132,19 @@ def wait_registered(
             pytest.fail(f"bookie exited ({bookie.proc.returncode}):\n{bookie.stderr()}")
         return bookie_id in (store.readonly_bookies() if ro else store.writable_bookies())
 
-    wait_for(registered, START_TIMEOUT_S, f"{bookie_id} registered (read-only={ro})")
+    wait_until(registered, f"{bookie_id} registered (read-only={ro})", timeout_s=START_TIMEOUT_S)
+
+
+def ran_once(start: Start, store: MetadataStore, node: Node) -> None:
+    """A bookie on ``node`` started, registered writable and stopped cleanly: its cookie is
+    stamped in its directories and in the store."""
+    first = start(node)
+    wait_registered(store, first, node.bookie_id, ro=False)
+    assert first.stop() == 0
 
 
 def registered_anyhow(store: MetadataStore, bookie_id: str) -> bool:
     return bookie_id in store.writable_bookies() | store.readonly_bookies()
-
-
-def one_line_failure(bookie: BookieProcess, *fragments: str) -> str:
-    code = bookie.wait(START_TIMEOUT_S)
-    stderr = bookie.stderr()
-    assert code != 0, f"expected a failure; log:\n{bookie.log()}"
-    assert "Traceback" not in stderr
-    lines = stderr.strip().splitlines()
-    assert len(lines) == 1, f"expected one stderr line, got:\n{stderr}"
-    for fragment in fragments:
-        assert fragment in lines[0], f"{fragment!r} not in {lines[0]!r}"
-    return lines[0]
 
 
 def shell(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -242,7 +188,7 @@ def test_a_bookie_registers_as_writable_and_unregisters_on_sigterm(
     # Unregistered before it stopped: no waiting for a session to expire.
     assert not registered_anyhow(store, node.bookie_id)
     assert store.all_bookies() == {node.bookie_id}  # the cookie stays
-    log = bookie.log()
+    log = bookie.stdout()
     assert log.index("bookie unregistered") < log.index("stopping server")
 
 
@@ -256,16 +202,16 @@ def test_a_killed_bookie_loses_its_registration(
 
     assert bookie.stop(signal.SIGKILL) == -signal.SIGKILL
     # Embedded: the owner process is gone at once. ZooKeeper: the session expires.
-    wait_for(
+    wait_until(
         lambda: not registered_anyhow(store, node.bookie_id),
-        ZK_TIMEOUT_MS / 1000 * 3 + 2,
         "the killed bookie's registration is gone",
+        timeout_s=ZK_TIMEOUT_MS / 1000 * 3 + 2,
     )
 
     # It comes back with the same identity: its cookie still matches.
     again = start(node)
     wait_registered(store, again, node.bookie_id, ro=False)
-    assert "cookie verified" in again.log()
+    assert "cookie verified" in again.stdout()
     assert again.stop() == 0
 
 
@@ -339,14 +285,14 @@ def test_a_restart_with_the_same_dirs_reuses_the_cookie(
     store = store_of(embedded_uri)
     first = start(node)
     wait_registered(store, first, node.bookie_id, ro=False)
-    assert "cookie stamped (new bookie)" in first.log()
+    assert "cookie stamped (new bookie)" in first.stdout()
     assert first.stop() == 0
     cookie_file = node.ledgers / "current" / "VERSION"
     text, version = cookie_file.read_bytes(), store.read_cookie(node.bookie_id).version
 
     second = start(node)
     wait_registered(store, second, node.bookie_id, ro=False)
-    assert "cookie verified" in second.log()
+    assert "cookie verified" in second.stdout()
     assert second.stop() == 0
     assert cookie_file.read_bytes() == text
     assert store.read_cookie(node.bookie_id).version == version
@@ -357,13 +303,11 @@ def test_a_restart_with_another_ledger_dir_is_refused(
 ) -> None:
     node = Node(tmp_path / "b0", embedded_uri)
     store = store_of(embedded_uri)
-    first = start(node)
-    wait_registered(store, first, node.bookie_id, ro=False)
-    assert first.stop() == 0
+    ran_once(start, store, node)
 
     other = tmp_path / "b0" / "other-ledgers"
     refused = start(node, "--ledger-dirs", str(other))
-    line = one_line_failure(refused, "InvalidCookieException", str(other), str(node.ledgers))
+    line = assert_one_line_failure(refused, "InvalidCookieException", str(other), str(node.ledgers))
     assert "ledger dirs" in line
     assert not registered_anyhow(store, node.bookie_id)
     assert not other.exists()  # refused before the storage opened
@@ -374,26 +318,22 @@ def test_another_port_is_another_bookie_id_and_is_refused(
 ) -> None:
     node = Node(tmp_path / "b0", embedded_uri)
     store = store_of(embedded_uri)
-    first = start(node)
-    wait_registered(store, first, node.bookie_id, ro=False)
-    assert first.stop() == 0
+    ran_once(start, store, node)
     old_id = node.bookie_id
     node.port = free_port()
     refused = start(node)
-    one_line_failure(refused, "InvalidCookieException", "bookie id", old_id, node.bookie_id)
+    assert_one_line_failure(refused, "InvalidCookieException", "bookie id", old_id, node.bookie_id)
 
 
 def test_dirs_with_a_cookie_after_metaformat_are_refused(
     tmp_path: Path, embedded_uri: str, start: Start, store_of: Callable[[str], MetadataStore]
 ) -> None:
     node = Node(tmp_path / "b0", embedded_uri)
-    first = start(node)
-    wait_registered(store_of(embedded_uri), first, node.bookie_id, ro=False)
-    assert first.stop() == 0
+    ran_once(start, store_of(embedded_uri), node)
     assert shell("metaformat", "--uri", embedded_uri, "--force").returncode == 0
 
     refused = start(node)
-    one_line_failure(refused, "InvalidCookieException", "instance id")
+    assert_one_line_failure(refused, "InvalidCookieException", "instance id")
 
 
 def test_a_cookie_in_the_store_but_wiped_dirs_is_refused(
@@ -401,14 +341,12 @@ def test_a_cookie_in_the_store_but_wiped_dirs_is_refused(
 ) -> None:
     node = Node(tmp_path / "b0", embedded_uri)
     store = store_of(embedded_uri)
-    first = start(node)
-    wait_registered(store, first, node.bookie_id, ro=False)
-    assert first.stop() == 0
+    ran_once(start, store, node)
     shutil.rmtree(node.journal)  # replaced disks: the data this bookie acknowledged is gone
     shutil.rmtree(node.ledgers)
 
     refused = start(node)
-    one_line_failure(refused, "InvalidCookieException", "have none", str(node.ledgers))
+    assert_one_line_failure(refused, "InvalidCookieException", "have none", str(node.ledgers))
     assert not node.ledgers.exists()  # refused before the storage opened
     assert not registered_anyhow(store, node.bookie_id)
 
@@ -420,7 +358,7 @@ def test_a_new_bookie_with_data_but_no_cookie_is_refused(
     with Bookie(node.config(metadataServiceUri=None), drain_timeout_ms=1000):
         pass  # a standalone run leaves journal and index files, no cookie
     refused = start(node)
-    one_line_failure(refused, "InvalidCookieException", "without a cookie")
+    assert_one_line_failure(refused, "InvalidCookieException", "without a cookie")
     store = store_of(embedded_uri)
     with pytest.raises(errors.CookieNotFoundException):
         store.read_cookie(node.bookie_id)
@@ -429,7 +367,7 @@ def test_a_new_bookie_with_data_but_no_cookie_is_refused(
 def test_an_unreachable_metadata_service_fails_in_one_line(tmp_path: Path, start: Start) -> None:
     node = Node(tmp_path / "b0", "zk+hierarchical://127.0.0.1:1/ledgers")
     refused = start(node, initialise=False, zkTimeout=1000)
-    one_line_failure(refused, "metadata store", "127.0.0.1:1")
+    assert_one_line_failure(refused, "metadata store", "127.0.0.1:1")
 
 
 def test_a_bookie_refuses_an_uninitialised_metadata_root(
@@ -437,7 +375,7 @@ def test_a_bookie_refuses_an_uninitialised_metadata_root(
 ) -> None:
     node = Node(tmp_path / "b0", cluster_uri)
     refused = start(node, initialise=False)
-    line = one_line_failure(refused, "not initialised", "pybkx shell initnewcluster")
+    line = assert_one_line_failure(refused, "not initialised", "pybkx shell initnewcluster")
     assert cluster_uri in line
     store = store_of(cluster_uri)
     assert not store.is_initialized()  # the bookie created nothing: no cluster of its own

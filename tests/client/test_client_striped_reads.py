@@ -3,7 +3,7 @@ entry in order through ``batch_read``, iteration and ``read_arrow``, across segm
 different ensembles, with a bookie killed, and with corrupt copies.
 
 Owns the striped read path end to end; how it falls back on bookies without batch reads or
-without strides is tests/test_client_batch_fallback.py's, the Java bookie is tests/interop's.
+without strides is tests/client/test_client_batch_fallback.py's, the Java bookie is tests/interop's.
 """
 
 from __future__ import annotations

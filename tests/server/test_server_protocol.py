@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from v2_wire import (
+from support.v2_wire import (
     AUTH_DISABLED_PLUGIN,
     BATCH_FIXED_LEN,
     EBADVERSION,
@@ -50,6 +50,7 @@ from v2_wire import (
     read_request,
     unhex,
 )
+from support.wait import wait_until
 
 from pybkx._core import BookieServer, DigestManager, LedgerEntry, LedgerStorage, master_key
 from pybkx.config import ServerConfig
@@ -733,8 +734,13 @@ def test_a_client_that_never_reads_costs_the_bookie_a_bounded_buffer(
     n = 200  # 200 MiB of responses asked for
     with Conn(server.port, timeout=30, rcvbuf=64 * 1024) as stuck:
         stuck.send(b"".join(read_request(81, i % 4) for i in range(n)))
-        wait_for(lambda: server.stats()["pybkx_server_connections_paused"] >= 1)
-        time.sleep(0.5)
+        wait_until(
+            lambda: server.stats()["pybkx_server_connections_paused"] >= 1,
+            "the stuck connection paused",
+            timeout_s=20,
+            interval_s=0.01,
+        )
+        time.sleep(0.5)  # not a wait: half a second in which the queue must stay bounded
         stats = server.stats()
         # At most the high-water mark plus the response that crossed it stay queued.
         assert stats["pybkx_server_response_bytes_queued"] <= high + (1 << 20) + 4096, stats
@@ -744,14 +750,6 @@ def test_a_client_that_never_reads_costs_the_bookie_a_bounded_buffer(
         responses = collect(stuck, n)  # reading again lets it finish
     assert [r.rc for r in responses] == [EOK] * n
     assert server.stats()["pybkx_server_response_bytes_queued"] == 0
-
-
-def wait_for(condition: Callable[[], bool], timeout: float = 20.0) -> None:
-    """A synchronisation point (not a timing assertion): poll until ``condition`` holds."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.01)
 
 
 def stop_while_pipelining(
@@ -791,7 +789,13 @@ def stop_while_pipelining(
             threads.append(threading.Thread(target=reader))
         for thread in threads:
             thread.start()
-        wait_for(lambda: requests_taken(server, "ADD_ENTRY") > 1000)
+        # Polled often: stop() must come while the adds are still pipelining.
+        wait_until(
+            lambda: requests_taken(server, "ADD_ENTRY") > 1000,
+            "more than 1,000 adds taken",
+            timeout_s=20,
+            interval_s=0.01,
+        )
         stopper = threading.Thread(target=server.stop)
         stopper.start()
         if client_reads:
@@ -802,15 +806,7 @@ def stop_while_pipelining(
         c.close()  # also unblocks the sender if the server drains input after its FIN
     for thread in [stopper, *threads]:
         thread.join()
-    responses: list[Response] = []
-    at = 0
-    while at + 4 <= len(tail):
-        (length,) = struct.unpack_from(">i", tail, at)
-        if at + 4 + length > len(tail):
-            break
-        responses.append(parse_response(tail[at : at + 4 + length]))
-        at += 4 + length
-    partial = len(tail) - at
+    responses, partial = whole_responses(tail)
     taken = requests_taken(server, "ADD_ENTRY") - 1
     print(
         f"stop(): {sent_upto} adds sent, {taken} taken, {len(responses)} answered before the"
@@ -827,6 +823,20 @@ def stop_while_pipelining(
     with pytest.raises(OSError):
         Conn(server.port, timeout=5)
     return sent_upto, taken, responses, partial
+
+
+def whole_responses(received: bytes) -> tuple[list[Response], int]:
+    """The whole response frames at the start of ``received``, and the bytes of a cut frame
+    after them."""
+    responses: list[Response] = []
+    at = 0
+    while at + 4 <= len(received):
+        (length,) = struct.unpack_from(">i", received, at)
+        if at + 4 + length > len(received):
+            break
+        responses.append(parse_response(received[at : at + 4 + length]))
+        at += 4 + length
+    return responses, len(received) - at
 
 
 @pytest.mark.parametrize("client_reads", [True, False], ids=["reading-client", "reading-from-stop"])

@@ -8,27 +8,26 @@ Owns the disk checker's rules and the bookie's mode moves; never writes a regist
 
 from __future__ import annotations
 
-import contextlib
 import os
-import subprocess
-import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_bookie_process import (
+from support.bookies import (
     REQUEST_TIMEOUT_S,
     add_entries,
     bookie_client,
-    free_port,
+    disk_bookie,
     payload,
     read_payload,
+    wait_for_disk_checks,
 )
+from support.disks import fill, small_tmpfs
+from support.wait import wait_until
 
 from pybkx import errors
-from pybkx.bookie import Bookie, BookieError
+from pybkx.bookie import BookieError
 from pybkx.bookie.disks import DirUsage, DiskThresholds, evaluate
 from pybkx.config import ConfigError, ServerConfig
 from pybkx.meta import open_metadata_store
@@ -145,73 +144,12 @@ def test_disk_keys_are_checked_as_bookkeeper_does(tmp_path: Path) -> None:
 # --- a bookie on a small file system ---------------------------------------------------------
 
 
-@contextlib.contextmanager
-def small_tmpfs(path: Path, size_mib: int) -> Iterator[Path]:
-    """A tmpfs of ``size_mib`` mounted at ``path`` (root only; the test is skipped otherwise)."""
-    path.mkdir(parents=True, exist_ok=True)
-    if os.geteuid() != 0:
-        pytest.skip("mounting a small tmpfs needs root")
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={size_mib}m", "tmpfs", str(path)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], capture_output=True, check=False)
-
-
-def fill(path: Path, leave_free: int) -> Path:
-    """A filler file that leaves about ``leave_free`` bytes free on ``path``'s file system."""
-    st_ = os.statvfs(path)
-    free = st_.f_bavail * st_.f_frsize
-    filler = path / "filler"
-    with filler.open("wb") as f:
-        f.write(b"\0" * max(0, free - leave_free))
-    return filler
-
-
-def wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"not within {timeout_s}s: {what}")
-        time.sleep(0.05)
-
-
 @pytest.fixture(params=["embedded", "zookeeper"])
 def cluster_uri(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "zookeeper":
         server = request.getfixturevalue("zookeeper_server")
         return f"zk+hierarchical://{server}/t{os.urandom(6).hex()}/ledgers"
     return f"embedded://{tmp_path / 'metadata'}"
-
-
-def disk_bookie(tmp_path: Path, uri: str | None, disk: Path, **extra: object) -> Bookie:
-    keys: dict[str, object] = {
-        "bookiePort": free_port(),
-        "listeningInterface": "127.0.0.1",
-        "allowLoopback": "true",
-        "journalDirectories": str(disk / "journal"),
-        "ledgerDirectories": str(disk / "ledgers"),
-        "journalPreAllocSizeMB": 0,
-        "logSizeLimit": 256 * 1024,
-        "flushInterval": 0,
-        "diskCheckInterval": 100,
-        "diskUsageThreshold": 0.7,
-        "diskUsageWarnThreshold": 0.6,
-        "diskUsageLwmThreshold": 0.5,
-        "minUsableSizeForHighPriorityWrites": 64 * 1024,
-        **extra,
-    }
-    if uri is not None:
-        keys["metadataServiceUri"] = uri
-        keys["zkTimeout"] = 4000
-    return Bookie(ServerConfig.of(**{k: str(v) for k, v in keys.items()}))
 
 
 @pytest.mark.integration
@@ -231,14 +169,14 @@ def test_a_full_disk_turns_the_bookie_read_only_and_it_comes_back_by_itself(
                     f.result(REQUEST_TIMEOUT_S)
 
                 filler = fill(disk, 1 * MIB)  # ~88 % used
-                wait_for(lambda: bookie.read_only, 10, "read-only on a full disk")
-                wait_for(
+                wait_until(lambda: bookie.read_only, "read-only on a full disk", timeout_s=10)
+                wait_until(
                     lambda: (
                         bookie.bookie_id in store.readonly_bookies()
                         and bookie.bookie_id not in store.writable_bookies()
                     ),
-                    10,
                     "registered read-only",
+                    timeout_s=10,
                 )
                 with pytest.raises(errors.WriteOnReadOnlyBookieException):
                     add_entries(client, address, range(10, 11))[0].result(REQUEST_TIMEOUT_S)
@@ -248,14 +186,14 @@ def test_a_full_disk_turns_the_bookie_read_only_and_it_comes_back_by_itself(
                 assert bookie.available_for_high_priority_writes  # 1 MiB free > 64 KiB
 
                 filler.unlink()  # space returns
-                wait_for(lambda: not bookie.read_only, 10, "writable again")
-                wait_for(
+                wait_until(lambda: not bookie.read_only, "writable again", timeout_s=10)
+                wait_until(
                     lambda: (
                         bookie.bookie_id in store.writable_bookies()
                         and bookie.bookie_id not in store.readonly_bookies()
                     ),
-                    10,
                     "registered writable again",
+                    timeout_s=10,
                 )
                 for f in add_entries(client, address, range(10, 20)):
                     f.result(REQUEST_TIMEOUT_S)
@@ -271,7 +209,7 @@ def test_an_operators_read_only_mode_outlives_the_disk_checker(tmp_path: Path) -
         bookie.start()
         try:
             bookie.set_read_only(True)
-            time.sleep(0.5)  # several checks, disks fine
+            wait_for_disk_checks(bookie, 3)  # disks fine
             assert bookie.read_only
             bookie.set_read_only(False)
             assert not bookie.read_only
@@ -286,7 +224,7 @@ def test_a_full_disk_stops_the_bookie_when_read_only_mode_is_disabled(tmp_path: 
         bookie.start()
         filler = fill(disk, 1 * MIB)
         try:
-            wait_for(lambda: not bookie.running, 10, "the bookie stops by itself")
+            wait_until(lambda: not bookie.running, "the bookie stops by itself", timeout_s=10)
             assert "readOnlyModeEnabled=false" in bookie.halt_reason
         finally:
             bookie.stop()

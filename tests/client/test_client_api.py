@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from support.wait import wait_until
 
 import pybkx
 from pybkx import errors
@@ -291,11 +292,12 @@ def test_rust_log_records_reach_python_logging(
     with caplog.at_level(logging.WARNING, logger="pybkx.core"):
         with pytest.raises(errors.DigestMatchException):
             wrong.read(0, 0, batch=False).result(30)
-        deadline = time.monotonic() + 10
-        while not [r for r in caplog.records if r.name == "pybkx.core.ledger.reader"]:
-            assert time.monotonic() < deadline, caplog.text
-            time.sleep(0.05)
-    record = next(r for r in caplog.records if r.name == "pybkx.core.ledger.reader")
+        # The core's records reach Python logging through a queue drained a moment later.
+        record = wait_until(
+            lambda: next((r for r in caplog.records if r.name == "pybkx.core.ledger.reader"), None),
+            "the reader's warning logged",
+            timeout_s=10,
+        )
     assert record.levelno == logging.WARNING
     assert f"ledger {lh.ledger_id}: entry 0 from" in record.getMessage()
     lh.close()
@@ -347,6 +349,8 @@ def test_ctrl_c_interrupts_a_blocked_call(cluster: Sandbox, tmp_path: Path, op: 
         child.stdin.write("go\n")
         child.stdin.flush()
         assert child.stdout.readline().strip() == "waiting"
+        # Not a wait on a condition: half a second for a call that must not return (and that
+        # nothing outside shows blocked).
         time.sleep(0.5)
         assert child.poll() is None, child.stderr.read() if child.stderr else ""
         child.send_signal(signal.SIGINT)

@@ -13,14 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from storage_helpers import (
-    MIB,
-    StorageChild,
-    master_key,
-    parse_acks,
-    payload,
-    storage_config,
-)
+from storage_helpers import MIB, StorageChild, master_key, parse_acks, payload
+from support.storage import storage_config
 
 from pybkx._core import LedgerStorage
 from pybkx.bookie import open_ledger_storage
@@ -56,7 +50,7 @@ def run_child(spec: dict[str, Any], stderr_path: Path, marker: str, delay_s: flo
     child = StorageChild(spec, stderr_path)
     try:
         child.wait_for(marker)
-        time.sleep(delay_s)
+        time.sleep(delay_s)  # not a wait: the kill comes at this moment of the writes
         return child.kill()
     finally:
         child.close()

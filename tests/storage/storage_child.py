@@ -85,7 +85,7 @@ def write_forever(
 
 def wait_to_be_killed() -> None:
     while True:
-        time.sleep(3600)
+        time.sleep(3600)  # not a wait: the parent kills this process
 
 
 def run_crash_writer(storage: LedgerStorage, spec: dict[str, Any]) -> None:
