@@ -13,6 +13,7 @@ mod checkpoint;
 mod compaction;
 pub mod dirs;
 pub mod entrylog;
+mod ids;
 pub mod index;
 pub mod journal;
 mod readahead;
@@ -43,7 +44,10 @@ use ahead::AheadQueue;
 use apply::{Flusher, Shared, Wake};
 pub use compaction::CompactionReport;
 use dirs::LedgerDirs;
+pub use dirs::{DirKind, DirUsage};
 use entrylog::{EntryLogger, LedgersMap, Location};
+use ids::{check_id, MAX_ID};
+pub use ids::{IdHasher, IdMap, LAST_ENTRY};
 use index::segment::{IndexEntry, SegmentWriter};
 use index::segments::SegmentSet;
 use index::IndexLog;
@@ -53,35 +57,6 @@ pub use stats::StorageStats;
 pub use tiering::MoveReport;
 use writecache::WriteCache;
 
-/// Hashes a ledger id with one multiplication, for the maps every add and read looks up
-/// (SipHash's tens of nanoseconds per lookup buy collision resistance these maps do not need:
-/// ledger ids come from the metadata store's counter).
-#[derive(Default, Clone, Copy)]
-pub struct IdHasher(u64);
-
-impl std::hash::Hasher for IdHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.0 = (self.0 ^ *b as u64).wrapping_mul(0x0100_0000_01B3);
-        }
-    }
-
-    fn write_u64(&mut self, n: u64) {
-        self.0 = (n ^ (n >> 29)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    }
-}
-
-/// A map keyed by ledger id, hashed by [`IdHasher`].
-pub type IdMap<V> = HashMap<u64, V, std::hash::BuildHasherDefault<IdHasher>>;
-
-/// Entry id that asks for the highest stored entry (BookKeeper's entry id -1).
-pub const LAST_ENTRY: u64 = u64::MAX;
-/// Ledger and entry ids are non-negative Java longs.
-const MAX_ID: u64 = i64::MAX as u64;
 /// No range read collects more entries than this, whatever its limits say.
 const MAX_RANGE_ENTRIES: usize = 1 << 20;
 /// One read-ahead I/O covers at most this many bytes.
@@ -109,34 +84,6 @@ struct PrefetchWindow {
     start: u64,
     trigger: u64,
     upto: u64,
-}
-
-/// What a directory holds, for the disk checker.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DirKind {
-    Ledger,
-    Index,
-    Journal,
-}
-
-impl DirKind {
-    pub fn name(self) -> &'static str {
-        match self {
-            DirKind::Ledger => "ledger",
-            DirKind::Index => "index",
-            DirKind::Journal => "journal",
-        }
-    }
-}
-
-/// One directory's file-system usage, as [`LedgerStorage::directory_usage`] reports it.
-#[derive(Debug, Clone)]
-pub struct DirUsage {
-    pub kind: DirKind,
-    pub path: PathBuf,
-    pub usage: fs::DiskUsage,
-    /// A ledger directory marked full by the disk checker.
-    pub full: bool,
 }
 
 /// Limits of a range read, in BookKeeper's batch-read terms.
@@ -220,15 +167,6 @@ enum Found {
     At(Location),
     /// In an entry log, indexed by this segment (whose following entries read-ahead takes).
     Indexed(Location, Arc<index::segment::Segment>),
-}
-
-fn check_id(what: &str, id: u64) -> Result<()> {
-    if id > MAX_ID {
-        return Err(StorageError::InvalidArgument(format!(
-            "{what} {id} is out of range"
-        )));
-    }
-    Ok(())
 }
 
 impl LedgerStorage {
@@ -563,32 +501,13 @@ impl LedgerStorage {
     /// Total and free bytes of the ledger directories' file systems, summed per directory (as
     /// BookKeeper's GET_BOOKIE_INFO reports them).
     pub fn disk_usage(&self) -> Result<crate::fs::DiskUsage> {
-        let mut sum = crate::fs::DiskUsage {
-            total_bytes: 0,
-            free_bytes: 0,
-        };
-        for state in self.inner.shared.entrylog.dirs().states()? {
-            sum.total_bytes += state.usage.total_bytes;
-            sum.free_bytes += state.usage.free_bytes;
-        }
-        Ok(sum)
+        self.inner.shared.entrylog.dirs().summed_usage()
     }
 
     /// Every directory the storage writes to, with its file system's usage now, for the disk
     /// checker: ledger directories first (configuration order, each with whether it is marked
     /// full), then the index directory if separate, then the journal directories.
     pub fn directory_usage(&self) -> Result<Vec<DirUsage>> {
-        let dirs = self.inner.shared.entrylog.dirs();
-        let full = dirs.full_flags();
-        let mut out = Vec::new();
-        for (i, state) in dirs.states()?.into_iter().enumerate() {
-            out.push(DirUsage {
-                kind: DirKind::Ledger,
-                path: state.path,
-                usage: state.usage,
-                full: full.get(i).copied().unwrap_or(false),
-            });
-        }
         let cfg = &self.inner.cfg;
         let mut others: Vec<(DirKind, PathBuf)> = Vec::new();
         if !cfg.index_dirs.is_empty() {
@@ -599,16 +518,7 @@ impl LedgerStorage {
                 .iter()
                 .map(|d| (DirKind::Journal, d.clone())),
         );
-        for (kind, path) in others {
-            let usage = fs::disk_usage(&path)?;
-            out.push(DirUsage {
-                kind,
-                path,
-                usage,
-                full: false,
-            });
-        }
-        Ok(out)
+        dirs::directory_usage(self.inner.shared.entrylog.dirs(), &others)
     }
 
     /// Marks the ledger directories the disk checker found full (one flag per ledger directory,

@@ -24,6 +24,7 @@ use bytes::Bytes;
 pub use log::IndexLog;
 
 use super::entrylog::Location;
+use super::ids::IdMap;
 use super::journal::Mark;
 use crate::record::{append_record, be_u32, be_u64};
 
@@ -105,7 +106,7 @@ pub struct SegmentRef {
 /// The ledger states and what has changed since the last checkpoint.
 #[derive(Default)]
 pub struct Index {
-    pub ledgers: crate::storage::IdMap<LedgerState>,
+    pub ledgers: IdMap<LedgerState>,
     /// Ledgers whose state changed since the last checkpoint.
     meta_dirty: HashSet<u64>,
     /// Ledgers deleted since the last checkpoint, in order.
