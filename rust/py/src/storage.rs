@@ -234,7 +234,8 @@ impl PyLedgerStorage {
     }
 
     fn gc_entry_logs(&self, py: Python<'_>) -> BkResult<(u64, u64)> {
-        Ok(py.detach(|| self.inner.gc_entry_logs())?)
+        let r = py.detach(|| self.inner.gc_entry_logs())?;
+        Ok((r.logs_removed, r.bytes_freed))
     }
 
     fn checkpoint(&self, py: Python<'_>) -> BkResult<()> {
