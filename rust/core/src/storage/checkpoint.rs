@@ -339,11 +339,7 @@ impl Checkpointer {
 
     /// The checkpoint thread: a checkpoint of `journals` every `flushInterval`, and a flush
     /// (not durable) whenever the write cache asks for one in between.
-    pub(super) fn run_checkpoints(
-        &self,
-        journals: &[Journal],
-        after_checkpoint: &mut dyn FnMut() -> Result<()>,
-    ) {
+    pub(super) fn run_checkpoints(&self, journals: &[Journal]) {
         // A deadline, not a wait per pass: under steady adds the cache asks for a flush more
         // often than every interval, and a timer restarted by each of those wake-ups would
         // never fire (journals then grow without end, and index merges never run).
@@ -352,7 +348,6 @@ impl Checkpointer {
             let done = if due {
                 next_checkpoint = Instant::now() + self.interval;
                 self.checkpoint(journals, false)
-                    .and_then(|_| after_checkpoint())
             } else {
                 self.flush(false).map(|_| ())
             };

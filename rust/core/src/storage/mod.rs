@@ -41,7 +41,9 @@ use journal::{Completion, Mark};
 pub use dirs::{DirKind, DirUsage};
 use entrylog::LedgersMap;
 pub use ids::{IdHasher, IdMap, LAST_ENTRY};
-pub use lifecycle::{CompactionReport, DiskPressure, GcReport, MoveReport};
+pub use lifecycle::{
+    CollectReport, Compaction, CompactionReport, DiskPressure, GcReport, MoveReport,
+};
 pub use read::RangeLimits;
 pub use stats::StorageStats;
 
@@ -289,6 +291,14 @@ impl LedgerStorage {
         self.parts.lifecycle.compact(threshold)
     }
 
+    /// Collects garbage now and, if asked, runs a minor or major compaction at its configured
+    /// threshold: the lifecycle's run-now call, for the bookie's metadata GC once it deleted
+    /// the ledgers whose metadata is gone, and for an operator's forced pass.
+    pub fn collect(&self, compaction: Option<Compaction>) -> Result<CollectReport> {
+        self.parts.check_open()?;
+        self.parts.lifecycle.collect(compaction)
+    }
+
     /// Runs one pass of the tier mover now (it also runs by itself): every tier past its high
     /// watermark has its coldest entry logs moved down a tier until it is below its low
     /// watermark, and logs read below the top tier move up when `tieredStoragePromoteOnRead`
@@ -302,8 +312,9 @@ impl LedgerStorage {
     /// each check). As BookKeeper's garbage collector: while any is almost full (past
     /// `diskUsageWarnThreshold`) the timed major compaction is suspended, while any is full the
     /// minor one too, since compaction writes new entry logs before it frees old ones; with
-    /// `isForceGCAllowWhenNoSpace` both run at once instead, at every checkpoint, to win space
-    /// back. Removing fully deleted logs (`gcWaitTime`) never stops: it only frees.
+    /// `isForceGCAllowWhenNoSpace` garbage collection and both compactions run instead, every
+    /// `flushInterval`, to win space back. Removing fully deleted logs (`gcWaitTime`) never
+    /// stops: it only frees.
     pub fn set_disk_pressure(&self, pressure: DiskPressure) {
         self.parts.lifecycle.set_disk_pressure(pressure);
     }

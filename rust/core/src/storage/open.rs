@@ -21,7 +21,7 @@ use super::index::segment::{IndexEntry, SegmentWriter};
 use super::index::segments::SegmentSet;
 use super::index::{self, Index, IndexLog};
 use super::journal::{self, Applier, Journal, Mark};
-use super::lifecycle::{Lifecycle, LifecycleConfig, Timers};
+use super::lifecycle::Lifecycle;
 use super::read::{run_read_ahead, AheadJob, ReadAheadCache, Reader};
 use super::stats::StorageStats;
 use super::stores::Stores;
@@ -118,7 +118,7 @@ pub(super) fn open(cfg: StorageConfig) -> Result<Parts> {
         stores.clone(),
         checkpointer.clone(),
         stats.clone(),
-        LifecycleConfig::of(&cfg),
+        &cfg,
     ));
     let parts = Parts {
         admission: Admission::new(stores.clone(), journals.clone(), stats.clone()),
@@ -298,23 +298,17 @@ impl Parts {
         ahead_jobs: Option<crossbeam_channel::Receiver<AheadJob>>,
         threads: usize,
     ) -> Result<()> {
-        let (checkpointer, lifecycle, journals) = (
-            self.checkpointer.clone(),
-            self.lifecycle.clone(),
-            self.journals.clone(),
-        );
+        let (checkpointer, journals) = (self.checkpointer.clone(), self.journals.clone());
         self.spawn("pybkx-checkpoint".into(), move || {
-            let mut timers = Timers::new();
-            checkpointer
-                .run_checkpoints(&journals, &mut || lifecycle.after_checkpoint(&mut timers));
+            checkpointer.run_checkpoints(&journals)
         })?;
         let checkpointer = self.checkpointer.clone();
         self.spawn("pybkx-index-merge".into(), move || {
             checkpointer.run_merges()
         })?;
-        if self.lifecycle.has_tiers() {
+        if self.lifecycle.has_timed_jobs() {
             let lifecycle = self.lifecycle.clone();
-            self.spawn("pybkx-tier-mover".into(), move || lifecycle.run_mover())?;
+            self.spawn("pybkx-lifecycle".into(), move || lifecycle.run_scheduler())?;
         }
         if let Some(jobs) = ahead_jobs {
             for i in 0..threads {

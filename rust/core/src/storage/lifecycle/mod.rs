@@ -1,13 +1,15 @@
 //! The disk's lifecycle: what happens to entry logs after they are written. Entry-log garbage
-//! collection (`gc`), compaction (`compaction`) and moves between tiers (`tiering`), with the
-//! rules that say when each runs: `gcWaitTime`, the minor and major compaction intervals, the
-//! disk pressure the bookie's disk checker reports (`isForceGCAllowWhenNoSpace`) and the tier
-//! pass interval. It decides which logs are removed, rewritten or moved; it never writes an
-//! entry a client sent (the write path does) and never decides which ledgers are gone (the
-//! bookie's metadata does).
+//! collection (`gc`), compaction (`compaction`) and moves between tiers (`tiering`), each run
+//! by one scheduler thread (`pybkx-lifecycle`) when `scheduler` says it is due (`gcWaitTime`,
+//! the minor and major compaction intervals, the disk pressure the bookie's disk checker
+//! reports, `isForceGCAllowWhenNoSpace`, the tier pass interval), or at once when asked (the
+//! storage's API: the bookie's metadata GC, an operator's forced compaction, tools). It decides
+//! which logs are removed, rewritten or moved; it never writes an entry a client sent (the
+//! write path does) and never decides which ledgers are gone (the bookie's metadata does).
 
 mod compaction;
 mod gc;
+mod scheduler;
 #[cfg(test)]
 mod tests;
 mod tiering;
@@ -20,6 +22,7 @@ use parking_lot::{Condvar, Mutex};
 
 pub use compaction::CompactionReport;
 pub use gc::GcReport;
+pub use scheduler::DiskPressure;
 pub use tiering::MoveReport;
 
 use super::checkpoint::Checkpointer;
@@ -28,74 +31,27 @@ use super::stores::Stores;
 use crate::config::StorageConfig;
 use crate::error::Result;
 use compaction::Compactor;
+use scheduler::{Job, Schedule};
 use tiering::Mover;
 
-/// How often the mover looks at the tiers' usage when not asked.
-const PASS_INTERVAL: Duration = Duration::from_millis(500);
+/// How long the scheduler waits after a failed job before it may run another.
+const FAILURE_PAUSE: Duration = Duration::from_millis(200);
 
-/// How full the ledger directories are, for the garbage collector's choices.
+/// Which compaction a collection asked for runs (at its configured threshold).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u8)]
-pub enum DiskPressure {
-    Normal = 0,
-    /// Some ledger directory is past `diskUsageWarnThreshold`.
-    AlmostFull = 1,
-    /// Some ledger directory is past `diskUsageThreshold`.
-    Full = 2,
+pub enum Compaction {
+    /// `minorCompactionThreshold`.
+    Minor,
+    /// `majorCompactionThreshold`.
+    Major,
 }
 
-impl DiskPressure {
-    fn from_u8(v: u8) -> DiskPressure {
-        match v {
-            0 => DiskPressure::Normal,
-            1 => DiskPressure::AlmostFull,
-            _ => DiskPressure::Full,
-        }
-    }
-}
-
-/// The keys the lifecycle follows.
-#[derive(Debug, Clone)]
-pub(super) struct LifecycleConfig {
-    gc_wait: Duration,
-    force_gc_when_no_space: bool,
-    minor_compaction_threshold: f64,
-    minor_compaction_interval: Duration,
-    major_compaction_threshold: f64,
-    major_compaction_interval: Duration,
-    compaction_rate_bytes: u64,
-}
-
-impl LifecycleConfig {
-    pub(super) fn of(cfg: &StorageConfig) -> LifecycleConfig {
-        LifecycleConfig {
-            gc_wait: cfg.gc_wait,
-            force_gc_when_no_space: cfg.force_gc_when_no_space,
-            minor_compaction_threshold: cfg.minor_compaction_threshold,
-            minor_compaction_interval: cfg.minor_compaction_interval,
-            major_compaction_threshold: cfg.major_compaction_threshold,
-            major_compaction_interval: cfg.major_compaction_interval,
-            compaction_rate_bytes: cfg.compaction_rate_bytes,
-        }
-    }
-}
-
-/// When the timed collections ran last (the checkpoint thread's timers).
-pub(super) struct Timers {
-    last_gc: Instant,
-    last_minor: Instant,
-    last_major: Instant,
-}
-
-impl Timers {
-    pub(super) fn new() -> Timers {
-        let now = Instant::now();
-        Timers {
-            last_gc: now,
-            last_minor: now,
-            last_major: now,
-        }
-    }
+/// What a collection asked for at once did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct CollectReport {
+    pub gc: GcReport,
+    /// The compaction asked for, if any.
+    pub compaction: Option<CompactionReport>,
 }
 
 /// The lifecycle of one storage's entry logs.
@@ -103,19 +59,27 @@ pub(super) struct Lifecycle {
     stores: Arc<Stores>,
     checkpointer: Arc<Checkpointer>,
     stats: Arc<StorageStats>,
-    cfg: LifecycleConfig,
+    /// `minorCompactionThreshold`, `majorCompactionThreshold`.
+    minor_threshold: f64,
+    major_threshold: f64,
+    /// `compactionRateByBytes`.
+    compaction_rate_bytes: u64,
+    /// `isForceGCAllowWhenNoSpace` (for the log line a change of pressure writes).
+    force_gc_when_no_space: bool,
+    /// The timers; the scheduler thread's alone once it runs.
+    schedule: Mutex<Schedule>,
     /// One collection (garbage collection or compaction) at a time.
     collecting: Mutex<()>,
-    /// One tier pass at a time (the thread's or `move_entry_logs`).
+    /// One tier pass at a time (the scheduler's or `move_entry_logs`).
     moving: Mutex<()>,
     /// How full the ledger directories are, as the bookie's disk checker last said:
     /// [`DiskPressure`] as a number.
     pressure: AtomicU8,
     /// The storage is closing: running jobs end early, no other starts.
     stopping: AtomicBool,
-    /// The tier mover was asked for a pass.
-    mover_wake: Mutex<bool>,
-    mover_signal: Condvar,
+    /// Wakes the scheduler: the pressure changed, or the storage is closing.
+    wake: Mutex<()>,
+    wake_signal: Condvar,
 }
 
 impl Lifecycle {
@@ -123,24 +87,33 @@ impl Lifecycle {
         stores: Arc<Stores>,
         checkpointer: Arc<Checkpointer>,
         stats: Arc<StorageStats>,
-        cfg: LifecycleConfig,
+        cfg: &StorageConfig,
     ) -> Lifecycle {
+        let tiers = stores.entrylog.dirs().tier_count();
         Lifecycle {
             stores,
             checkpointer,
             stats,
-            cfg,
+            minor_threshold: cfg.minor_compaction_threshold,
+            major_threshold: cfg.major_compaction_threshold,
+            compaction_rate_bytes: cfg.compaction_rate_bytes,
+            force_gc_when_no_space: cfg.force_gc_when_no_space,
+            schedule: Mutex::new(Schedule::new(cfg, tiers, Instant::now())),
             collecting: Mutex::new(()),
             moving: Mutex::new(()),
             pressure: AtomicU8::new(DiskPressure::Normal as u8),
             stopping: AtomicBool::new(false),
-            mover_wake: Mutex::new(false),
-            mover_signal: Condvar::new(),
+            wake: Mutex::new(()),
+            wake_signal: Condvar::new(),
         }
     }
 
     fn stopping(&self) -> bool {
         self.stopping.load(Ordering::Acquire)
+    }
+
+    fn pressure(&self) -> DiskPressure {
+        DiskPressure::from_u8(self.pressure.load(Ordering::Acquire))
     }
 
     /// Removes the entry logs none of whose ledgers exists any more.
@@ -154,6 +127,19 @@ impl Lifecycle {
         self.compact_between(threshold, &mut || {})
     }
 
+    /// Garbage collection now, then the compaction asked for: what the bookie asks for after
+    /// it deleted ledgers whose metadata is gone, and what an operator's forced pass runs.
+    pub(super) fn collect(&self, compaction: Option<Compaction>) -> Result<CollectReport> {
+        let gc = self.gc_entry_logs()?;
+        let compaction = match compaction {
+            None => None,
+            Some(Compaction::Minor) => Some(self.compact(self.minor_threshold)?),
+            Some(Compaction::Major) => Some(self.compact(self.major_threshold)?),
+        };
+        Ok(CollectReport { gc, compaction })
+    }
+
+    /// A compaction that calls `between` after each log it rewrites.
     fn compact_between(
         &self,
         threshold: f64,
@@ -164,7 +150,7 @@ impl Lifecycle {
             stores: &self.stores,
             checkpointer: &self.checkpointer,
             stats: &self.stats,
-            rate_bytes: self.cfg.compaction_rate_bytes,
+            rate_bytes: self.compaction_rate_bytes,
         };
         compactor.compact(threshold, &|| self.stopping(), between)
     }
@@ -183,91 +169,89 @@ impl Lifecycle {
         mover.pass()
     }
 
-    /// Records how full the ledger directories are (see `LedgerStorage::set_disk_pressure`).
+    /// Records how full the ledger directories are (see `LedgerStorage::set_disk_pressure`);
+    /// the scheduler looks at its timers again.
     pub(super) fn set_disk_pressure(&self, pressure: DiskPressure) {
         let old = self.pressure.swap(pressure as u8, Ordering::AcqRel);
         if old != pressure as u8 {
             log::info!(
                 "ledger directories {pressure:?}: compaction follows \
                  (isForceGCAllowWhenNoSpace={})",
-                self.cfg.force_gc_when_no_space
+                self.force_gc_when_no_space
             );
+            self.wake_scheduler();
         }
     }
 
-    fn pressure(&self) -> DiskPressure {
-        DiskPressure::from_u8(self.pressure.load(Ordering::Acquire))
+    /// Whether a job can ever fall due by itself (else no scheduler thread is needed).
+    pub(super) fn has_timed_jobs(&self) -> bool {
+        self.schedule.lock().has_jobs()
     }
 
-    /// Whether a tier mover thread has work (two tiers or more).
-    pub(super) fn has_tiers(&self) -> bool {
-        self.stores.entrylog.dirs().tier_count() > 1
-    }
-
-    /// Ends the running jobs early and the mover thread.
+    /// Ends the running jobs early and the scheduler thread.
     pub(super) fn stop(&self) {
         self.stopping.store(true, Ordering::Release);
-        *self.mover_wake.lock() = true;
-        self.mover_signal.notify_all();
+        self.wake_scheduler();
     }
 
-    /// The mover thread: a pass every [`PASS_INTERVAL`] or when woken, until the storage
-    /// closes.
-    pub(super) fn run_mover(&self) {
-        loop {
-            {
-                let mut asked = self.mover_wake.lock();
-                if !*asked && !self.stopping() {
-                    self.mover_signal.wait_for(&mut asked, PASS_INTERVAL);
+    fn wake_scheduler(&self) {
+        let _wake = self.wake.lock();
+        self.wake_signal.notify_all();
+    }
+
+    /// The scheduler thread: runs each job when the schedule says it is due, one at a time,
+    /// until the storage closes.
+    pub(super) fn run_scheduler(&self) {
+        let mut schedule = self.schedule.lock();
+        while let Some(jobs) = self.next_jobs(&mut schedule) {
+            for job in jobs {
+                if self.stopping() {
+                    return;
                 }
-                *asked = false;
-            }
-            if self.stopping() {
-                break;
-            }
-            if let Err(e) = self.move_entry_logs() {
-                log::error!("moving entry logs between tiers failed: {e}");
-                std::thread::sleep(Duration::from_millis(200));
+                if let Err(e) = self.run_job(job, &mut schedule) {
+                    log::error!("{} failed: {e}", job.name());
+                    // Do not spin on a failing disk; the next due time retries.
+                    std::thread::sleep(FAILURE_PAUSE);
+                }
             }
         }
     }
 
-    /// After a timed checkpoint: every gcWaitTime removal of entry logs whose ledgers are
-    /// all deleted, and the compactions due.
-    pub(super) fn after_checkpoint(&self, timers: &mut Timers) -> Result<()> {
-        let cfg = &self.cfg;
-        let gc = &cfg.gc_wait;
-        if !gc.is_zero() && timers.last_gc.elapsed() >= *gc {
-            timers.last_gc = Instant::now();
-            self.gc_entry_logs()?;
-        }
-        let pressure = self.pressure();
-        let forced = cfg.force_gc_when_no_space && pressure != DiskPressure::Normal;
-        if forced {
-            // Space is short: everything deleted goes now (BookKeeper's forced GC).
-            timers.last_gc = Instant::now();
-            self.gc_entry_logs()?;
-        }
-        for (interval, threshold, last, suspended) in [
-            (
-                cfg.major_compaction_interval,
-                cfg.major_compaction_threshold,
-                &mut timers.last_major,
-                pressure != DiskPressure::Normal,
-            ),
-            (
-                cfg.minor_compaction_interval,
-                cfg.minor_compaction_threshold,
-                &mut timers.last_minor,
-                pressure == DiskPressure::Full,
-            ),
-        ] {
-            let due = !interval.is_zero() && last.elapsed() >= interval;
-            if (forced && threshold > 0.0) || (due && !suspended) {
-                *last = Instant::now();
-                self.compact(threshold)?;
+    /// Waits until jobs are due and returns them; None once the storage is closing.
+    fn next_jobs(&self, schedule: &mut Schedule) -> Option<Vec<Job>> {
+        let mut wake = self.wake.lock();
+        loop {
+            if self.stopping() {
+                return None;
+            }
+            let pressure = self.pressure();
+            let jobs = schedule.due(Instant::now(), pressure);
+            if !jobs.is_empty() {
+                return Some(jobs);
+            }
+            match schedule.next(pressure) {
+                Some(at) => {
+                    self.wake_signal.wait_until(&mut wake, at);
+                }
+                None => self.wake_signal.wait(&mut wake),
             }
         }
-        Ok(())
+    }
+
+    fn run_job(&self, job: Job, schedule: &mut Schedule) -> Result<()> {
+        match job {
+            Job::TierPass => self.move_entry_logs().map(|_| ()),
+            Job::CollectGarbage => self.gc_entry_logs().map(|_| ()),
+            // A long compaction lets the tier passes due meanwhile run between its logs.
+            Job::Compact(threshold) => self
+                .compact_between(threshold, &mut || {
+                    if schedule.tier_pass_due(Instant::now()) {
+                        if let Err(e) = self.move_entry_logs() {
+                            log::error!("{} failed: {e}", Job::TierPass.name());
+                        }
+                    }
+                })
+                .map(|_| ()),
+        }
     }
 }

@@ -57,6 +57,35 @@ fn gc_removes_entry_logs_whose_ledgers_are_all_deleted() {
     }
 }
 
+/// The scheduler collects by itself every `gcWaitTime`: a deleted ledger's own logs go
+/// without anyone asking.
+#[test]
+fn timed_gc_removes_the_logs_of_deleted_ledgers_by_itself() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = crate::config::StorageConfig {
+        gc_wait: std::time::Duration::from_millis(20),
+        ..small_cache_config(dir.path())
+    };
+    let s = LedgerStorage::open(cfg).unwrap();
+    for e in 0..40 {
+        add(&s, 1, e, &[1u8; 20_000]).unwrap();
+    }
+    s.checkpoint().unwrap();
+    for e in 0..40 {
+        add(&s, 2, e, &[2u8; 20_000]).unwrap();
+    }
+    s.checkpoint().unwrap();
+    wait(|d| s.delete_ledger(1, d)).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while s.parts.stats.gc_logs_removed.get() < 2 {
+        assert!(std::time::Instant::now() < deadline, "no timed collection");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    for e in 0..40 {
+        assert_eq!(&s.read_entry(2, e).unwrap()[..], &[2u8; 20_000][..]);
+    }
+}
+
 fn three_ledger_payload(l: u64, e: u64) -> Vec<u8> {
     vec![(l * 7 + e) as u8; 10_000]
 }
@@ -79,33 +108,36 @@ fn full_disks_suspend_timed_compaction_unless_forced_gc_is_allowed() {
     for force in [false, true] {
         let dir = tempfile::tempdir().unwrap();
         let cfg = crate::config::StorageConfig {
+            // The cadence of forced passes.
             flush_interval: std::time::Duration::from_millis(20),
-            // Due at every checkpoint: only the disk pressure decides.
-            minor_compaction_interval: std::time::Duration::from_millis(1),
-            major_compaction_interval: std::time::Duration::from_millis(1),
+            // Due at every look of the scheduler: only the disk pressure decides.
+            minor_compaction_interval: std::time::Duration::from_millis(20),
+            major_compaction_interval: std::time::Duration::from_millis(20),
             // A third stays live: minor compaction takes it too.
             minor_compaction_threshold: 0.5,
             force_gc_when_no_space: force,
             ..small_cache_config(dir.path())
         };
         let s = LedgerStorage::open(cfg).unwrap();
+        // Full from the start: every compaction the scheduler starts from now on follows it
+        // (while nothing is deleted, any that ran before compacts nothing).
+        s.set_disk_pressure(DiskPressure::Full);
         let data = three_ledger_payload;
         fill_three_ledgers(&s);
-        s.set_disk_pressure(DiskPressure::Full);
-        std::thread::sleep(std::time::Duration::from_millis(100)); // a running pass ends
         let before = s.parts.stats.compacted_logs.get();
         wait(|d| s.delete_ledger(1, d)).unwrap();
         wait(|d| s.delete_ledger(2, d)).unwrap();
         let compacted = || s.parts.stats.compacted_logs.get() > before;
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         if force {
-            // Space is short and forcing is allowed: compacted at the next checkpoints.
+            // Space is short and forcing is allowed: compacted by the next forced pass.
             while !compacted() && std::time::Instant::now() < deadline {
                 std::thread::sleep(std::time::Duration::from_millis(20));
             }
             assert!(compacted(), "forced compaction while full");
         } else {
-            // Suspended for 15 checkpoints, then resumed when the disks have room.
+            // Suspended over 15 of the scheduler's intervals (a window in which nothing may
+            // happen, not a wait for something), then resumed when the disks have room.
             std::thread::sleep(std::time::Duration::from_millis(300));
             assert!(
                 !compacted(),
