@@ -337,8 +337,6 @@ class Bookie:
                 self._gc = GarbageCollector(
                     storage,
                     store,
-                    minor_threshold=config.minor_compaction_threshold,
-                    major_threshold=config.major_compaction_threshold,
                     bookie_id=bookie_id,
                     over_replicated_interval_s=config.gc_overreplicated_ledger_wait_time_ms / 1000,
                 )

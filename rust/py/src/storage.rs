@@ -1,5 +1,6 @@
 //! `LedgerStorage` and `scan_journal`: the bookie's storage engine for Python (the bookie
-//! process, tools, tests). Thin wrappers: blocking calls release the GIL; errors map once.
+//! process, tools, tests), with its results as named, frozen classes. Thin wrappers: blocking
+//! calls release the GIL; errors map once.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -8,14 +9,177 @@ use bytes::Bytes;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 
-use pybkx_core::storage::{self, LedgerStorage, RangeLimits, LAST_ENTRY};
+use pyo3::exceptions::PyValueError;
+
+use pybkx_core::storage::{self, Compaction, LedgerStorage, RangeLimits, LAST_ENTRY};
 
 use crate::config::storage_config;
 use crate::errors::BkResult;
 use crate::util::{non_negative, payload};
 
-/// One directory for the disk checker: kind, path, total bytes, free bytes, marked full.
-type DirRow = (String, String, u64, u64, bool);
+/// Registers the storage's classes on the extension module.
+pub(crate) fn add_classes(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyLedgerStorage>()?;
+    m.add_class::<PyGcReport>()?;
+    m.add_class::<PyCompactionReport>()?;
+    m.add_class::<PyCollectReport>()?;
+    m.add_class::<PyMoveReport>()?;
+    m.add_class::<PyDirectoryUsage>()?;
+    m.add_class::<PyJournalMark>()?;
+    Ok(())
+}
+
+/// What `gc_entry_logs` did; see `_core.pyi`.
+#[pyclass(name = "GcReport", module = "pybkx._core", frozen, get_all, eq, skip_from_py_object)]
+#[derive(Clone, PartialEq)]
+pub(crate) struct PyGcReport {
+    logs_removed: u64,
+    bytes_freed: u64,
+}
+
+/// What `compact` did; see `_core.pyi`.
+#[pyclass(name = "CompactionReport", module = "pybkx._core", frozen, get_all, eq, skip_from_py_object)]
+#[derive(Clone, PartialEq)]
+pub(crate) struct PyCompactionReport {
+    logs_compacted: u64,
+    bytes_moved: u64,
+    bytes_freed: u64,
+}
+
+/// What `collect` did; see `_core.pyi`.
+#[pyclass(name = "CollectReport", module = "pybkx._core", frozen, get_all, eq, skip_from_py_object)]
+#[derive(Clone, PartialEq)]
+pub(crate) struct PyCollectReport {
+    gc: PyGcReport,
+    compaction: Option<PyCompactionReport>,
+}
+
+/// What `move_entry_logs` did; see `_core.pyi`.
+#[pyclass(name = "MoveReport", module = "pybkx._core", frozen, get_all, eq, skip_from_py_object)]
+#[derive(Clone, PartialEq)]
+pub(crate) struct PyMoveReport {
+    demoted: u64,
+    promoted: u64,
+    bytes: u64,
+}
+
+/// One directory for the disk checker; see `_core.pyi`.
+#[pyclass(name = "DirectoryUsage", module = "pybkx._core", frozen, get_all, eq, skip_from_py_object)]
+#[derive(Clone, PartialEq)]
+pub(crate) struct PyDirectoryUsage {
+    kind: String,
+    path: String,
+    total_bytes: u64,
+    free_bytes: u64,
+    full: bool,
+}
+
+/// A journal position; see `_core.pyi`.
+#[pyclass(name = "JournalMark", module = "pybkx._core", frozen, get_all, eq, skip_from_py_object)]
+#[derive(Clone, PartialEq)]
+pub(crate) struct PyJournalMark {
+    file_id: u64,
+    offset: u64,
+}
+
+impl From<storage::GcReport> for PyGcReport {
+    fn from(r: storage::GcReport) -> Self {
+        PyGcReport {
+            logs_removed: r.logs_removed,
+            bytes_freed: r.bytes_freed,
+        }
+    }
+}
+
+impl From<storage::CompactionReport> for PyCompactionReport {
+    fn from(r: storage::CompactionReport) -> Self {
+        PyCompactionReport {
+            logs_compacted: r.logs_compacted,
+            bytes_moved: r.bytes_moved,
+            bytes_freed: r.bytes_freed,
+        }
+    }
+}
+
+#[pymethods]
+impl PyGcReport {
+    fn __repr__(&self) -> String {
+        format!(
+            "GcReport(logs_removed={}, bytes_freed={})",
+            self.logs_removed, self.bytes_freed
+        )
+    }
+}
+
+#[pymethods]
+impl PyCompactionReport {
+    fn __repr__(&self) -> String {
+        format!(
+            "CompactionReport(logs_compacted={}, bytes_moved={}, bytes_freed={})",
+            self.logs_compacted, self.bytes_moved, self.bytes_freed
+        )
+    }
+}
+
+#[pymethods]
+impl PyCollectReport {
+    fn __repr__(&self) -> String {
+        let compaction = self
+            .compaction
+            .as_ref()
+            .map_or("None".to_string(), PyCompactionReport::__repr__);
+        format!(
+            "CollectReport(gc={}, compaction={compaction})",
+            self.gc.__repr__()
+        )
+    }
+}
+
+#[pymethods]
+impl PyMoveReport {
+    fn __repr__(&self) -> String {
+        format!(
+            "MoveReport(demoted={}, promoted={}, bytes={})",
+            self.demoted, self.promoted, self.bytes
+        )
+    }
+}
+
+#[pymethods]
+impl PyDirectoryUsage {
+    fn __repr__(&self) -> String {
+        format!(
+            "DirectoryUsage(kind={:?}, path={:?}, total_bytes={}, free_bytes={}, full={})",
+            self.kind,
+            self.path,
+            self.total_bytes,
+            self.free_bytes,
+            if self.full { "True" } else { "False" }
+        )
+    }
+}
+
+#[pymethods]
+impl PyJournalMark {
+    fn __repr__(&self) -> String {
+        format!(
+            "JournalMark(file_id={}, offset={})",
+            self.file_id, self.offset
+        )
+    }
+}
+
+/// The compaction `collect` runs: "major", "minor" or None.
+fn compaction_named(name: Option<&str>) -> PyResult<Option<Compaction>> {
+    match name {
+        None => Ok(None),
+        Some("major") => Ok(Some(Compaction::Major)),
+        Some("minor") => Ok(Some(Compaction::Minor)),
+        Some(other) => Err(PyValueError::new_err(format!(
+            "compaction must be \"major\", \"minor\" or None, got {other:?}"
+        ))),
+    }
+}
 
 /// A bookie's ledger storage (journal + entry logs + index); see `_core.pyi`.
 #[pyclass(name = "LedgerStorage", module = "pybkx._core", frozen)]
@@ -195,18 +359,29 @@ impl PyLedgerStorage {
         Ok(())
     }
 
-    fn journal_marks(&self) -> Vec<(u64, u64)> {
+    fn journal_marks(&self) -> Vec<PyJournalMark> {
         self.inner
             .journal_marks()
             .into_iter()
-            .map(|m| (m.file_id, m.offset))
+            .map(|m| PyJournalMark {
+                file_id: m.file_id,
+                offset: m.offset,
+            })
             .collect()
     }
 
-    /// (logs compacted, live bytes moved, bytes freed)
-    fn compact(&self, py: Python<'_>, threshold: f64) -> BkResult<(u64, u64, u64)> {
-        let r = py.detach(|| self.inner.compact(threshold))?;
-        Ok((r.logs_compacted, r.bytes_moved, r.bytes_freed))
+    fn compact(&self, py: Python<'_>, threshold: f64) -> BkResult<PyCompactionReport> {
+        Ok(py.detach(|| self.inner.compact(threshold))?.into())
+    }
+
+    #[pyo3(signature = (compaction = None))]
+    fn collect(&self, py: Python<'_>, compaction: Option<&str>) -> BkResult<PyCollectReport> {
+        let compaction = compaction_named(compaction)?;
+        let r = py.detach(|| self.inner.collect(compaction))?;
+        Ok(PyCollectReport {
+            gc: r.gc.into(),
+            compaction: r.compaction.map(Into::into),
+        })
     }
 
     /// 0: normal, 1: a ledger directory is almost full, 2: one is full.
@@ -218,10 +393,13 @@ impl PyLedgerStorage {
         });
     }
 
-    /// (logs demoted, logs promoted, bytes moved)
-    fn move_entry_logs(&self, py: Python<'_>) -> BkResult<(u64, u64, u64)> {
+    fn move_entry_logs(&self, py: Python<'_>) -> BkResult<PyMoveReport> {
         let r = py.detach(|| self.inner.move_entry_logs())?;
-        Ok((r.demoted, r.promoted, r.bytes))
+        Ok(PyMoveReport {
+            demoted: r.demoted,
+            promoted: r.promoted,
+            bytes: r.bytes,
+        })
     }
 
     /// Entry log id -> the ledger directory (`current/`) holding it.
@@ -233,9 +411,8 @@ impl PyLedgerStorage {
             .collect()
     }
 
-    fn gc_entry_logs(&self, py: Python<'_>) -> BkResult<(u64, u64)> {
-        let r = py.detach(|| self.inner.gc_entry_logs())?;
-        Ok((r.logs_removed, r.bytes_freed))
+    fn gc_entry_logs(&self, py: Python<'_>) -> BkResult<PyGcReport> {
+        Ok(py.detach(|| self.inner.gc_entry_logs())?.into())
     }
 
     fn checkpoint(&self, py: Python<'_>) -> BkResult<()> {
@@ -256,19 +433,16 @@ impl PyLedgerStorage {
         Ok(out)
     }
 
-    /// `[(kind, path, total_bytes, free_bytes, marked_full)]` for every directory written to.
-    fn directory_usage(&self, py: Python<'_>) -> BkResult<Vec<DirRow>> {
+    fn directory_usage(&self, py: Python<'_>) -> BkResult<Vec<PyDirectoryUsage>> {
         let dirs = py.detach(|| self.inner.directory_usage())?;
         Ok(dirs
             .into_iter()
-            .map(|d| {
-                (
-                    d.kind.name().to_string(),
-                    d.path.display().to_string(),
-                    d.usage.total_bytes,
-                    d.usage.free_bytes,
-                    d.full,
-                )
+            .map(|d| PyDirectoryUsage {
+                kind: d.kind.name().to_string(),
+                path: d.path.display().to_string(),
+                total_bytes: d.usage.total_bytes,
+                free_bytes: d.usage.free_bytes,
+                full: d.full,
             })
             .collect())
     }
