@@ -30,7 +30,14 @@ pub(crate) fn add_classes(m: &Bound<'_, PyModule>) -> PyResult<()> {
 }
 
 /// What `gc_entry_logs` did; see `_core.pyi`.
-#[pyclass(name = "GcReport", module = "pybkx._core", frozen, get_all, eq, skip_from_py_object)]
+#[pyclass(
+    name = "GcReport",
+    module = "pybkx._core",
+    frozen,
+    get_all,
+    eq,
+    skip_from_py_object
+)]
 #[derive(Clone, PartialEq)]
 pub(crate) struct PyGcReport {
     logs_removed: u64,
@@ -38,7 +45,14 @@ pub(crate) struct PyGcReport {
 }
 
 /// What `compact` did; see `_core.pyi`.
-#[pyclass(name = "CompactionReport", module = "pybkx._core", frozen, get_all, eq, skip_from_py_object)]
+#[pyclass(
+    name = "CompactionReport",
+    module = "pybkx._core",
+    frozen,
+    get_all,
+    eq,
+    skip_from_py_object
+)]
 #[derive(Clone, PartialEq)]
 pub(crate) struct PyCompactionReport {
     logs_compacted: u64,
@@ -47,7 +61,14 @@ pub(crate) struct PyCompactionReport {
 }
 
 /// What `collect` did; see `_core.pyi`.
-#[pyclass(name = "CollectReport", module = "pybkx._core", frozen, get_all, eq, skip_from_py_object)]
+#[pyclass(
+    name = "CollectReport",
+    module = "pybkx._core",
+    frozen,
+    get_all,
+    eq,
+    skip_from_py_object
+)]
 #[derive(Clone, PartialEq)]
 pub(crate) struct PyCollectReport {
     gc: PyGcReport,
@@ -55,7 +76,14 @@ pub(crate) struct PyCollectReport {
 }
 
 /// What `move_entry_logs` did; see `_core.pyi`.
-#[pyclass(name = "MoveReport", module = "pybkx._core", frozen, get_all, eq, skip_from_py_object)]
+#[pyclass(
+    name = "MoveReport",
+    module = "pybkx._core",
+    frozen,
+    get_all,
+    eq,
+    skip_from_py_object
+)]
 #[derive(Clone, PartialEq)]
 pub(crate) struct PyMoveReport {
     demoted: u64,
@@ -64,7 +92,14 @@ pub(crate) struct PyMoveReport {
 }
 
 /// One directory for the disk checker; see `_core.pyi`.
-#[pyclass(name = "DirectoryUsage", module = "pybkx._core", frozen, get_all, eq, skip_from_py_object)]
+#[pyclass(
+    name = "DirectoryUsage",
+    module = "pybkx._core",
+    frozen,
+    get_all,
+    eq,
+    skip_from_py_object
+)]
 #[derive(Clone, PartialEq)]
 pub(crate) struct PyDirectoryUsage {
     kind: String,
@@ -75,7 +110,14 @@ pub(crate) struct PyDirectoryUsage {
 }
 
 /// A journal position; see `_core.pyi`.
-#[pyclass(name = "JournalMark", module = "pybkx._core", frozen, get_all, eq, skip_from_py_object)]
+#[pyclass(
+    name = "JournalMark",
+    module = "pybkx._core",
+    frozen,
+    get_all,
+    eq,
+    skip_from_py_object
+)]
 #[derive(Clone, PartialEq)]
 pub(crate) struct PyJournalMark {
     file_id: u64,

@@ -18,6 +18,14 @@ use crate::error::{Result, StorageError};
 /// Stripes of the admission locks (adds and fences of ledgers in one stripe serialise briefly).
 const ADMISSION_STRIPES: usize = 64;
 
+/// An add that passed its checks: the journal it goes to, its ledger's key, and the ledger's
+/// stripe, held until the entry is in the journal queue.
+struct Admitted<'a> {
+    journal: &'a Journal,
+    key: Arc<[u8]>,
+    _stripe: MutexGuard<'a, ()>,
+}
+
 /// Admission of one storage's writes.
 pub(super) struct Admission {
     stores: Arc<Stores>,
@@ -51,8 +59,8 @@ impl Admission {
         self.stripes[(ledger % ADMISSION_STRIPES as u64) as usize].lock()
     }
 
-    /// Journals an entry; `done` is called once it is durable (or failed). `wait_for_room`:
-    /// wait for room in the journal queue, else fail with `QueueFull` (dropping `done`).
+    /// Journals an entry, waiting for room in the journal queue; `done` is called once it is
+    /// durable (or failed).
     pub(super) fn add(
         &self,
         ledger: u64,
@@ -61,23 +69,58 @@ impl Admission {
         data: Bytes,
         recovery: bool,
         done: Completion,
-        wait_for_room: bool,
     ) -> Result<()> {
+        let Admitted {
+            journal,
+            key,
+            _stripe,
+        } = self.admit(ledger, entry, master_key, recovery, &data)?;
+        journal.submit(JournalOp::entry(ledger, entry, data), Some(key), done)
+    }
+
+    /// As [`add`](Self::add), but fails with `QueueFull` (dropping `done`) instead of waiting
+    /// for room in the journal queue.
+    pub(super) fn try_add(
+        &self,
+        ledger: u64,
+        entry: u64,
+        master_key: &[u8],
+        data: Bytes,
+        recovery: bool,
+        done: Completion,
+    ) -> Result<()> {
+        let Admitted {
+            journal,
+            key,
+            _stripe,
+        } = self.admit(ledger, entry, master_key, recovery, &data)?;
+        journal.try_submit(JournalOp::entry(ledger, entry, data), Some(key), done)
+    }
+
+    /// Checks an add (ids, key, fence) and counts it.
+    ///
+    /// The stripe is held from the fence check to the journal: an add admitted before a fence
+    /// is journalled before it, so a fence's durability covers every add it did not refuse
+    /// (see `fence`).
+    fn admit(
+        &self,
+        ledger: u64,
+        entry: u64,
+        master_key: &[u8],
+        recovery: bool,
+        data: &Bytes,
+    ) -> Result<Admitted<'_>> {
         check_id("ledger id", ledger)?;
         check_id("entry id", entry)?;
-        // Held from the fence check to the journal: an add admitted before a fence is journalled
-        // before it, so a fence's durability covers every add it did not refuse (see `fence`).
-        let _admission = self.stripe(ledger);
+        let stripe = self.stripe(ledger);
         let key = self.writable_key(ledger, master_key, recovery)?;
-        let journal = self.journal_for(ledger);
         self.stats.add_entry_bytes.ok.record(data.len() as u64);
         self.stats.write_bytes.add(data.len() as u64);
-        let op = JournalOp::entry(ledger, entry, data);
-        if wait_for_room {
-            journal.submit(op, Some(key), done)
-        } else {
-            journal.try_submit(op, Some(key), done)
-        }
+        Ok(Admitted {
+            journal: self.journal_for(ledger),
+            key,
+            _stripe: stripe,
+        })
     }
 
     /// Fences the ledger, creating it with `master_key` if this bookie does not know it yet.

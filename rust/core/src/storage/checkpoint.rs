@@ -3,15 +3,17 @@
 //! and manifest recorded in `index.log` and the journal files the marks cover let go. Its
 //! thread runs them every `flushInterval` and flushes whenever the write cache fills. Crash-safe
 //! at every step: a file is referenced only once durable and removed only once unreferenced.
-//! It owns `index.log`'s writer; it never decides which entry logs are removed.
+//! It owns `index.log`'s writer, through which merges and compactions record their segments;
+//! it never decides which segments are merged or which entry logs are removed.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use parking_lot::{Condvar, Mutex, MutexGuard};
+use parking_lot::{Condvar, Mutex};
 
-use super::index::segment::{IndexEntry, Segment, SegmentWriter};
+use super::index::segment::{IndexEntry, Segment};
+use super::index::segment_writer::SegmentWriter;
 use super::index::{checkpoint_record, IndexLog};
 use super::journal::{Journal, Mark};
 use super::stats::StorageStats;
@@ -266,35 +268,20 @@ impl Checkpointer {
         record_manifest(&self.stores, &mut f, self.stores.segments.manifest())
     }
 
-    /// Runs one merge if a level has enough segments. Returns whether it merged.
-    pub(super) fn merge_once(&self) -> Result<bool> {
-        let stores = &self.stores;
-        let Some(inputs) = stores.segments.pick_merge() else {
-            return Ok(false);
-        };
-        let seq = stores.next_segment_seq();
-        // Entries of deleted ledgers, and of earlier ledgers with a reused id, are dropped.
-        let mut last: Option<(u64, u64, bool)> = None;
-        let mut keep = |ledger: u64, seg_seq: u64| -> bool {
-            if let Some((l, s, k)) = last {
-                if l == ledger && s == seg_seq {
-                    return k;
-                }
-            }
-            let k = stores
-                .ledger(ledger, |st| seg_seq >= st.since_seq)
-                .unwrap_or(false);
-            last = Some((ledger, seg_seq, k));
-            k
-        };
-        let merged = stores.segments.merge(&inputs, seq, &mut keep)?;
+    /// Puts `merged` in the place of the segments `inputs` and records the new manifest; the
+    /// inputs' files go once it is durable: a merge's result.
+    pub(super) fn replace_segments(
+        &self,
+        inputs: Vec<Arc<Segment>>,
+        merged: Arc<Segment>,
+    ) -> Result<()> {
         let mut f = self.flusher.lock();
         // Segments flushed since the last checkpoint are not in the manifest yet.
-        let manifest: Vec<_> = stores.segments.replace(&inputs, merged);
+        let manifest: Vec<_> = self.stores.segments.replace(&inputs, merged);
         f.doomed.extend(inputs);
-        record_manifest(stores, &mut f, manifest)?;
-        remove_doomed(stores, &mut f);
-        Ok(true)
+        record_manifest(&self.stores, &mut f, manifest)?;
+        remove_doomed(&self.stores, &mut f);
+        Ok(())
     }
 
     /// Asks the checkpoint thread for a flush now.
@@ -387,32 +374,23 @@ impl Checkpointer {
         }
     }
 
-    /// The merge thread: merges segments after checkpoints until no level is full.
-    pub(super) fn run_merges(&self) {
+    /// Waits until a checkpoint asks for merges; false once told to stop.
+    pub(super) fn wait_for_merges(&self) -> bool {
         let mut wake = self.wake.lock();
-        while !wake.stop {
-            if !self.merges_wanted.swap(false, Ordering::AcqRel) {
-                self.wake_signal.wait(&mut wake);
-                continue;
+        loop {
+            if wake.stop {
+                return false;
             }
-            MutexGuard::unlocked(&mut wake, || self.merge_while_a_level_is_full());
+            if self.merges_wanted.swap(false, Ordering::AcqRel) {
+                return true;
+            }
+            self.wake_signal.wait(&mut wake);
         }
     }
 
-    fn merge_while_a_level_is_full(&self) {
-        loop {
-            if self.wake.lock().stop {
-                break;
-            }
-            match self.merge_once() {
-                Ok(true) => self.stats.index_merges.inc(),
-                Ok(false) => break,
-                Err(e) => {
-                    log::error!("index merge failed: {e}");
-                    break;
-                }
-            }
-        }
+    /// Whether the checkpoint and merge threads were told to stop.
+    pub(super) fn stopping(&self) -> bool {
+        self.wake.lock().stop
     }
 }
 

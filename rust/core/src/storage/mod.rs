@@ -18,6 +18,7 @@ mod ids;
 pub mod index;
 pub mod journal;
 mod lifecycle;
+mod merge;
 mod open;
 mod read;
 mod release;
@@ -75,7 +76,7 @@ impl LedgerStorage {
         self.parts.check_open()?;
         self.parts
             .admission
-            .add(ledger, entry, master_key, data, recovery, done, true)
+            .add(ledger, entry, master_key, data, recovery, done)
     }
 
     /// As [`add_entry`](Self::add_entry), but fails with `QueueFull` (dropping `done` uncalled)
@@ -92,7 +93,7 @@ impl LedgerStorage {
         self.parts.check_open()?;
         self.parts
             .admission
-            .add(ledger, entry, master_key, data, recovery, done, false)
+            .try_add(ledger, entry, master_key, data, recovery, done)
     }
 
     /// Stores several entries of one ledger and waits until all are durable (or one failed):

@@ -17,11 +17,13 @@ use super::apply::JournalApplier;
 use super::checkpoint::Checkpointer;
 use super::dirs::{DirKind, LedgerDirs};
 use super::entrylog::EntryLogger;
-use super::index::segment::{IndexEntry, SegmentWriter};
+use super::index::segment::IndexEntry;
+use super::index::segment_writer::SegmentWriter;
 use super::index::segments::SegmentSet;
 use super::index::{self, Index, IndexLog};
 use super::journal::{self, Applier, Journal, Mark};
 use super::lifecycle::Lifecycle;
+use super::merge;
 use super::read::{run_read_ahead, AheadJob, ReadAheadCache, Reader};
 use super::stats::StorageStats;
 use super::stores::Stores;
@@ -302,9 +304,13 @@ impl Parts {
         self.spawn("pybkx-checkpoint".into(), move || {
             checkpointer.run_checkpoints(&journals)
         })?;
-        let checkpointer = self.checkpointer.clone();
+        let (stores, checkpointer, stats) = (
+            self.stores.clone(),
+            self.checkpointer.clone(),
+            self.stats.clone(),
+        );
         self.spawn("pybkx-index-merge".into(), move || {
-            checkpointer.run_merges()
+            merge::run_merges(&stores, &checkpointer, &stats)
         })?;
         if self.lifecycle.has_timed_jobs() {
             let lifecycle = self.lifecycle.clone();

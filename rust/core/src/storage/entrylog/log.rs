@@ -58,8 +58,8 @@ pub(super) struct ActiveLog {
 /// Written bytes of a log handed to the kernel's writeback at once, without waiting: the data
 /// goes to disk at a steady pace instead of piling up as dirty pages until the checkpoint's
 /// fdatasync writes them in one burst that stalls the journal's syncs behind it. Small, so that
-/// a journal sync never queues behind much of it (measured: 1 MiB kept 1 KiB adds' p99 where
-/// it was without writeback; 8 MiB doubled it).
+/// a journal sync never queues behind much of it (measured: larger pieces raised small adds'
+/// p99, see docs/performance.md, "Design figures behind the code").
 const WRITEBACK_BYTES: u64 = 1 << 20;
 
 /// Direct writes are made at least this large: each waits for the device, so small ones would

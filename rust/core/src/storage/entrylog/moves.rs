@@ -22,7 +22,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{log_name, EntryLogger, LogFile};
+use super::log_file::LogFile;
+use super::{log_name, EntryLogger};
 use crate::error::{IoContext, Result, StorageError};
 use crate::fs;
 use crate::storage::release::Unlinked;

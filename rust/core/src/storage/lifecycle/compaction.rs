@@ -14,7 +14,8 @@ use crate::error::{Result, StorageError};
 use crate::fs;
 use crate::storage::checkpoint::Checkpointer;
 use crate::storage::entrylog::{self, scan_entries};
-use crate::storage::index::segment::{IndexEntry, Segment, SegmentWriter};
+use crate::storage::index::segment::{IndexEntry, Segment};
+use crate::storage::index::segment_writer::SegmentWriter;
 use crate::storage::stats::StorageStats;
 use crate::storage::stores::Stores;
 
