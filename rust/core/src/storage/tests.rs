@@ -222,7 +222,9 @@ fn merged_away_segments_are_freed_once_lookups_let_go() {
         .filter(|g| !g.path().exists())
         .map(|g| g.path().to_path_buf())
         .collect();
-    // The segment's own descriptor and the releaser's stay open while the lookup holds it.
+    // The segment's own descriptor and the releaser's (opened before the unlink) stay open
+    // while the lookup holds it: a window in which a releaser that did not wait would close
+    // them, not a wait for something.
     std::thread::sleep(std::time::Duration::from_millis(50));
     for path in &gone {
         assert_eq!(open_descriptors_of_deleted(path), 2, "{}", path.display());

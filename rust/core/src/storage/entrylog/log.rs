@@ -245,7 +245,12 @@ const PADDING_MIN: usize = RECORD_HEADER_LEN + 16;
 /// of a ledger that does not exist, which garbage collection drops.
 fn append_padding(out: &mut impl RecordSink, len: usize) {
     static ZEROS: [u8; 2 * DIRECT_ALIGN] = [0; 2 * DIRECT_ALIGN];
-    debug_assert!((PADDING_MIN..=ZEROS.len()).contains(&len));
+    // Why: a padding of another length would end the flush off the block boundary that direct
+    // writes rely on (once per flush, not per entry).
+    assert!(
+        (PADDING_MIN..=ZEROS.len()).contains(&len),
+        "padding record of {len} bytes"
+    );
     let zeros = &ZEROS[..len - PADDING_MIN];
     append_record(
         out,

@@ -46,7 +46,8 @@ fn a_removed_log_is_freed_in_steps_once_its_readers_let_go() {
     let reader = el.file(first).unwrap(); // a read in progress
     el.remove_log(first).unwrap();
     assert!(!path.exists());
-    // The releaser waits for the reader: both descriptors stay open and the log whole.
+    // The releaser waits for the reader: both descriptors stay open and the log whole (a
+    // window in which a releaser that did not wait would cut the file, not a wait).
     std::thread::sleep(std::time::Duration::from_millis(50));
     assert_eq!(open_descriptors_of_deleted(&path), 2);
     let at = locs[9];
