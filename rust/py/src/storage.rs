@@ -29,100 +29,96 @@ pub(crate) fn add_classes(m: &Bound<'_, PyModule>) -> PyResult<()> {
     Ok(())
 }
 
-/// What `gc_entry_logs` did; see `_core.pyi`.
-#[pyclass(
-    name = "GcReport",
-    module = "pybkx._core",
-    frozen,
-    get_all,
-    eq,
-    skip_from_py_object
-)]
-#[derive(Clone, PartialEq)]
-pub(crate) struct PyGcReport {
-    logs_removed: u64,
-    bytes_freed: u64,
+/// How a result's field shows in its class's repr (Python's spelling).
+trait Repr {
+    fn repr(&self) -> String;
 }
 
-/// What `compact` did; see `_core.pyi`.
-#[pyclass(
-    name = "CompactionReport",
-    module = "pybkx._core",
-    frozen,
-    get_all,
-    eq,
-    skip_from_py_object
-)]
-#[derive(Clone, PartialEq)]
-pub(crate) struct PyCompactionReport {
-    logs_compacted: u64,
-    bytes_moved: u64,
-    bytes_freed: u64,
+impl Repr for u64 {
+    fn repr(&self) -> String {
+        self.to_string()
+    }
 }
 
-/// What `collect` did; see `_core.pyi`.
-#[pyclass(
-    name = "CollectReport",
-    module = "pybkx._core",
-    frozen,
-    get_all,
-    eq,
-    skip_from_py_object
-)]
-#[derive(Clone, PartialEq)]
-pub(crate) struct PyCollectReport {
-    gc: PyGcReport,
-    compaction: Option<PyCompactionReport>,
+impl Repr for bool {
+    fn repr(&self) -> String {
+        if *self { "True" } else { "False" }.to_string()
+    }
 }
 
-/// What `move_entry_logs` did; see `_core.pyi`.
-#[pyclass(
-    name = "MoveReport",
-    module = "pybkx._core",
-    frozen,
-    get_all,
-    eq,
-    skip_from_py_object
-)]
-#[derive(Clone, PartialEq)]
-pub(crate) struct PyMoveReport {
-    demoted: u64,
-    promoted: u64,
-    bytes: u64,
+impl Repr for String {
+    fn repr(&self) -> String {
+        format!("{self:?}")
+    }
 }
 
-/// One directory for the disk checker; see `_core.pyi`.
-#[pyclass(
-    name = "DirectoryUsage",
-    module = "pybkx._core",
-    frozen,
-    get_all,
-    eq,
-    skip_from_py_object
-)]
-#[derive(Clone, PartialEq)]
-pub(crate) struct PyDirectoryUsage {
-    kind: String,
-    path: String,
-    total_bytes: u64,
-    free_bytes: u64,
-    full: bool,
+impl<T: Repr> Repr for Option<T> {
+    fn repr(&self) -> String {
+        self.as_ref().map_or("None".to_string(), Repr::repr)
+    }
 }
 
-/// A journal position; see `_core.pyi`.
-#[pyclass(
-    name = "JournalMark",
-    module = "pybkx._core",
-    frozen,
-    get_all,
-    eq,
-    skip_from_py_object
-)]
-#[derive(Clone, PartialEq)]
-pub(crate) struct PyJournalMark {
-    file_id: u64,
-    offset: u64,
+/// A storage result as a frozen class with named fields (typed in `_core.pyi`), equal by value,
+/// with a repr naming its fields.
+macro_rules! result_class {
+    ($(#[$doc:meta])* $rust:ident as $py:literal { $($field:ident: $ty:ty),* $(,)? }) => {
+        $(#[$doc])*
+        #[pyclass(name = $py, module = "pybkx._core", frozen, get_all, eq, skip_from_py_object)]
+        #[derive(Clone, PartialEq)]
+        pub(crate) struct $rust {
+            $($field: $ty),*
+        }
+
+        impl Repr for $rust {
+            fn repr(&self) -> String {
+                let fields = [$(format!("{}={}", stringify!($field), self.$field.repr())),*];
+                format!("{}({})", $py, fields.join(", "))
+            }
+        }
+
+        #[pymethods]
+        impl $rust {
+            fn __repr__(&self) -> String {
+                self.repr()
+            }
+        }
+    };
 }
+
+result_class!(
+    /// What `gc_entry_logs` did.
+    PyGcReport as "GcReport" { logs_removed: u64, bytes_freed: u64 }
+);
+result_class!(
+    /// What `compact` did.
+    PyCompactionReport as "CompactionReport" {
+        logs_compacted: u64,
+        bytes_moved: u64,
+        bytes_freed: u64,
+    }
+);
+result_class!(
+    /// What `collect` did.
+    PyCollectReport as "CollectReport" { gc: PyGcReport, compaction: Option<PyCompactionReport> }
+);
+result_class!(
+    /// What `move_entry_logs` did.
+    PyMoveReport as "MoveReport" { demoted: u64, promoted: u64, bytes: u64 }
+);
+result_class!(
+    /// One directory for the disk checker.
+    PyDirectoryUsage as "DirectoryUsage" {
+        kind: String,
+        path: String,
+        total_bytes: u64,
+        free_bytes: u64,
+        full: bool,
+    }
+);
+result_class!(
+    /// A journal position.
+    PyJournalMark as "JournalMark" { file_id: u64, offset: u64 }
+);
 
 impl From<storage::GcReport> for PyGcReport {
     fn from(r: storage::GcReport) -> Self {
@@ -140,74 +136,6 @@ impl From<storage::CompactionReport> for PyCompactionReport {
             bytes_moved: r.bytes_moved,
             bytes_freed: r.bytes_freed,
         }
-    }
-}
-
-#[pymethods]
-impl PyGcReport {
-    fn __repr__(&self) -> String {
-        format!(
-            "GcReport(logs_removed={}, bytes_freed={})",
-            self.logs_removed, self.bytes_freed
-        )
-    }
-}
-
-#[pymethods]
-impl PyCompactionReport {
-    fn __repr__(&self) -> String {
-        format!(
-            "CompactionReport(logs_compacted={}, bytes_moved={}, bytes_freed={})",
-            self.logs_compacted, self.bytes_moved, self.bytes_freed
-        )
-    }
-}
-
-#[pymethods]
-impl PyCollectReport {
-    fn __repr__(&self) -> String {
-        let compaction = self
-            .compaction
-            .as_ref()
-            .map_or("None".to_string(), PyCompactionReport::__repr__);
-        format!(
-            "CollectReport(gc={}, compaction={compaction})",
-            self.gc.__repr__()
-        )
-    }
-}
-
-#[pymethods]
-impl PyMoveReport {
-    fn __repr__(&self) -> String {
-        format!(
-            "MoveReport(demoted={}, promoted={}, bytes={})",
-            self.demoted, self.promoted, self.bytes
-        )
-    }
-}
-
-#[pymethods]
-impl PyDirectoryUsage {
-    fn __repr__(&self) -> String {
-        format!(
-            "DirectoryUsage(kind={:?}, path={:?}, total_bytes={}, free_bytes={}, full={})",
-            self.kind,
-            self.path,
-            self.total_bytes,
-            self.free_bytes,
-            if self.full { "True" } else { "False" }
-        )
-    }
-}
-
-#[pymethods]
-impl PyJournalMark {
-    fn __repr__(&self) -> String {
-        format!(
-            "JournalMark(file_id={}, offset={})",
-            self.file_id, self.offset
-        )
     }
 }
 

@@ -20,10 +20,28 @@ const ADMISSION_STRIPES: usize = 64;
 
 /// An add that passed its checks: the journal it goes to, its ledger's key, and the ledger's
 /// stripe, held until the entry is in the journal queue.
-struct Admitted<'a> {
+pub(super) struct Admitted<'a> {
     journal: &'a Journal,
     key: Arc<[u8]>,
+    ledger: u64,
+    entry: u64,
     _stripe: MutexGuard<'a, ()>,
+}
+
+impl Admitted<'_> {
+    /// Queues the entry, waiting for room in the journal queue; `done` is called once it is
+    /// durable (or failed).
+    pub(super) fn submit(self, data: Bytes, done: Completion) -> Result<()> {
+        let op = JournalOp::entry(self.ledger, self.entry, data);
+        self.journal.submit(op, Some(self.key), done)
+    }
+
+    /// As [`submit`](Self::submit), but fails with `QueueFull` (dropping `done`) instead of
+    /// waiting for room in the journal queue.
+    pub(super) fn try_submit(self, data: Bytes, done: Completion) -> Result<()> {
+        let op = JournalOp::entry(self.ledger, self.entry, data);
+        self.journal.try_submit(op, Some(self.key), done)
+    }
 }
 
 /// Admission of one storage's writes.
@@ -59,50 +77,13 @@ impl Admission {
         self.stripes[(ledger % ADMISSION_STRIPES as u64) as usize].lock()
     }
 
-    /// Journals an entry, waiting for room in the journal queue; `done` is called once it is
-    /// durable (or failed).
-    pub(super) fn add(
-        &self,
-        ledger: u64,
-        entry: u64,
-        master_key: &[u8],
-        data: Bytes,
-        recovery: bool,
-        done: Completion,
-    ) -> Result<()> {
-        let Admitted {
-            journal,
-            key,
-            _stripe,
-        } = self.admit(ledger, entry, master_key, recovery, &data)?;
-        journal.submit(JournalOp::entry(ledger, entry, data), Some(key), done)
-    }
-
-    /// As [`add`](Self::add), but fails with `QueueFull` (dropping `done`) instead of waiting
-    /// for room in the journal queue.
-    pub(super) fn try_add(
-        &self,
-        ledger: u64,
-        entry: u64,
-        master_key: &[u8],
-        data: Bytes,
-        recovery: bool,
-        done: Completion,
-    ) -> Result<()> {
-        let Admitted {
-            journal,
-            key,
-            _stripe,
-        } = self.admit(ledger, entry, master_key, recovery, &data)?;
-        journal.try_submit(JournalOp::entry(ledger, entry, data), Some(key), done)
-    }
-
-    /// Checks an add (ids, key, fence) and counts it.
+    /// Checks an add (ids, key, fence) and counts it; the entry goes to its journal through
+    /// what this returns.
     ///
-    /// The stripe is held from the fence check to the journal: an add admitted before a fence
-    /// is journalled before it, so a fence's durability covers every add it did not refuse
-    /// (see `fence`).
-    fn admit(
+    /// The ledger's stripe is held from the fence check to the journal: an add admitted before
+    /// a fence is journalled before it, so a fence's durability covers every add it did not
+    /// refuse (see `fence`).
+    pub(super) fn admit(
         &self,
         ledger: u64,
         entry: u64,
@@ -119,6 +100,8 @@ impl Admission {
         Ok(Admitted {
             journal: self.journal_for(ledger),
             key,
+            ledger,
+            entry,
             _stripe: stripe,
         })
     }

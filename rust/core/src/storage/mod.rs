@@ -74,9 +74,8 @@ impl LedgerStorage {
         done: Completion,
     ) -> Result<()> {
         self.parts.check_open()?;
-        self.parts
-            .admission
-            .add(ledger, entry, master_key, data, recovery, done)
+        let admitted = (self.parts.admission).admit(ledger, entry, master_key, recovery, &data)?;
+        admitted.submit(data, done)
     }
 
     /// As [`add_entry`](Self::add_entry), but fails with `QueueFull` (dropping `done` uncalled)
@@ -91,9 +90,8 @@ impl LedgerStorage {
         done: Completion,
     ) -> Result<()> {
         self.parts.check_open()?;
-        self.parts
-            .admission
-            .try_add(ledger, entry, master_key, data, recovery, done)
+        let admitted = (self.parts.admission).admit(ledger, entry, master_key, recovery, &data)?;
+        admitted.try_submit(data, done)
     }
 
     /// Stores several entries of one ledger and waits until all are durable (or one failed):

@@ -128,7 +128,8 @@ impl Prefetcher {
                 break;
             };
             if direct {
-                let handed = self.hand(cache, ledger, generation, &run);
+                let handed = (self.threads.as_ref())
+                    .map_or(0, |threads| threads.hand(cache, ledger, generation, &run));
                 if handed > 0 {
                     last = run[handed - 1].0;
                 }
@@ -182,19 +183,6 @@ impl Prefetcher {
     /// Whether runs of log `log_id` go to the read-ahead threads.
     fn reads_ahead_directly(&self, stores: &Stores, log_id: u32) -> bool {
         self.threads.is_some() && stores.entrylog.reads_directly(log_id)
-    }
-
-    /// Hands `run` to the read-ahead threads; returns how many of its entries they took.
-    fn hand(
-        &self,
-        cache: &ReadAheadCache,
-        ledger: u64,
-        generation: u64,
-        run: &[(u64, Location)],
-    ) -> usize {
-        self.threads
-            .as_ref()
-            .map_or(0, |threads| threads.hand(cache, ledger, generation, run))
     }
 }
 
