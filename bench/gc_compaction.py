@@ -61,10 +61,10 @@ def main(argv: list[str] | None = None) -> int:
         out["delete_10k_ledgers_s"] = round(time.perf_counter() - started, 3)
         storage.checkpoint()
         started = time.perf_counter()
-        logs, freed = storage.gc_entry_logs()
+        gc = storage.gc_entry_logs()
         out["gc_s"] = round(time.perf_counter() - started, 3)
-        out["gc_logs_removed"] = logs
-        out["gc_freed_mb"] = round(freed / MIB, 1)
+        out["gc_logs_removed"] = gc.logs_removed
+        out["gc_freed_mb"] = round(gc.bytes_freed / MIB, 1)
         storage.close()
         shutil.rmtree(root)
 
@@ -76,14 +76,14 @@ def main(argv: list[str] | None = None) -> int:
         storage.checkpoint()
         scanned = sum(p.stat().st_size for p in (root / "ledgers").rglob("*.log"))
         started = time.perf_counter()
-        compacted, moved, freed = storage.compact(0.8)
+        compaction = storage.compact(0.8)
         secs = time.perf_counter() - started
         storage.close()
-        out["compaction_logs"] = compacted
+        out["compaction_logs"] = compaction.logs_compacted
         out["compaction_s"] = round(secs, 2)
-        out["compaction_moved_mb_s"] = round(moved / MIB / secs, 1)
+        out["compaction_moved_mb_s"] = round(compaction.bytes_moved / MIB / secs, 1)
         out["compaction_scanned_mb_s"] = round(scanned / MIB / secs, 1)
-        out["compaction_freed_mb"] = round(freed / MIB, 1)
+        out["compaction_freed_mb"] = round(compaction.bytes_freed / MIB, 1)
         out["disk_write_mb_s"] = round(disk_write_mb_s(root), 1)
         out["moved_vs_disk_write"] = round(out["compaction_moved_mb_s"] / out["disk_write_mb_s"], 2)
     return report_figures(out, args.json)

@@ -190,3 +190,37 @@ def test_the_rust_core_has_no_python_in_it() -> None:
     sources = list((CORE / "src").rglob("*.rs"))
     assert sources
     assert not [p for p in sources if "pyo3" in p.read_text()]
+
+
+def test_nothing_under_storage_reaches_back_into_its_front() -> None:
+    """No file under rust/core/src/storage/ but mod.rs names an item that storage/mod.rs defines
+    or imports: the parts under the front reach each other through their own modules, never up
+    through it (the arrows inside the storage room run one way). Tests may."""
+    storage = CORE / "src" / "storage"
+    front = re.sub(r"//[^\n]*", "", (storage / "mod.rs").read_text())
+    modules = set(re.findall(r"^\s*(?:pub(?:\([^)]*\))?\s+)?mod\s+(\w+)\s*;", front, re.M))
+    names = {"Inner", "*"} | set(
+        re.findall(
+            r"^\s*(?:pub(?:\([^)]*\))?\s+)?(?:struct|enum|trait|type|fn|const|static)\s+(\w+)",
+            front,
+            re.M,
+        )
+    )
+    for used in re.findall(r"^\s*(?:pub(?:\([^)]*\))?\s+)?use\s+([^;]+);", front, re.M):
+        names |= set(re.findall(r"(\w+)\s*(?:[,}]|$)", used.strip()))
+    names -= modules
+    bad = []
+    for path in sorted(storage.rglob("*.rs")):
+        if path == storage / "mod.rs" or path.name == "tests.rs":
+            continue
+        text = re.sub(r"//[^\n]*", "", path.read_text()).split("#[cfg(test)]\nmod tests {")[0]
+        # `super` repeated this many times names storage/mod.rs from this file.
+        depth = len(path.relative_to(storage).parts) - (path.name == "mod.rs")
+        for prefix, target in re.findall(
+            r"(crate::storage::|(?:super::)+)(\{[^}]*\}|\w+|\*)", text
+        ):
+            if prefix.startswith("super") and prefix.count("super") != depth:
+                continue
+            first = {item.strip().split("::")[0] for item in target.strip("{}").split(",")}
+            bad += [f"{path.relative_to(ROOT)}: {prefix}{name}" for name in first & names]
+    assert not bad, "\n".join(bad)

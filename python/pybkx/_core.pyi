@@ -6,7 +6,7 @@ extension; ``_error_classes()`` lists them). Asynchronous operations return ``Fu
 """
 
 from collections.abc import Callable, Generator, Sequence
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 class _Buffer(Protocol):
     def __buffer__(self, flags: int, /) -> memoryview: ...
@@ -56,6 +56,89 @@ class Future:
     def cancelled(self) -> bool: ...
     def add_done_callback(self, fn: Callable[[Future], object]) -> None: ...
     def __await__(self) -> Generator[Any, None, Any]: ...
+
+class GcReport:
+    """What one entry-log garbage collection did (``LedgerStorage.gc_entry_logs``)."""
+
+    @property
+    def logs_removed(self) -> int:
+        """Entry logs removed: every ledger in them was deleted."""
+
+    @property
+    def bytes_freed(self) -> int:
+        """Their bytes."""
+
+class CompactionReport:
+    """What one compaction did (``LedgerStorage.compact``)."""
+
+    @property
+    def logs_compacted(self) -> int:
+        """Entry logs rewritten and removed."""
+
+    @property
+    def bytes_moved(self) -> int:
+        """Live bytes written again."""
+
+    @property
+    def bytes_freed(self) -> int:
+        """Bytes of the removed logs."""
+
+class CollectReport:
+    """What one collection asked for at once did (``LedgerStorage.collect``)."""
+
+    @property
+    def gc(self) -> GcReport:
+        """The garbage collection."""
+
+    @property
+    def compaction(self) -> CompactionReport | None:
+        """The compaction asked for, None if none was."""
+
+class MoveReport:
+    """What one tier pass did (``LedgerStorage.move_entry_logs``)."""
+
+    @property
+    def demoted(self) -> int:
+        """Entry logs moved down a tier."""
+
+    @property
+    def promoted(self) -> int:
+        """Entry logs moved up a tier."""
+
+    @property
+    def bytes(self) -> int:
+        """Bytes moved."""
+
+class DirectoryUsage:
+    """One directory the storage writes to, as the disk checker sees it."""
+
+    @property
+    def kind(self) -> str:
+        """ "ledger", "index" or "journal"."""
+
+    @property
+    def path(self) -> str: ...
+    @property
+    def total_bytes(self) -> int:
+        """Capacity: the file system's, or a tier's quota."""
+
+    @property
+    def free_bytes(self) -> int:
+        """Bytes available (within a quota, at most the file system's free bytes)."""
+
+    @property
+    def full(self) -> bool:
+        """A ledger directory marked full by the disk checker."""
+
+class JournalMark:
+    """A position in a journal directory (BookKeeper's log mark)."""
+
+    @property
+    def file_id(self) -> int:
+        """The journal file (``<file_id in hex>.txn``)."""
+
+    @property
+    def offset(self) -> int: ...
 
 class LedgerStorage:
     """A bookie's ledger storage: journal + entry logs + index over the configured directories.
@@ -150,41 +233,46 @@ class LedgerStorage:
         """Flush the write cache to the entry logs and index (sorted by ledger), sync them,
         record the journal marks, and remove covered journals. Raises BookieIOException."""
 
-    def compact(self, threshold: float) -> tuple[int, int, int]:
+    def compact(self, threshold: float) -> CompactionReport:
         """Compact the sealed entry logs whose live share of bytes is at most ``threshold``
-        (their live entries are written again, the logs removed); returns ``(logs compacted,
-        live bytes moved, bytes freed)``. Raises BookieIOException."""
+        (their live entries are written again, the logs removed). Raises BookieIOException."""
+
+    def collect(self, compaction: Literal["major", "minor"] | None = None) -> CollectReport:
+        """Run the storage's lifecycle now: remove the entry logs whose ledgers are all deleted,
+        then, with ``compaction`` "major" or "minor", compact at ``majorCompactionThreshold`` or
+        ``minorCompactionThreshold`` (it also runs by itself, every ``gcWaitTime`` and
+        compaction interval). Raises ValueError (another ``compaction``), BookieIOException."""
 
     def set_disk_pressure(self, level: int) -> None:
         """How full the ledger directories are (0 normal, 1 one is past the warn threshold, 2
         one is full): compaction is suspended accordingly, or forced with
         ``isForceGCAllowWhenNoSpace``. Never raises."""
 
-    def move_entry_logs(self) -> tuple[int, int, int]:
-        """Run one pass of the tier mover now (it also runs by itself): tiers past their high
+    def move_entry_logs(self) -> MoveReport:
+        """Run one tier pass now (the lifecycle also runs them by itself): tiers past their high
         watermark have their coldest entry logs moved down a tier until below their low
         watermark; logs read below the top tier move up with ``tieredStoragePromoteOnRead``.
-        Returns ``(logs demoted, logs promoted, bytes moved)``. Raises BookieIOException."""
+        Raises BookieIOException."""
 
     def entry_log_dirs(self) -> dict[int, str]:
         """Entry log id -> the ledger directory (``current/``) holding it. Never raises."""
 
-    def gc_entry_logs(self) -> tuple[int, int]:
-        """Remove the entry logs none of whose ledgers exists any more; returns
-        ``(logs removed, bytes freed)``. Raises BookieIOException."""
+    def gc_entry_logs(self) -> GcReport:
+        """Remove the entry logs none of whose ledgers exists any more. Raises
+        BookieIOException."""
 
-    def directory_usage(self) -> list[tuple[str, str, int, int, bool]]:
-        """``(kind, path, total_bytes, free_bytes, marked_full)`` per directory written to:
-        ledger directories (``current/``, in order), the index directory if separate, then the
-        journal directories. Raises BookieException (a directory cannot be examined)."""
+    def directory_usage(self) -> list[DirectoryUsage]:
+        """Every directory written to: ledger directories (``current/``, in order), the index
+        directory if separate, then the journal directories. Raises BookieException (a
+        directory cannot be examined)."""
 
     def set_full_ledger_dirs(self, full: list[bool]) -> None:
         """Mark ledger directories full (one flag each, in order): they take no new entry log
         while another directory can."""
 
-    def journal_marks(self) -> list[tuple[int, int]]:
-        """Per journal directory, ``(journal file id, offset)`` up to which its records are
-        durable and applied (BookKeeper's last log mark)."""
+    def journal_marks(self) -> list[JournalMark]:
+        """Per journal directory, the position up to which its records are durable and applied
+        (BookKeeper's last log mark)."""
 
     def entry_log_ledgers(self) -> dict[int, dict[int, int]]:
         """Per entry log id: ``{ledger_id: bytes}`` (the ledgers map kept for garbage

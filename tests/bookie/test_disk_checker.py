@@ -182,7 +182,7 @@ def test_a_full_disk_turns_the_bookie_read_only_and_it_comes_back_by_itself(
                     add_entries(client, address, range(10, 11))[0].result(REQUEST_TIMEOUT_S)
                 for e in range(10):  # reads go on
                     assert read_payload(client, address, e) == payload(e)
-                assert bookie.storage.directory_usage()[0][4] is True  # marked full
+                assert bookie.storage.directory_usage()[0].full is True  # marked full
                 assert bookie.available_for_high_priority_writes  # 1 MiB free > 64 KiB
 
                 filler.unlink()  # space returns

@@ -185,7 +185,8 @@ def test_demotion_settings_reach_the_storage(tmp_path: Path) -> None:
         tieredStoragePromoteOnRead=True,
     )
     try:
-        assert storage.move_entry_logs() == (0, 0, 0)
+        moved = storage.move_entry_logs()
+        assert (moved.demoted, moved.promoted, moved.bytes) == (0, 0, 0)
     finally:
         storage.close()
 

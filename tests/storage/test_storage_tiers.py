@@ -116,8 +116,8 @@ def test_a_write_load_larger_than_the_top_tier_overflows_to_the_next(
         for e in range(0, count, 7):
             assert storage.read_entry(1, e) == entry[:-1] + bytes([e % 256])
         usage = storage.directory_usage()
-        ssd = [row for row in usage if row[0] == "ledger"][:2]
-        assert all(total == quota for _kind, _path, total, _free, _full in ssd)
+        ssd = [row for row in usage if row.kind == "ledger"][:2]
+        assert all(row.total_bytes == quota for row in ssd)
     finally:
         storage.close()
     for d in ("ssd1", "ssd2"):

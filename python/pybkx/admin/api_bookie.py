@@ -112,8 +112,8 @@ class _BookieEndpoints:
         return Response(
             200,
             {
-                f"LastLogMark: Journal Id - {file_id}({file_id:x}.txn)": f"Pos - {offset}"
-                for file_id, offset in marks
+                f"LastLogMark: Journal Id - {m.file_id}({m.file_id:x}.txn)": f"Pos - {m.offset}"
+                for m in marks
             },
         )
 

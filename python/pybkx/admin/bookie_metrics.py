@@ -55,8 +55,9 @@ def _measured_usage(storage: LedgerStorage) -> dict[str, list[float | None]]:
     except errors.BKException:
         return {}
     out: dict[str, list[float | None]] = {}
-    for kind, _path, total, free, _full in rows:
-        out.setdefault(kind, []).append(100.0 * (total - free) / total if total > 0 else None)
+    for r in rows:
+        total, free = r.total_bytes, r.free_bytes
+        out.setdefault(r.kind, []).append(100.0 * (total - free) / total if total > 0 else None)
     return out
 
 

@@ -176,7 +176,7 @@ class DiskChecker:
         be examined."""
         with self._lock:
             rows = self._storage.directory_usage()
-            dirs = [DirUsage(kind, path, total, free) for kind, path, total, free, _ in rows]
+            dirs = [DirUsage(r.kind, r.path, r.total_bytes, r.free_bytes) for r in rows]
             verdict = evaluate(dirs, self._was_full, self._limits)
             self._log_changes(dirs, verdict)
             self._storage.set_full_ledger_dirs(list(verdict.full))

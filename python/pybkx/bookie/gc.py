@@ -1,9 +1,11 @@
-"""Garbage collection of a bookie's ledgers, as BookKeeper's scan-and-compare collector does it:
-a ledger this bookie stores whose metadata is gone from the cluster is deleted from its storage,
-then the storage removes the entry logs none of whose ledgers is left (it also does so by itself
-every ``gcWaitTime``). It decides which ledgers go (once per ledger); it never touches the
-metadata. Entry logs that mix live and deleted ledgers are compacted when a pass is forced
-(``forceMajor``/``forceMinor``), and by the storage itself every minor/major compaction interval.
+"""Garbage collection of a bookie's ledgers by metadata, as BookKeeper's scan-and-compare
+collector decides it: a ledger this bookie stores whose metadata is gone from the cluster is
+deleted from its storage. It decides which ledgers go (once per ledger, a control-plane decision
+the storage cannot make); it never touches the metadata and schedules no disk work of its own:
+after deleting it asks the storage's lifecycle to collect now (``LedgerStorage.collect``), which
+removes the entry logs none of whose ledgers is left and, for a forced pass
+(``forceMajor``/``forceMinor``), compacts. The lifecycle also collects and compacts by itself
+(every ``gcWaitTime`` and compaction interval).
 
 A bookie runs a pass every ``gcWaitTime`` (``start_periodic``), as BookKeeper's garbage
 collector thread does, and whenever an operator asks (``PUT /api/v1/bookie/gc``).
@@ -15,6 +17,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Literal
 
 from pybkx import errors
 from pybkx._core import LedgerStorage
@@ -23,6 +26,14 @@ from pybkx.meta import MetadataStore
 __all__ = ["GarbageCollector", "GcRun"]
 
 logger = logging.getLogger(__name__)
+
+
+#: The lifecycle's compaction for each kind of pass ("": none forced).
+_COMPACTIONS: dict[str, Literal["major", "minor"] | None] = {
+    "major": "major",
+    "minor": "minor",
+    "": None,
+}
 
 
 def _now_ms() -> int:
@@ -86,8 +97,6 @@ class GarbageCollector:
         storage: LedgerStorage,
         store: MetadataStore,
         *,
-        minor_threshold: float = 0.2,
-        major_threshold: float = 0.8,
         bookie_id: str | None = None,
         over_replicated_interval_s: float = 0.0,
     ) -> None:
@@ -98,7 +107,6 @@ class GarbageCollector:
         # As BookKeeper: the first look for over-replicated ledgers comes one interval after
         # the start (a bookie back from a long absence is not emptied before it catches up).
         self._last_over_check = time.monotonic()
-        self._thresholds = {"minor": minor_threshold, "major": major_threshold}
         self._run_lock = threading.Lock()
         self._state_lock = threading.Lock()
         self._state = _State()
@@ -186,6 +194,28 @@ class GarbageCollector:
         started = _now_ms()
         local = self._storage.list_ledgers()
         listed = set(self._store.list_ledgers())
+        deleted = self._delete_gone(local, listed)
+        over: list[int] = []
+        now = time.monotonic()
+        if self._over_interval_s > 0 and now - self._last_over_check >= self._over_interval_s:
+            over = self._remove_over_replicated([i for i in local if i in listed])
+            self._last_over_check = now
+        logs, freed, compacted = self._collect(compaction)
+        return GcRun(
+            started,
+            _now_ms(),
+            len(local),
+            tuple(deleted),
+            tuple(over),
+            logs,
+            freed,
+            compacted,
+            compaction,
+        )
+
+    def _delete_gone(self, local: list[int], listed: set[int]) -> list[int]:
+        """Deletes the ledgers of ``local`` missing from ``listed`` whose metadata a second read
+        confirms is gone; returns them."""
         deleted: list[int] = []
         for ledger_id in local:
             if ledger_id in listed:
@@ -203,34 +233,26 @@ class GarbageCollector:
                 continue  # deleted meanwhile by another pass or a client
             deleted.append(ledger_id)
             logger.info("gc: deleted ledger %d (its metadata is gone)", ledger_id)
-        over: list[int] = []
-        now = time.monotonic()
-        if self._over_interval_s > 0 and now - self._last_over_check >= self._over_interval_s:
-            over = self._remove_over_replicated([i for i in local if i in listed])
-            self._last_over_check = now
-        logs, freed = self._storage.gc_entry_logs()
+        return deleted
+
+    def _collect(self, compaction: str) -> tuple[int, int, int]:
+        """Asks the storage's lifecycle to collect now, compacting as ``compaction`` says
+        ("major", "minor" or "": none); returns (entry logs removed, bytes freed by removal
+        and compaction, logs compacted)."""
+        done = self._storage.collect(_COMPACTIONS[compaction])
+        freed = done.gc.bytes_freed
         compacted = 0
-        if compaction:
-            compacted, moved, compact_freed = self._storage.compact(self._thresholds[compaction])
-            freed += compact_freed
+        if done.compaction is not None:
+            compacted = done.compaction.logs_compacted
+            freed += done.compaction.bytes_freed
             logger.info(
                 "gc: %s compaction rewrote %d entry logs (%d live bytes moved, %d freed)",
                 compaction,
                 compacted,
-                moved,
-                compact_freed,
+                done.compaction.bytes_moved,
+                done.compaction.bytes_freed,
             )
-        return GcRun(
-            started,
-            _now_ms(),
-            len(local),
-            tuple(deleted),
-            tuple(over),
-            logs,
-            freed,
-            compacted,
-            compaction,
-        )
+        return done.gc.logs_removed, freed, compacted
 
     def _remove_over_replicated(self, ledgers: list[int]) -> list[int]:
         removed: list[int] = []

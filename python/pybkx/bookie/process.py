@@ -306,8 +306,6 @@ class Bookie:
         gc = GarbageCollector(
             storage,
             store,
-            minor_threshold=config.minor_compaction_threshold,
-            major_threshold=config.major_compaction_threshold,
             bookie_id=bookie_id,
             over_replicated_interval_s=config.gc_overreplicated_ledger_wait_time_ms / 1000,
         )

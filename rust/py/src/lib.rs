@@ -65,7 +65,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     logs::install();
     tune_allocator();
     m.add_class::<future::Future>()?;
-    m.add_class::<storage::PyLedgerStorage>()?;
+    storage::add_classes(m)?;
     m.add_class::<server::PyBookieServer>()?;
     m.add_class::<client::PyBookieClient>()?;
     m.add_class::<digest::PyDigestManager>()?;

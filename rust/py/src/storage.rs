@@ -1,5 +1,6 @@
 //! `LedgerStorage` and `scan_journal`: the bookie's storage engine for Python (the bookie
-//! process, tools, tests). Thin wrappers: blocking calls release the GIL; errors map once.
+//! process, tools, tests), with its results as named, frozen classes. Thin wrappers: blocking
+//! calls release the GIL; errors map once.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -8,14 +9,147 @@ use bytes::Bytes;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 
-use pybkx_core::storage::{self, LedgerStorage, RangeLimits, LAST_ENTRY};
+use pyo3::exceptions::PyValueError;
+
+use pybkx_core::storage::{self, Compaction, LedgerStorage, RangeLimits, LAST_ENTRY};
 
 use crate::config::storage_config;
 use crate::errors::BkResult;
 use crate::util::{non_negative, payload};
 
-/// One directory for the disk checker: kind, path, total bytes, free bytes, marked full.
-type DirRow = (String, String, u64, u64, bool);
+/// Registers the storage's classes on the extension module.
+pub(crate) fn add_classes(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyLedgerStorage>()?;
+    m.add_class::<PyGcReport>()?;
+    m.add_class::<PyCompactionReport>()?;
+    m.add_class::<PyCollectReport>()?;
+    m.add_class::<PyMoveReport>()?;
+    m.add_class::<PyDirectoryUsage>()?;
+    m.add_class::<PyJournalMark>()?;
+    Ok(())
+}
+
+/// How a result's field shows in its class's repr (Python's spelling).
+trait Repr {
+    fn repr(&self) -> String;
+}
+
+impl Repr for u64 {
+    fn repr(&self) -> String {
+        self.to_string()
+    }
+}
+
+impl Repr for bool {
+    fn repr(&self) -> String {
+        if *self { "True" } else { "False" }.to_string()
+    }
+}
+
+impl Repr for String {
+    fn repr(&self) -> String {
+        format!("{self:?}")
+    }
+}
+
+impl<T: Repr> Repr for Option<T> {
+    fn repr(&self) -> String {
+        self.as_ref().map_or("None".to_string(), Repr::repr)
+    }
+}
+
+/// A storage result as a frozen class with named fields (typed in `_core.pyi`), equal by value,
+/// with a repr naming its fields.
+macro_rules! result_class {
+    ($(#[$doc:meta])* $rust:ident as $py:literal { $($field:ident: $ty:ty),* $(,)? }) => {
+        $(#[$doc])*
+        #[pyclass(name = $py, module = "pybkx._core", frozen, get_all, eq, skip_from_py_object)]
+        #[derive(Clone, PartialEq)]
+        pub(crate) struct $rust {
+            $($field: $ty),*
+        }
+
+        impl Repr for $rust {
+            fn repr(&self) -> String {
+                let fields = [$(format!("{}={}", stringify!($field), self.$field.repr())),*];
+                format!("{}({})", $py, fields.join(", "))
+            }
+        }
+
+        #[pymethods]
+        impl $rust {
+            fn __repr__(&self) -> String {
+                self.repr()
+            }
+        }
+    };
+}
+
+result_class!(
+    /// What `gc_entry_logs` did.
+    PyGcReport as "GcReport" { logs_removed: u64, bytes_freed: u64 }
+);
+result_class!(
+    /// What `compact` did.
+    PyCompactionReport as "CompactionReport" {
+        logs_compacted: u64,
+        bytes_moved: u64,
+        bytes_freed: u64,
+    }
+);
+result_class!(
+    /// What `collect` did.
+    PyCollectReport as "CollectReport" { gc: PyGcReport, compaction: Option<PyCompactionReport> }
+);
+result_class!(
+    /// What `move_entry_logs` did.
+    PyMoveReport as "MoveReport" { demoted: u64, promoted: u64, bytes: u64 }
+);
+result_class!(
+    /// One directory for the disk checker.
+    PyDirectoryUsage as "DirectoryUsage" {
+        kind: String,
+        path: String,
+        total_bytes: u64,
+        free_bytes: u64,
+        full: bool,
+    }
+);
+result_class!(
+    /// A journal position.
+    PyJournalMark as "JournalMark" { file_id: u64, offset: u64 }
+);
+
+impl From<storage::GcReport> for PyGcReport {
+    fn from(r: storage::GcReport) -> Self {
+        PyGcReport {
+            logs_removed: r.logs_removed,
+            bytes_freed: r.bytes_freed,
+        }
+    }
+}
+
+impl From<storage::CompactionReport> for PyCompactionReport {
+    fn from(r: storage::CompactionReport) -> Self {
+        PyCompactionReport {
+            logs_compacted: r.logs_compacted,
+            bytes_moved: r.bytes_moved,
+            bytes_freed: r.bytes_freed,
+        }
+    }
+}
+
+/// The compaction `collect` runs: "major", "minor" or None.
+fn compaction_named(name: Option<&str>) -> PyResult<Option<Compaction>> {
+    match name {
+        None => Ok(None),
+        Some("major") => Ok(Some(Compaction::Major)),
+        Some("minor") => Ok(Some(Compaction::Minor)),
+        Some(other) => Err(PyValueError::new_err(format!(
+            "compaction must be \"major\", \"minor\" or None, got {other:?}"
+        ))),
+    }
+}
 
 /// A bookie's ledger storage (journal + entry logs + index); see `_core.pyi`.
 #[pyclass(name = "LedgerStorage", module = "pybkx._core", frozen)]
@@ -195,18 +329,29 @@ impl PyLedgerStorage {
         Ok(())
     }
 
-    fn journal_marks(&self) -> Vec<(u64, u64)> {
+    fn journal_marks(&self) -> Vec<PyJournalMark> {
         self.inner
             .journal_marks()
             .into_iter()
-            .map(|m| (m.file_id, m.offset))
+            .map(|m| PyJournalMark {
+                file_id: m.file_id,
+                offset: m.offset,
+            })
             .collect()
     }
 
-    /// (logs compacted, live bytes moved, bytes freed)
-    fn compact(&self, py: Python<'_>, threshold: f64) -> BkResult<(u64, u64, u64)> {
-        let r = py.detach(|| self.inner.compact(threshold))?;
-        Ok((r.logs_compacted, r.bytes_moved, r.bytes_freed))
+    fn compact(&self, py: Python<'_>, threshold: f64) -> BkResult<PyCompactionReport> {
+        Ok(py.detach(|| self.inner.compact(threshold))?.into())
+    }
+
+    #[pyo3(signature = (compaction = None))]
+    fn collect(&self, py: Python<'_>, compaction: Option<&str>) -> BkResult<PyCollectReport> {
+        let compaction = compaction_named(compaction)?;
+        let r = py.detach(|| self.inner.collect(compaction))?;
+        Ok(PyCollectReport {
+            gc: r.gc.into(),
+            compaction: r.compaction.map(Into::into),
+        })
     }
 
     /// 0: normal, 1: a ledger directory is almost full, 2: one is full.
@@ -218,10 +363,13 @@ impl PyLedgerStorage {
         });
     }
 
-    /// (logs demoted, logs promoted, bytes moved)
-    fn move_entry_logs(&self, py: Python<'_>) -> BkResult<(u64, u64, u64)> {
+    fn move_entry_logs(&self, py: Python<'_>) -> BkResult<PyMoveReport> {
         let r = py.detach(|| self.inner.move_entry_logs())?;
-        Ok((r.demoted, r.promoted, r.bytes))
+        Ok(PyMoveReport {
+            demoted: r.demoted,
+            promoted: r.promoted,
+            bytes: r.bytes,
+        })
     }
 
     /// Entry log id -> the ledger directory (`current/`) holding it.
@@ -233,8 +381,8 @@ impl PyLedgerStorage {
             .collect()
     }
 
-    fn gc_entry_logs(&self, py: Python<'_>) -> BkResult<(u64, u64)> {
-        Ok(py.detach(|| self.inner.gc_entry_logs())?)
+    fn gc_entry_logs(&self, py: Python<'_>) -> BkResult<PyGcReport> {
+        Ok(py.detach(|| self.inner.gc_entry_logs())?.into())
     }
 
     fn checkpoint(&self, py: Python<'_>) -> BkResult<()> {
@@ -255,19 +403,16 @@ impl PyLedgerStorage {
         Ok(out)
     }
 
-    /// `[(kind, path, total_bytes, free_bytes, marked_full)]` for every directory written to.
-    fn directory_usage(&self, py: Python<'_>) -> BkResult<Vec<DirRow>> {
+    fn directory_usage(&self, py: Python<'_>) -> BkResult<Vec<PyDirectoryUsage>> {
         let dirs = py.detach(|| self.inner.directory_usage())?;
         Ok(dirs
             .into_iter()
-            .map(|d| {
-                (
-                    d.kind.name().to_string(),
-                    d.path.display().to_string(),
-                    d.usage.total_bytes,
-                    d.usage.free_bytes,
-                    d.full,
-                )
+            .map(|d| PyDirectoryUsage {
+                kind: d.kind.name().to_string(),
+                path: d.path.display().to_string(),
+                total_bytes: d.usage.total_bytes,
+                free_bytes: d.usage.free_bytes,
+                full: d.full,
             })
             .collect())
     }

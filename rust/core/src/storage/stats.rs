@@ -1,12 +1,14 @@
 //! The ledger storage's metrics under BookKeeper's names (`BookieStats` and the ledger-storage
-//! stats, scope `bookie`) and pybkx's own. It owns the metric fields and their read-out; the
-//! storage's paths record into them.
+//! stats, scope `bookie`) and pybkx's own. It owns the metric fields and the read-out of every
+//! part's metrics; the storage's paths record into them.
 
 use std::collections::HashSet;
+use std::sync::atomic::Ordering;
 
 use parking_lot::Mutex;
 
-use super::Inner;
+use super::journal::Journal;
+use super::stores::Stores;
 use crate::metrics::{Counter, Export, Kind, Metric, OpStats, Unit, Value};
 
 /// What the storage itself measures; the journals measure their own ([`super::journal`]).
@@ -98,117 +100,119 @@ crate::named_stats!(StorageStats {
     corrupt_entries => "pybkx_storage_corrupt_entries",
 });
 
-impl Inner {
-    /// Every metric of the storage and its journals (labelled `journalIndex`).
-    pub(super) fn export(&self, out: &mut Vec<Metric>) {
-        self.stats.export(out);
-        // An add completes when its journal made it durable and applied it: the storage's add
-        // latency is the journal's, all journals together.
-        let mut adds: Option<Value> = None;
-        for (j, journal) in self.journals.iter().enumerate() {
-            let first = out.len();
-            journal.export(out);
-            crate::metrics::label_all(&mut out[first..], "journalIndex", &j.to_string());
-            let Some(m) = out[first..]
-                .iter()
-                .find(|m| m.name == "bookie_journal_JOURNAL_ADD_ENTRY")
-            else {
-                continue;
-            };
-            adds = Some(match (adds, &m.value) {
-                (
-                    Some(Value::Outcomes { mut ok, mut failed }),
-                    Value::Outcomes {
-                        ok: more_ok,
-                        failed: more_failed,
-                    },
-                ) => {
-                    ok.merge(more_ok);
-                    failed.merge(more_failed);
-                    Value::Outcomes { ok, failed }
-                }
-                (_, v) => v.clone(),
-            });
-        }
-        if let Some(value) = adds {
-            out.push(Metric {
-                name: "bookie_BOOKIE_ADD_ENTRY",
-                kind: Kind::Summary,
-                unit: Unit::Micros,
-                labels: Vec::new(),
-                value,
-            });
-        }
-        out.push(Metric::gauge(
-            "bookie_gc_ACTIVE_LEDGER_TOTAL",
-            self.shared.index.read().ledgers.len() as u64,
-        ));
-        out.push(Metric::counter(
-            "bookie_WRITE_BYTES",
-            self.stats.write_bytes.get(),
-        ));
-        out.push(Metric::counter(
-            "pybkx_storage_entry_log_rollovers",
-            self.shared.entrylog.rollovers.get(),
-        ));
-        let (cache_bytes, cache_entries) = self.shared.cache.usage();
-        out.push(Metric::gauge(
-            "pybkx_storage_write_cache_bytes",
-            cache_bytes as u64,
-        ));
-        out.push(Metric::gauge(
-            "pybkx_storage_write_cache_entries",
-            cache_entries as u64,
-        ));
-        let segs = &self.shared.segments;
-        out.push(Metric::gauge(
-            "pybkx_index_segments",
-            segs.snapshot().len() as u64,
-        ));
-        out.push(Metric::gauge("pybkx_index_entries", segs.entry_count()));
-        out.push(Metric::gauge(
-            "pybkx_index_block_cache_bytes",
-            segs.cache.bytes() as u64,
-        ));
-        out.push(Metric::counter(
-            "pybkx_index_block_cache_hits",
-            segs.cache.hits.load(std::sync::atomic::Ordering::Relaxed),
-        ));
-        out.push(Metric::counter(
-            "pybkx_index_block_cache_misses",
-            segs.cache.misses.load(std::sync::atomic::Ordering::Relaxed),
-        ));
-        out.push(Metric::counter(
-            "pybkx_index_merges",
-            self.stats.index_merges.get(),
-        ));
-        out.push(Metric::counter(
-            "pybkx_gc_entry_logs_removed",
-            self.stats.gc_logs_removed.get(),
-        ));
-        out.push(Metric::counter(
-            "pybkx_gc_reclaimed_bytes",
-            self.stats.gc_reclaimed_bytes.get(),
-        ));
-        out.push(Metric::counter(
-            "pybkx_gc_compacted_entry_logs",
-            self.stats.compacted_logs.get(),
-        ));
-        out.push(Metric::counter(
-            "pybkx_tier_demoted_entry_logs",
-            self.stats.tier_demotions.get(),
-        ));
-        out.push(Metric::counter(
-            "pybkx_tier_promoted_entry_logs",
-            self.stats.tier_promotions.get(),
-        ));
-        out.push(Metric::counter(
-            "pybkx_tier_moved_bytes",
-            self.stats.tier_moved_bytes.get(),
-        ));
-        out.push(Metric::counter(
+/// Every metric of the storage (`stats`, `stores`) and its `journals` (labelled
+/// `journalIndex`), read now.
+pub(super) fn export(
+    stats: &StorageStats,
+    journals: &[Journal],
+    stores: &Stores,
+    out: &mut Vec<Metric>,
+) {
+    stats.export(out);
+    export_journals(journals, out);
+    out.push(Metric::gauge(
+        "bookie_gc_ACTIVE_LEDGER_TOTAL",
+        stores.index.read().ledgers.len() as u64,
+    ));
+    out.push(Metric::counter(
+        "bookie_WRITE_BYTES",
+        stats.write_bytes.get(),
+    ));
+    export_stores(stores, out);
+    export_counters(stats, out);
+}
+
+/// Each journal's metrics, labelled with its index, and the storage's add latency: the
+/// journals' together (an add completes when its journal made it durable and applied it).
+fn export_journals(journals: &[Journal], out: &mut Vec<Metric>) {
+    let mut adds: Option<Value> = None;
+    for (j, journal) in journals.iter().enumerate() {
+        let first = out.len();
+        journal.export(out);
+        crate::metrics::label_all(&mut out[first..], "journalIndex", &j.to_string());
+        let Some(m) = out[first..]
+            .iter()
+            .find(|m| m.name == "bookie_journal_JOURNAL_ADD_ENTRY")
+        else {
+            continue;
+        };
+        adds = Some(match (adds, &m.value) {
+            (
+                Some(Value::Outcomes { mut ok, mut failed }),
+                Value::Outcomes {
+                    ok: more_ok,
+                    failed: more_failed,
+                },
+            ) => {
+                ok.merge(more_ok);
+                failed.merge(more_failed);
+                Value::Outcomes { ok, failed }
+            }
+            (_, v) => v.clone(),
+        });
+    }
+    if let Some(value) = adds {
+        out.push(Metric {
+            name: "bookie_BOOKIE_ADD_ENTRY",
+            kind: Kind::Summary,
+            unit: Unit::Micros,
+            labels: Vec::new(),
+            value,
+        });
+    }
+}
+
+/// The entry logs', the write cache's and the index's gauges and counters.
+fn export_stores(stores: &Stores, out: &mut Vec<Metric>) {
+    out.push(Metric::counter(
+        "pybkx_storage_entry_log_rollovers",
+        stores.entrylog.rollovers.get(),
+    ));
+    let (cache_bytes, cache_entries) = stores.cache.usage();
+    out.push(Metric::gauge(
+        "pybkx_storage_write_cache_bytes",
+        cache_bytes as u64,
+    ));
+    out.push(Metric::gauge(
+        "pybkx_storage_write_cache_entries",
+        cache_entries as u64,
+    ));
+    let segs = &stores.segments;
+    out.push(Metric::gauge(
+        "pybkx_index_segments",
+        segs.snapshot().len() as u64,
+    ));
+    out.push(Metric::gauge("pybkx_index_entries", segs.entry_count()));
+    out.push(Metric::gauge(
+        "pybkx_index_block_cache_bytes",
+        segs.cache.bytes() as u64,
+    ));
+    out.push(Metric::counter(
+        "pybkx_index_block_cache_hits",
+        segs.cache.hits.load(Ordering::Relaxed),
+    ));
+    out.push(Metric::counter(
+        "pybkx_index_block_cache_misses",
+        segs.cache.misses.load(Ordering::Relaxed),
+    ));
+}
+
+/// The storage's own counters under pybkx's names: merges, the lifecycle's work, read-ahead.
+fn export_counters(stats: &StorageStats, out: &mut Vec<Metric>) {
+    let counters = [
+        ("pybkx_index_merges", &stats.index_merges),
+        ("pybkx_gc_entry_logs_removed", &stats.gc_logs_removed),
+        ("pybkx_gc_reclaimed_bytes", &stats.gc_reclaimed_bytes),
+        ("pybkx_gc_compacted_entry_logs", &stats.compacted_logs),
+        ("pybkx_tier_demoted_entry_logs", &stats.tier_demotions),
+        ("pybkx_tier_promoted_entry_logs", &stats.tier_promotions),
+        ("pybkx_tier_moved_bytes", &stats.tier_moved_bytes),
+        (
             "pybkx_storage_read_ahead_entries",
-            self.stats.read_ahead_entries.get(),
-        ));
+            &stats.read_ahead_entries,
+        ),
+    ];
+    for (name, counter) in counters {
+        out.push(Metric::counter(name, counter.get()));
     }
 }

@@ -14,7 +14,7 @@ use parking_lot::{Condvar, Mutex, RwLock};
 /// cache of small entries stays within its configured size too.
 const ENTRY_OVERHEAD: usize = 64;
 
-use super::IdMap;
+use super::ids::IdMap;
 
 /// A cached entry and the checksum of its entry-log record body (computed once, on add).
 struct Cached {

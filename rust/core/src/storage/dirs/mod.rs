@@ -31,6 +31,34 @@ pub struct DirState {
     pub usage: DiskUsage,
 }
 
+/// What a directory holds, for the disk checker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DirKind {
+    Ledger,
+    Index,
+    Journal,
+}
+
+impl DirKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            DirKind::Ledger => "ledger",
+            DirKind::Index => "index",
+            DirKind::Journal => "journal",
+        }
+    }
+}
+
+/// One directory's file-system usage, as [`directory_usage`] reports it.
+#[derive(Debug, Clone)]
+pub struct DirUsage {
+    pub kind: DirKind,
+    pub path: PathBuf,
+    pub usage: DiskUsage,
+    /// A ledger directory marked full by the disk checker.
+    pub full: bool,
+}
+
 /// One configured ledger directory.
 #[derive(Debug, Clone)]
 struct Dir {
@@ -313,6 +341,20 @@ impl LedgerDirs {
             .ok_or_else(|| StorageError::InvalidArgument("no ledger directory".into()))
     }
 
+    /// Total and free bytes of the directories' file systems, summed per directory (as
+    /// BookKeeper's GET_BOOKIE_INFO reports them).
+    pub fn summed_usage(&self) -> Result<DiskUsage> {
+        let mut sum = DiskUsage {
+            total_bytes: 0,
+            free_bytes: 0,
+        };
+        for state in self.states()? {
+            sum.total_bytes += state.usage.total_bytes;
+            sum.free_bytes += state.usage.free_bytes;
+        }
+        Ok(sum)
+    }
+
     /// The path (`current/`) of directory `i`.
     pub fn path_of(&self, i: usize) -> Option<&Path> {
         self.dirs.get(i).map(|d| d.path.as_path())
@@ -330,6 +372,35 @@ impl LedgerDirs {
             .find(|d| d.path.join(file_name).exists())
             .map(|d| d.path.as_path())
     }
+}
+
+/// Every directory the storage writes to, with its file system's usage now, for the disk
+/// checker: the ledger directories of `ledger_dirs` first (configuration order, each with
+/// whether it is marked full), then `others` (the index directory if separate, the journal
+/// directories) in their order.
+pub fn directory_usage(
+    ledger_dirs: &LedgerDirs,
+    others: &[(DirKind, PathBuf)],
+) -> Result<Vec<DirUsage>> {
+    let full = ledger_dirs.full_flags();
+    let mut out = Vec::new();
+    for (i, state) in ledger_dirs.states()?.into_iter().enumerate() {
+        out.push(DirUsage {
+            kind: DirKind::Ledger,
+            path: state.path,
+            usage: state.usage,
+            full: full.get(i).copied().unwrap_or(false),
+        });
+    }
+    for (kind, path) in others {
+        out.push(DirUsage {
+            kind: *kind,
+            path: path.clone(),
+            usage: fs::disk_usage(path)?,
+            full: false,
+        });
+    }
+    Ok(out)
 }
 
 /// Bytes of the files directly in `dir` (entry logs, index files): what counts against a quota.

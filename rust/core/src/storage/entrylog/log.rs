@@ -58,8 +58,8 @@ pub(super) struct ActiveLog {
 /// Written bytes of a log handed to the kernel's writeback at once, without waiting: the data
 /// goes to disk at a steady pace instead of piling up as dirty pages until the checkpoint's
 /// fdatasync writes them in one burst that stalls the journal's syncs behind it. Small, so that
-/// a journal sync never queues behind much of it (measured: 1 MiB kept 1 KiB adds' p99 where
-/// it was without writeback; 8 MiB doubled it).
+/// a journal sync never queues behind much of it (measured: larger pieces raised small adds'
+/// p99, see docs/performance.md, "Design figures behind the code").
 const WRITEBACK_BYTES: u64 = 1 << 20;
 
 /// Direct writes are made at least this large: each waits for the device, so small ones would
@@ -245,7 +245,12 @@ const PADDING_MIN: usize = RECORD_HEADER_LEN + 16;
 /// of a ledger that does not exist, which garbage collection drops.
 fn append_padding(out: &mut impl RecordSink, len: usize) {
     static ZEROS: [u8; 2 * DIRECT_ALIGN] = [0; 2 * DIRECT_ALIGN];
-    debug_assert!((PADDING_MIN..=ZEROS.len()).contains(&len));
+    // Why: a padding of another length would end the flush off the block boundary that direct
+    // writes rely on (once per flush, not per entry).
+    assert!(
+        (PADDING_MIN..=ZEROS.len()).contains(&len),
+        "padding record of {len} bytes"
+    );
     let zeros = &ZEROS[..len - PADDING_MIN];
     append_record(
         out,

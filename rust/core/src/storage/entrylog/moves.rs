@@ -18,11 +18,13 @@
 
 use std::any::Any;
 use std::collections::HashMap;
+use std::fs::File;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{log_name, EntryLogger, LogFile};
+use super::log_file::LogFile;
+use super::{log_name, EntryLogger};
 use crate::error::{IoContext, Result, StorageError};
 use crate::fs;
 use crate::storage::release::Unlinked;
@@ -34,15 +36,18 @@ const OLD: &str = ".log.old";
 /// One read and one write of a copy.
 const CHUNK: u64 = 1 << 20;
 
+/// Where one log's files are, by directory index: as `X.log`, as `X.log.old` (a committed move's
+/// source), as `X.log.moving` (a copy).
+#[derive(Default)]
+struct Seen {
+    logs: Vec<usize>,
+    olds: Vec<usize>,
+    movings: Vec<usize>,
+}
+
 /// Finishes or undoes the moves a crash interrupted in `dirs` (the ledger directories'
 /// `current/`, in configuration order) and returns the directory (index) of every entry log.
 pub(super) fn recover(dirs: &[&Path]) -> Result<HashMap<u32, usize>> {
-    #[derive(Default)]
-    struct Seen {
-        logs: Vec<usize>,
-        olds: Vec<usize>,
-        movings: Vec<usize>,
-    }
     let mut seen: HashMap<u32, Seen> = HashMap::new();
     for (i, d) in dirs.iter().enumerate() {
         for (suffix, pick) in [(".log", 0usize), (OLD, 1), (MOVING, 2)] {
@@ -57,90 +62,105 @@ pub(super) fn recover(dirs: &[&Path]) -> Result<HashMap<u32, usize>> {
             }
         }
     }
-    let file = |dir: usize, id: u32, suffix: &str| dirs[dir].join(format!("{id:x}{suffix}"));
     let mut placed = HashMap::with_capacity(seen.len());
     for (id, s) in seen {
-        let home = if !s.olds.is_empty() {
-            // Committed: the copy is complete and synced (step 1 came before the commit).
-            let home = if let Some(&d) = s.logs.first() {
-                d
-            } else if let Some(&d) = s.movings.first() {
-                fs::rename(&file(d, id, MOVING), &file(d, id, ".log"))?;
-                fs::sync_dir(dirs[d])?;
-                d
-            } else {
-                // No copy at all (not made by a move of ours): keep the only data there is.
-                let d = s.olds[0];
-                log::warn!(
-                    "entry log {}: only a .old copy exists; restored",
-                    log_name(id)
-                );
-                fs::rename(&file(d, id, OLD), &file(d, id, ".log"))?;
-                fs::sync_dir(dirs[d])?;
-                placed.insert(id, d);
-                continue;
-            };
-            for &d in &s.olds {
-                fs::remove_file(&file(d, id, OLD))?;
-                fs::sync_dir(dirs[d])?;
-            }
-            for &d in s
-                .movings
-                .iter()
-                .filter(|&&d| d != home || s.logs.contains(&d))
-            {
-                remove_if_present(&file(d, id, MOVING), dirs[d])?;
-            }
-            log::info!(
-                "entry log {}: finished a move interrupted after its commit",
-                log_name(id)
-            );
-            home
+        let home = if s.olds.is_empty() {
+            keep_the_source(dirs, id, &s)?
         } else {
-            let Some(&first) = s.logs.first() else {
-                // A copy whose source is gone: not made by a move of ours; left alone.
-                log::warn!(
-                    "entry log {}: a {MOVING} file without its log is left in place",
-                    log_name(id)
-                );
-                continue;
-            };
-            // Not committed: the source stays; the copy (complete or not) goes.
-            for &d in &s.movings {
-                fs::remove_file(&file(d, id, MOVING))?;
-                fs::sync_dir(dirs[d])?;
-                log::info!(
-                    "entry log {}: removed an uncommitted move's copy",
-                    log_name(id)
-                );
-            }
-            if s.logs.len() > 1 {
-                // Never left by a move (the source is renamed before the copy takes the name);
-                // resolved deterministically: the largest copy, then the first directory.
-                let size = |d: usize| std::fs::metadata(file(d, id, ".log")).map_or(0, |m| m.len());
-                let keep = s
-                    .logs
-                    .iter()
-                    .copied()
-                    .max_by_key(|&d| (size(d), std::cmp::Reverse(d)))
-                    .unwrap_or(first);
-                for &d in s.logs.iter().filter(|&&d| d != keep) {
-                    log::warn!(
-                        "entry log {} is in two directories; the copy in {} is removed",
-                        log_name(id),
-                        dirs[d].display()
-                    );
-                    fs::remove_file(&file(d, id, ".log"))?;
-                    fs::sync_dir(dirs[d])?;
-                }
-                keep
-            } else {
-                first
-            }
+            finish_committed(dirs, id, &s)?
         };
-        placed.insert(id, home);
+        if let Some(home) = home {
+            placed.insert(id, home);
+        }
     }
     Ok(placed)
+}
+
+/// The file of log `id` with `suffix` in directory `dir`.
+fn file_of(dirs: &[&Path], dir: usize, id: u32, suffix: &str) -> std::path::PathBuf {
+    dirs[dir].join(format!("{id:x}{suffix}"))
+}
+
+/// A move of log `id` that committed (a `.old` exists): the copy is complete and synced (step 1
+/// came before the commit), so it takes the log's name and the `.old` goes. Returns the log's
+/// directory.
+fn finish_committed(dirs: &[&Path], id: u32, s: &Seen) -> Result<Option<usize>> {
+    let home = if let Some(&d) = s.logs.first() {
+        d
+    } else if let Some(&d) = s.movings.first() {
+        fs::rename(&file_of(dirs, d, id, MOVING), &file_of(dirs, d, id, ".log"))?;
+        fs::sync_dir(dirs[d])?;
+        d
+    } else {
+        // No copy at all (not made by a move of ours): keep the only data there is.
+        let d = s.olds[0];
+        log::warn!(
+            "entry log {}: only a .old copy exists; restored",
+            log_name(id)
+        );
+        fs::rename(&file_of(dirs, d, id, OLD), &file_of(dirs, d, id, ".log"))?;
+        fs::sync_dir(dirs[d])?;
+        return Ok(Some(d));
+    };
+    for &d in &s.olds {
+        fs::remove_file(&file_of(dirs, d, id, OLD))?;
+        fs::sync_dir(dirs[d])?;
+    }
+    for &d in s
+        .movings
+        .iter()
+        .filter(|&&d| d != home || s.logs.contains(&d))
+    {
+        remove_if_present(&file_of(dirs, d, id, MOVING), dirs[d])?;
+    }
+    log::info!(
+        "entry log {}: finished a move interrupted after its commit",
+        log_name(id)
+    );
+    Ok(Some(home))
+}
+
+/// No move of log `id` committed: the source stays and any copy (complete or not) goes.
+/// Returns the log's directory, None for a copy whose source is gone (left alone).
+fn keep_the_source(dirs: &[&Path], id: u32, s: &Seen) -> Result<Option<usize>> {
+    let Some(&first) = s.logs.first() else {
+        // A copy whose source is gone: not made by a move of ours; left alone.
+        log::warn!(
+            "entry log {}: a {MOVING} file without its log is left in place",
+            log_name(id)
+        );
+        return Ok(None);
+    };
+    for &d in &s.movings {
+        fs::remove_file(&file_of(dirs, d, id, MOVING))?;
+        fs::sync_dir(dirs[d])?;
+        log::info!(
+            "entry log {}: removed an uncommitted move's copy",
+            log_name(id)
+        );
+    }
+    if s.logs.len() == 1 {
+        return Ok(Some(first));
+    }
+    // Never left by a move (the source is renamed before the copy takes the name); resolved
+    // deterministically: the largest copy, then the first directory.
+    let size = |d: usize| std::fs::metadata(file_of(dirs, d, id, ".log")).map_or(0, |m| m.len());
+    let keep = s
+        .logs
+        .iter()
+        .copied()
+        .max_by_key(|&d| (size(d), std::cmp::Reverse(d)))
+        .unwrap_or(first);
+    for &d in s.logs.iter().filter(|&&d| d != keep) {
+        log::warn!(
+            "entry log {} is in two directories; the copy in {} is removed",
+            log_name(id),
+            dirs[d].display()
+        );
+        fs::remove_file(&file_of(dirs, d, id, ".log"))?;
+        fs::sync_dir(dirs[d])?;
+    }
+    Ok(Some(keep))
 }
 
 fn remove_if_present(path: &Path, dir: &Path) -> Result<()> {
@@ -194,22 +214,7 @@ impl EntryLogger {
             .len();
         remove_if_present(&tmp, dst_dir)?;
         let copy = fs::create_new(&tmp)?;
-        let copied = (|| -> Result<bool> {
-            let mut buf = vec![0u8; CHUNK.min(len) as usize];
-            let mut at = 0u64;
-            while at < len {
-                let n = CHUNK.min(len - at) as usize;
-                fs::read_exact_at(&source, &src_path, &mut buf[..n], at)?;
-                fs::write_all_at(&copy, &tmp, &buf[..n], at)?;
-                at += n as u64;
-                if !pace(at) {
-                    return Ok(false);
-                }
-            }
-            fs::fsync(&copy, &tmp)?;
-            fs::sync_dir(dst_dir)?;
-            Ok(true)
-        })();
+        let copied = copy_synced((&source, &src_path), (&copy, &tmp), dst_dir, len, pace);
         match copied {
             Ok(true) => {}
             Ok(false) => {
@@ -285,6 +290,31 @@ impl EntryLogger {
             )),
         )
     }
+}
+
+/// Step 1 of a move: copies `len` bytes of `from` into `to` in chunks, calling `pace` after each,
+/// then syncs the copy and its directory `to_dir`. Returns false if `pace` abandoned it.
+fn copy_synced(
+    (from, from_path): (&File, &Path),
+    (to, to_path): (&File, &Path),
+    to_dir: &Path,
+    len: u64,
+    pace: &mut dyn FnMut(u64) -> bool,
+) -> Result<bool> {
+    let mut buf = vec![0u8; CHUNK.min(len) as usize];
+    let mut at = 0u64;
+    while at < len {
+        let n = CHUNK.min(len - at) as usize;
+        fs::read_exact_at(from, from_path, &mut buf[..n], at)?;
+        fs::write_all_at(to, to_path, &buf[..n], at)?;
+        at += n as u64;
+        if !pace(at) {
+            return Ok(false);
+        }
+    }
+    fs::fsync(to, to_path)?;
+    fs::sync_dir(to_dir)?;
+    Ok(true)
 }
 
 /// Sleeps as long as needed for `bytes` copied since `started` to stay within `rate` bytes per

@@ -14,6 +14,8 @@ mod block;
 pub mod cache;
 mod log;
 pub mod segment;
+mod segment_format;
+pub mod segment_writer;
 pub mod segments;
 
 use std::collections::{BTreeMap, HashSet};
@@ -24,6 +26,7 @@ use bytes::Bytes;
 pub use log::IndexLog;
 
 use super::entrylog::Location;
+use super::ids::IdMap;
 use super::journal::Mark;
 use crate::record::{append_record, be_u32, be_u64};
 
@@ -105,7 +108,7 @@ pub struct SegmentRef {
 /// The ledger states and what has changed since the last checkpoint.
 #[derive(Default)]
 pub struct Index {
-    pub ledgers: crate::storage::IdMap<LedgerState>,
+    pub ledgers: IdMap<LedgerState>,
     /// Ledgers whose state changed since the last checkpoint.
     meta_dirty: HashSet<u64>,
     /// Ledgers deleted since the last checkpoint, in order.
@@ -175,6 +178,8 @@ impl Index {
         self.needs_snapshot
     }
 
+    /// Loads one record of `index.log` (format `version`); returns whether it was a
+    /// checkpoint record (the end of a consistent state).
     pub(super) fn load_record(
         &mut self,
         version: u32,
@@ -184,110 +189,125 @@ impl Index {
         let kind = *body.first().ok_or_else(short)?;
         let rest = &body[1..];
         match kind {
-            REC_LEDGER => {
-                if rest.len() < 13 {
-                    return Err(short());
-                }
-                let ledger = be_u64(&rest[0..8]);
-                let flags = rest[8];
-                let klen = be_u32(&rest[9..13]) as usize;
-                let key = rest.get(13..13 + klen).ok_or_else(short)?;
-                let mut tail = &rest[13 + klen..];
-                let (last_entry, since_seq) = if version >= 2 {
-                    let fixed = tail.get(0..16).ok_or_else(short)?;
-                    let last = be_u64(&fixed[0..8]);
-                    let since = be_u64(&fixed[8..16]);
-                    tail = &tail[16..];
-                    ((last != NO_ENTRY).then_some(last), since)
-                } else {
-                    (None, 0)
-                };
-                let st = self
-                    .ledgers
-                    .entry(ledger)
-                    .or_insert_with(|| LedgerState::new(Arc::from(key), since_seq));
-                st.master_key = Arc::from(key);
-                st.fenced = flags & FLAG_FENCED != 0;
-                st.fence_durable = st.fenced;
-                st.explicit_lac = (flags & FLAG_HAS_LAC != 0).then(|| Bytes::copy_from_slice(tail));
-                if version >= 2 {
-                    st.last_entry = last_entry;
-                    st.since_seq = since_seq;
-                }
-            }
-            REC_LOCATIONS if version == 1 => {
-                if rest.len() < 20 {
-                    return Err(short());
-                }
-                let ledger = be_u64(&rest[0..8]);
-                let first = be_u64(&rest[8..16]);
-                let n = be_u32(&rest[16..20]) as usize;
-                let slots = rest.get(20..20 + n * 12).ok_or_else(short)?;
-                let legacy = self.legacy.get_or_insert_with(BTreeMap::new);
-                let mut last = None;
-                for (i, s) in slots.chunks_exact(12).enumerate() {
-                    let loc = be_u64(&s[0..8]);
-                    if loc != 0 {
-                        let entry = first + i as u64;
-                        legacy.insert(
-                            (ledger, entry),
-                            Location {
-                                loc,
-                                len: be_u32(&s[8..12]),
-                            },
-                        );
-                        last = Some(entry);
-                    }
-                }
-                let st = self
-                    .ledgers
-                    .entry(ledger)
-                    .or_insert_with(|| LedgerState::new(Arc::from(&[][..]), 0));
-                st.last_entry = st.last_entry.max(last);
-            }
-            REC_DELETE => {
-                let ledger = be_u64(rest.get(0..8).ok_or_else(short)?);
-                self.ledgers.remove(&ledger);
-                if let Some(legacy) = &mut self.legacy {
-                    let doomed: Vec<(u64, u64)> = legacy
-                        .range((ledger, 0)..=(ledger, u64::MAX))
-                        .map(|(k, _)| *k)
-                        .collect();
-                    for k in doomed {
-                        legacy.remove(&k);
-                    }
-                }
-            }
+            REC_LEDGER => self.load_ledger(version, rest).ok_or_else(short)?,
+            REC_LOCATIONS if version == 1 => self.load_locations(rest).ok_or_else(short)?,
+            REC_DELETE => self.load_delete(rest).ok_or_else(short)?,
             REC_CHECKPOINT => {
-                let n = be_u32(rest.get(0..4).ok_or_else(short)?) as usize;
-                let marks = rest.get(4..4 + n * 16).ok_or_else(short)?;
-                self.marks = marks
-                    .chunks_exact(16)
-                    .map(|c| Mark {
-                        file_id: be_u64(&c[0..8]),
-                        offset: be_u64(&c[8..16]),
-                    })
-                    .collect();
-                if version >= 2 {
-                    let mut at = 4 + n * 16;
-                    let next = rest.get(at..at + 12).ok_or_else(short)?;
-                    self.next_seq = be_u64(&next[0..8]);
-                    let count = be_u32(&next[8..12]) as usize;
-                    at += 12;
-                    let segs = rest.get(at..at + count * 12).ok_or_else(short)?;
-                    self.manifest = segs
-                        .chunks_exact(12)
-                        .map(|c| SegmentRef {
-                            seq: be_u64(&c[0..8]),
-                            level: be_u32(&c[8..12]),
-                        })
-                        .collect();
-                }
+                self.load_checkpoint(version, rest).ok_or_else(short)?;
                 return Ok(true);
             }
             k => return Err(format!("unknown index record kind {k}")),
         }
         Ok(false)
+    }
+
+    /// A ledger's state (None: the record is too short).
+    fn load_ledger(&mut self, version: u32, rest: &[u8]) -> Option<()> {
+        let fixed = rest.get(..13)?;
+        let ledger = be_u64(&fixed[0..8]);
+        let flags = fixed[8];
+        let klen = be_u32(&fixed[9..13]) as usize;
+        let key = rest.get(13..13 + klen)?;
+        let mut tail = &rest[13 + klen..];
+        let (last_entry, since_seq) = if version >= 2 {
+            let fixed = tail.get(0..16)?;
+            let last = be_u64(&fixed[0..8]);
+            let since = be_u64(&fixed[8..16]);
+            tail = &tail[16..];
+            ((last != NO_ENTRY).then_some(last), since)
+        } else {
+            (None, 0)
+        };
+        let st = self
+            .ledgers
+            .entry(ledger)
+            .or_insert_with(|| LedgerState::new(Arc::from(key), since_seq));
+        st.master_key = Arc::from(key);
+        st.fenced = flags & FLAG_FENCED != 0;
+        st.fence_durable = st.fenced;
+        st.explicit_lac = (flags & FLAG_HAS_LAC != 0).then(|| Bytes::copy_from_slice(tail));
+        if version >= 2 {
+            st.last_entry = last_entry;
+            st.since_seq = since_seq;
+        }
+        Some(())
+    }
+
+    /// A version-1 record of locations, kept to be migrated into a segment.
+    fn load_locations(&mut self, rest: &[u8]) -> Option<()> {
+        let head = rest.get(..20)?;
+        let ledger = be_u64(&head[0..8]);
+        let first = be_u64(&head[8..16]);
+        let n = be_u32(&head[16..20]) as usize;
+        let slots = rest.get(20..20 + n * 12)?;
+        let legacy = self.legacy.get_or_insert_with(BTreeMap::new);
+        let mut last = None;
+        for (i, s) in slots.chunks_exact(12).enumerate() {
+            let loc = be_u64(&s[0..8]);
+            if loc != 0 {
+                let entry = first + i as u64;
+                legacy.insert(
+                    (ledger, entry),
+                    Location {
+                        loc,
+                        len: be_u32(&s[8..12]),
+                    },
+                );
+                last = Some(entry);
+            }
+        }
+        let st = self
+            .ledgers
+            .entry(ledger)
+            .or_insert_with(|| LedgerState::new(Arc::from(&[][..]), 0));
+        st.last_entry = st.last_entry.max(last);
+        Some(())
+    }
+
+    /// A deletion.
+    fn load_delete(&mut self, rest: &[u8]) -> Option<()> {
+        let ledger = be_u64(rest.get(0..8)?);
+        self.ledgers.remove(&ledger);
+        if let Some(legacy) = &mut self.legacy {
+            let doomed: Vec<(u64, u64)> = legacy
+                .range((ledger, 0)..=(ledger, u64::MAX))
+                .map(|(k, _)| *k)
+                .collect();
+            for k in doomed {
+                legacy.remove(&k);
+            }
+        }
+        Some(())
+    }
+
+    /// A checkpoint: the journal marks and, from version 2, the next segment number and the
+    /// manifest.
+    fn load_checkpoint(&mut self, version: u32, rest: &[u8]) -> Option<()> {
+        let n = be_u32(rest.get(0..4)?) as usize;
+        let marks = rest.get(4..4 + n * 16)?;
+        self.marks = marks
+            .chunks_exact(16)
+            .map(|c| Mark {
+                file_id: be_u64(&c[0..8]),
+                offset: be_u64(&c[8..16]),
+            })
+            .collect();
+        if version >= 2 {
+            let mut at = 4 + n * 16;
+            let next = rest.get(at..at + 12)?;
+            self.next_seq = be_u64(&next[0..8]);
+            let count = be_u32(&next[8..12]) as usize;
+            at += 12;
+            let segs = rest.get(at..at + count * 12)?;
+            self.manifest = segs
+                .chunks_exact(12)
+                .map(|c| SegmentRef {
+                    seq: be_u64(&c[0..8]),
+                    level: be_u32(&c[8..12]),
+                })
+                .collect();
+        }
+        Some(())
     }
 }
 

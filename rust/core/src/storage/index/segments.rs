@@ -14,7 +14,8 @@ use std::sync::Arc;
 use parking_lot::RwLock;
 
 use super::cache::BlockCache;
-use super::segment::{IndexEntry, Segment, SegmentIter, SegmentWriter};
+use super::segment::{IndexEntry, Segment, SegmentIter};
+use super::segment_writer::SegmentWriter;
 use super::SegmentRef;
 use crate::error::Result;
 use crate::fs;

@@ -1,6 +1,7 @@
 //! Reading journals back: replay after the last checkpoint (cutting a torn tail of the newest
 //! file) and a read-only scan for tools. It never writes a record.
 
+use std::fs::File;
 use std::io::{Seek, SeekFrom};
 use std::path::Path;
 
@@ -26,8 +27,6 @@ pub fn replay(
     skip_invalid: bool,
     mut sink: impl FnMut(&[JournalOp], Mark) -> Result<()>,
 ) -> Result<ReplayEnd> {
-    const BATCH_OPS: usize = 4096;
-    const BATCH_BYTES: usize = 32 << 20;
     let all = list_journal_ids(dir)?;
     let next_file_id = all.last().map_or(1, |id| id + 1).max(from.file_id + 1);
     let ids: Vec<u64> = all.into_iter().filter(|id| *id >= from.file_id).collect();
@@ -41,98 +40,130 @@ pub fn replay(
     for (n, id) in ids.iter().enumerate() {
         let newest = n + 1 == ids.len();
         let path = journal_path(dir, *id);
-        let mut file = fs::open_read(&path)?;
-        let mut header = [0u8; FILE_HEADER_LEN];
-        let header_ok = std::io::Read::read_exact(&mut file, &mut header).is_ok();
-        if !header_ok
-            || check_file_header(&header, JOURNAL_MAGIC, JOURNAL_VERSION, "journal")? != *id
-        {
-            if newest && !header_ok {
-                // Crashed while creating the file: nothing in it was ever acknowledged.
-                log::warn!(
-                    "journal {} has no complete header; removing it",
-                    path.display()
-                );
-                fs::remove_file(&path)?;
-                continue;
-            }
-            return Err(StorageError::Corruption(format!(
-                "journal {} has a bad header",
-                path.display()
-            )));
-        }
-        let version = be_u32(&header[8..12]);
+        let Some((file, version)) = open_for_replay(&path, *id, newest)? else {
+            continue;
+        };
         let start = if *id == from.file_id {
             from.offset.max(FILE_HEADER_LEN as u64)
         } else {
             FILE_HEADER_LEN as u64
         };
-        file.seek(SeekFrom::Start(start))
-            .ctx(|| format!("seeking journal {}", path.display()))?;
-        let mut reader = RecordReader::new(file, start, path.display().to_string());
-        let mut batch: Vec<JournalOp> = Vec::new();
-        let mut batch_bytes = 0usize;
-        // Where the data ends when the last record read is not part of it.
-        let mut ends_before: Option<u64> = None;
-        let end = loop {
-            match reader.next_record()? {
-                Ok(rec) => {
-                    let size = rec.size as usize;
-                    if is_previous_life(rec.body, version, *id) {
-                        ends_before = Some(rec.offset);
-                        break ScanEnd::Clean;
-                    }
-                    match JournalOp::decode(rec.body, version) {
-                        Ok(op) => batch.push(op),
-                        Err(why) => {
-                            ends_before = Some(rec.offset);
-                            break ScanEnd::Torn(why);
-                        }
-                    }
-                    batch_bytes += size;
-                }
-                Err(end) => break end,
-            }
-            if batch.len() >= BATCH_OPS || batch_bytes >= BATCH_BYTES {
-                mark = Mark {
-                    file_id: *id,
-                    offset: reader.offset(),
-                };
-                sink(&batch, mark)?;
-                batch.clear();
-                batch_bytes = 0;
-            }
-        };
-        let data_end = ends_before.unwrap_or_else(|| reader.offset());
+        let (end, data_end) = replay_file(file, &path, *id, version, start, &mut sink)?;
         mark = Mark {
             file_id: *id,
             offset: data_end,
         };
-        sink(&batch, mark)?;
         if let ScanEnd::Torn(why) = end {
-            let at = data_end;
-            if newest {
-                log::warn!(
-                    "journal {}: cutting a torn tail at offset {at} ({why})",
-                    path.display()
-                );
-                let f = fs::open_write(&path)?;
-                fs::truncate_and_sync(&f, &path, at)?;
-            } else if skip_invalid {
-                log::warn!(
-                    "journal {}: skipping the rest after offset {at} ({why})",
-                    path.display()
-                );
-            } else {
-                return Err(StorageError::Corruption(format!(
-                    "journal {} is damaged at offset {at} ({why}) and newer journals follow it; \
-                     set skipReplayJournalInvalidRecord=true to skip the damaged part",
-                    path.display()
-                )));
-            }
+            handle_damage(&path, data_end, &why, newest, skip_invalid)?;
         }
     }
     Ok(ReplayEnd { mark, next_file_id })
+}
+
+/// Opens journal `id` at `path` and checks its header; returns it with its format version, or
+/// None if it is the newest file and its header is incomplete (a crash while creating it:
+/// nothing in it was ever acknowledged, so it is removed).
+fn open_for_replay(path: &Path, id: u64, newest: bool) -> Result<Option<(File, u32)>> {
+    let mut file = fs::open_read(path)?;
+    let mut header = [0u8; FILE_HEADER_LEN];
+    let header_ok = std::io::Read::read_exact(&mut file, &mut header).is_ok();
+    if !header_ok || check_file_header(&header, JOURNAL_MAGIC, JOURNAL_VERSION, "journal")? != id {
+        if newest && !header_ok {
+            log::warn!(
+                "journal {} has no complete header; removing it",
+                path.display()
+            );
+            fs::remove_file(path)?;
+            return Ok(None);
+        }
+        return Err(StorageError::Corruption(format!(
+            "journal {} has a bad header",
+            path.display()
+        )));
+    }
+    Ok(Some((file, be_u32(&header[8..12]))))
+}
+
+/// Hands the records of journal `id` (format `version`) from offset `start` to `sink`, in
+/// batches with the mark just after each; the last batch ends where the data ends. Returns how
+/// the scan ended and where the data ends.
+fn replay_file(
+    mut file: File,
+    path: &Path,
+    id: u64,
+    version: u32,
+    start: u64,
+    sink: &mut impl FnMut(&[JournalOp], Mark) -> Result<()>,
+) -> Result<(ScanEnd, u64)> {
+    const BATCH_OPS: usize = 4096;
+    const BATCH_BYTES: usize = 32 << 20;
+    file.seek(SeekFrom::Start(start))
+        .ctx(|| format!("seeking journal {}", path.display()))?;
+    let mut reader = RecordReader::new(file, start, path.display().to_string());
+    let mut batch: Vec<JournalOp> = Vec::new();
+    let mut batch_bytes = 0usize;
+    // Where the data ends when the last record read is not part of it.
+    let mut ends_before: Option<u64> = None;
+    let end = loop {
+        match reader.next_record()? {
+            Ok(rec) => {
+                if is_previous_life(rec.body, version, id) {
+                    ends_before = Some(rec.offset);
+                    break ScanEnd::Clean;
+                }
+                match JournalOp::decode(rec.body, version) {
+                    Ok(op) => batch.push(op),
+                    Err(why) => {
+                        ends_before = Some(rec.offset);
+                        break ScanEnd::Torn(why);
+                    }
+                }
+                batch_bytes += rec.size as usize;
+            }
+            Err(end) => break end,
+        }
+        if batch.len() >= BATCH_OPS || batch_bytes >= BATCH_BYTES {
+            let mark = Mark {
+                file_id: id,
+                offset: reader.offset(),
+            };
+            sink(&batch, mark)?;
+            batch.clear();
+            batch_bytes = 0;
+        }
+    };
+    let data_end = ends_before.unwrap_or_else(|| reader.offset());
+    let mark = Mark {
+        file_id: id,
+        offset: data_end,
+    };
+    sink(&batch, mark)?;
+    Ok((end, data_end))
+}
+
+/// Damage at `at` in journal `path` (`why`): the torn tail of the newest file is cut; in an
+/// older file it is skipped with `skip_invalid`, else an error (newer journals follow it).
+fn handle_damage(path: &Path, at: u64, why: &str, newest: bool, skip_invalid: bool) -> Result<()> {
+    if newest {
+        log::warn!(
+            "journal {}: cutting a torn tail at offset {at} ({why})",
+            path.display()
+        );
+        let f = fs::open_write(path)?;
+        fs::truncate_and_sync(&f, path, at)?;
+    } else if skip_invalid {
+        log::warn!(
+            "journal {}: skipping the rest after offset {at} ({why})",
+            path.display()
+        );
+    } else {
+        return Err(StorageError::Corruption(format!(
+            "journal {} is damaged at offset {at} ({why}) and newer journals follow it; \
+             set skipReplayJournalInvalidRecord=true to skip the damaged part",
+            path.display()
+        )));
+    }
+    Ok(())
 }
 
 /// One decoded record of a journal file, for tools.

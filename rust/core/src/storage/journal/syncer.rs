@@ -6,8 +6,10 @@ use std::sync::Arc;
 
 use crate::queue::{Receiver, RecvTimeoutError};
 
+use super::failure::Failure;
 use super::file::JournalFile;
-use super::{Applier, Failure, Group, JournalStats, Mark, MAX_GROUPS_IN_FLIGHT};
+use super::stats::JournalStats;
+use super::{Applier, Group, Mark, MAX_GROUPS_IN_FLIGHT};
 use crate::error::{Result, StorageError};
 use crate::metrics;
 

@@ -13,10 +13,11 @@ use crate::queue::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 
 use parking_lot::Mutex;
 
+use super::failure::Failure;
 use super::file::{list_journal_ids, Chunk, OpenJournal};
-use super::{
-    Completion, Failure, Group, JournalOp, JournalStats, Msg, OldFiles, Request, RETRY_INTERVAL,
-};
+use super::old_files::OldFiles;
+use super::stats::JournalStats;
+use super::{Completion, Group, JournalOp, Msg, Request, RETRY_INTERVAL};
 use crate::config::JournalConfig;
 use crate::error::StorageError;
 use crate::metrics::{self, micros};

@@ -12,6 +12,9 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use parking_lot::{Condvar, Mutex};
 
+use crate::metrics::Counter;
+use crate::storage::entrylog::Location;
+
 const SHARDS: usize = 8;
 
 #[derive(Default)]
@@ -156,6 +159,23 @@ impl ReadAheadCache {
             let Shard { map, order, .. } = &mut *s;
             order.retain(|k| map.contains_key(k));
         }
+    }
+
+    /// Keeps entries read ahead (`read`, in the order of `items`; read when the cache was at
+    /// `generation`) for the reads to come, counting them in `counted`.
+    pub fn keep(
+        &self,
+        counted: &Counter,
+        ledger: u64,
+        generation: u64,
+        items: &[(u64, Location)],
+        read: Vec<Bytes>,
+    ) {
+        if read.is_empty() {
+            return;
+        }
+        counted.add(read.len() as u64);
+        self.put(ledger, generation, items.iter().map(|(e, _)| *e).zip(read));
     }
 
     /// Drops a deleted ledger's entries.

@@ -1,4 +1,5 @@
-//! Reading ahead of a scan with direct I/O (`entryLogReadAheadThreads`).
+//! The read-ahead threads (`entryLogReadAheadThreads`): they read a scan's next runs from logs
+//! read directly, several at once, into the read-ahead cache; they never decide what to read.
 //!
 //! Where entry logs are read through the page cache, a scan's next runs are hinted to the
 //! kernel (`posix_fadvise(WILLNEED)`), which reads them asynchronously. Direct reads bypass the
@@ -16,20 +17,20 @@ use std::time::Duration;
 
 use crossbeam_channel::{Receiver, Sender, TrySendError};
 
-use super::entrylog::Location;
-use super::readahead::ReadAheadCache;
-use super::Inner;
+use super::readahead_cache::ReadAheadCache;
+use crate::metrics::Counter;
 use crate::record::RECORD_HEADER_LEN;
+use crate::storage::entrylog::{EntryLogger, Location};
 
 /// One read ahead covers at most this many bytes of back-to-back records.
-pub(super) const READ_AHEAD_IO_BYTES: u64 = 1 << 20;
+const READ_AHEAD_IO_BYTES: u64 = 1 << 20;
 
 /// How long a read waits for entries another thread is reading ahead before reading them
 /// itself (that read normally takes milliseconds; a stalled device would stall either read).
 pub(super) const READ_AHEAD_WAIT: Duration = Duration::from_secs(2);
 
 /// Work for a read-ahead thread.
-pub(super) enum AheadJob {
+pub(in crate::storage) enum AheadJob {
     /// Read these entries of a ledger (back to back in one log) into the read-ahead cache;
     /// `generation` is the cache's when they were located.
     Read {
@@ -43,8 +44,8 @@ pub(super) enum AheadJob {
 
 /// The read-ahead threads' queue.
 pub(super) struct AheadQueue {
-    pub(super) jobs: Sender<AheadJob>,
-    pub(super) threads: usize,
+    jobs: Sender<AheadJob>,
+    threads: usize,
 }
 
 impl AheadQueue {
@@ -53,25 +54,17 @@ impl AheadQueue {
         let (jobs, rx) = crossbeam_channel::bounded(2 * threads);
         (AheadQueue { jobs, threads }, rx)
     }
-}
-
-impl Inner {
-    /// Whether runs of log `log_id` are read ahead by the read-ahead threads.
-    pub(super) fn reads_ahead_directly(&self, log_id: u32) -> bool {
-        self.ahead.is_some() && self.shared.entrylog.reads_directly(log_id)
-    }
 
     /// Hands a run of `ledger`'s back-to-back records to the read-ahead threads, in pieces of
     /// at most `READ_AHEAD_IO_BYTES`. Returns how many of the run's entries were handed over
     /// (a full queue, or entries already on their way, end it early).
-    pub(super) fn read_ahead_run(
+    pub(super) fn hand(
         &self,
+        cache: &ReadAheadCache,
         ledger: u64,
         generation: u64,
         run: &[(u64, Location)],
     ) -> usize {
-        let Some(ahead) = &self.ahead else { return 0 };
-        let cache = &self.shared.read_ahead;
         let mut handed = 0;
         while handed < run.len() {
             let mut end = handed;
@@ -90,7 +83,7 @@ impl Inner {
                 generation,
                 items: piece,
             };
-            match ahead.jobs.try_send(job) {
+            match self.jobs.try_send(job) {
                 Ok(()) => handed = end,
                 Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
                     cache.arrived(ledger, first, last);
@@ -101,35 +94,49 @@ impl Inner {
         handed
     }
 
-    /// A read-ahead thread: reads what it is handed into the read-ahead cache until told to
-    /// stop. A failed read keeps the entries before the failure and leaves the rest to the
-    /// scan's own read, which reports the failure (and counts a corrupt copy).
-    pub(super) fn run_read_ahead(&self, jobs: Receiver<AheadJob>) {
-        for job in jobs {
-            let AheadJob::Read {
-                ledger,
-                generation,
-                items,
-            } = job
-            else {
-                return;
-            };
-            let (first, last) = (items[0].0, items[items.len() - 1].0);
-            // Even if the read panics, the entries stop being on their way: no scan waits for
-            // them again.
-            let _arrival = Arrival {
-                cache: &self.shared.read_ahead,
-                ledger,
-                first,
-                last,
-            };
-            let (read, err) = self.shared.entrylog.read_run(ledger, &items);
-            if let Some(e) = err {
-                log::debug!("reading ahead entries {first}..={last} of ledger {ledger}: {e}");
-            }
-            let n = read.len();
-            self.keep_read_ahead(ledger, generation, &items[..n], read);
+    /// Tells every thread to end once the jobs queued before are read.
+    pub(super) fn stop(&self) {
+        for _ in 0..self.threads {
+            // Each thread takes one and ends; jobs queued before it are read first.
+            let _ = self.jobs.send(AheadJob::Stop);
         }
+    }
+}
+
+/// A read-ahead thread: reads what it is handed from `entrylog` into `cache` (counting the
+/// entries in `read_ahead_entries`) until told to stop. A failed read keeps the entries before
+/// the failure and leaves the rest to the scan's own read, which reports the failure (and
+/// counts a corrupt copy).
+pub(in crate::storage) fn run_read_ahead(
+    entrylog: &EntryLogger,
+    cache: &ReadAheadCache,
+    read_ahead_entries: &Counter,
+    jobs: Receiver<AheadJob>,
+) {
+    for job in jobs {
+        let AheadJob::Read {
+            ledger,
+            generation,
+            items,
+        } = job
+        else {
+            return;
+        };
+        let (first, last) = (items[0].0, items[items.len() - 1].0);
+        // Even if the read panics, the entries stop being on their way: no scan waits for
+        // them again.
+        let _arrival = Arrival {
+            cache,
+            ledger,
+            first,
+            last,
+        };
+        let (read, err) = entrylog.read_run(ledger, &items);
+        if let Some(e) = err {
+            log::debug!("reading ahead entries {first}..={last} of ledger {ledger}: {e}");
+        }
+        let n = read.len();
+        cache.keep(read_ahead_entries, ledger, generation, &items[..n], read);
     }
 }
 
