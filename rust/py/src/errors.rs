@@ -7,7 +7,7 @@ use pyo3::exceptions::{PyKeyboardInterrupt, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyType;
 
-use pybkx_core::client::ClientError;
+use pybkx_core::bookie_conn::ClientError;
 use pybkx_core::digest::DigestError;
 use pybkx_core::error::StorageError;
 use pybkx_core::ledger::LedgerError;

@@ -12,7 +12,7 @@ use pybkx_core::queue::{Receiver, Sender};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 
-use pybkx_core::client::ClientError;
+use pybkx_core::bookie_conn::ClientError;
 use pybkx_core::digest::DigestError;
 use pybkx_core::done::Done;
 use pybkx_core::error::StorageError;

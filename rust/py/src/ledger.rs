@@ -22,8 +22,8 @@ use pybkx_core::ledger::{
 use pybkx_core::protocol::FLAG_NONE;
 use pybkx_core::runtime::runtime;
 
+use crate::bookie_conn::{flags_of, PyBookieClient};
 use crate::buffer::{fill_view, PyBuffer};
-use crate::client::{flags_of, PyBookieClient};
 use crate::digest::{digest_manager, verify, PyDigestManager, VerifiedTuple};
 use crate::errors::{BkError, BkResult, RaisedByPython};
 use crate::future::{Future, ToPy};
@@ -439,7 +439,7 @@ impl PyLedgerWriter {
 /// How to read one version of a ledger's metadata; see `_core.pyi`.
 #[pyclass(name = "ReadPlan", module = "pybkx._core", frozen)]
 pub(crate) struct PyReadPlan {
-    client: Arc<pybkx_core::client::BookieClient>,
+    client: Arc<pybkx_core::bookie_conn::BookieClient>,
     plan: Arc<ReadPlan>,
 }
 

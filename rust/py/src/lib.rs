@@ -4,8 +4,8 @@
 
 #[cfg(feature = "bench")]
 mod bench;
+mod bookie_conn;
 mod buffer;
-mod client;
 mod config;
 mod digest;
 mod errors;
@@ -67,7 +67,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<future::Future>()?;
     m.add_class::<storage::PyLedgerStorage>()?;
     m.add_class::<server::PyBookieServer>()?;
-    m.add_class::<client::PyBookieClient>()?;
+    m.add_class::<bookie_conn::PyBookieClient>()?;
     m.add_class::<digest::PyDigestManager>()?;
     m.add_class::<ledger::PyLedgerWriter>()?;
     m.add_class::<ledger::PyReadPlan>()?;

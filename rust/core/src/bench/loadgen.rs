@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use tokio::sync::oneshot;
 
-use crate::client::{BookieClient, ClientError, Reply, ReplyResult};
+use crate::bookie_conn::{BookieClient, ClientError, Reply, ReplyResult};
 use crate::config::ClientConfig;
 use crate::digest::{master_key, DigestManager, DigestType};
 use crate::done;

@@ -15,7 +15,7 @@ pub use reader::{
 pub use stats::{client_stats, ClientStats};
 pub use writer::{AppendDone, BookieFailure, FailureSink, LedgerWriter, WriterSpec};
 
-use crate::client::ClientError;
+use crate::bookie_conn::ClientError;
 use crate::protocol;
 
 /// Why a write or read failed.
@@ -85,7 +85,7 @@ mod tests {
     use bytes::Bytes;
 
     use super::*;
-    use crate::client::BookieClient;
+    use crate::bookie_conn::BookieClient;
     use crate::digest::{master_key, DigestManager, DigestType};
     use crate::done;
     use crate::runtime::runtime;

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use super::{write_set, LedgerError};
-use crate::client::{BookieClient, ClientError, Reply};
+use crate::bookie_conn::{BookieClient, ClientError, Reply};
 use crate::digest::DigestManager;
 use crate::protocol::Status;
 

@@ -15,7 +15,7 @@ use parking_lot::{Condvar, Mutex, MutexGuard};
 
 use super::stats::client_stats;
 use super::{check_quorums, write_set, LedgerError};
-use crate::client::{BookieClient, ClientError, ReplyResult};
+use crate::bookie_conn::{BookieClient, ClientError, ReplyResult};
 use crate::digest::{DigestManager, ENTRY_HEADER_LEN};
 use crate::done::Done;
 use crate::protocol::{Status, MASTER_KEY_LEN};

@@ -146,7 +146,7 @@ crate::named_stats!(ServerStats {
 });
 
 /// What every connection of one server shares.
-pub(crate) struct Shared {
+pub(crate) struct ServerState {
     storage: Arc<LedgerStorage>,
     cfg: ServerConfig,
     read_only: AtomicBool,
@@ -221,7 +221,7 @@ impl Drop for LacWaiter {
     }
 }
 
-impl Shared {
+impl ServerState {
     /// As BookKeeper's WriteEntryProcessor: a read-only bookie refuses an add unless it is
     /// high-priority and the bookie is still available for high-priority writes.
     pub(crate) fn refuses_add(&self, high_priority: bool) -> bool {
@@ -232,7 +232,7 @@ impl Shared {
 
 /// A running bookie server.
 pub struct BookieServer {
-    shared: Arc<Shared>,
+    state: Arc<ServerState>,
     local_addr: SocketAddr,
     stop_tx: watch::Sender<bool>,
     accept: Mutex<Option<JoinHandle<()>>>,
@@ -251,7 +251,7 @@ impl BookieServer {
             .block_on(TcpListener::bind((cfg.host.as_str(), cfg.port)))
             .map_err(StartError::Io)?;
         let local_addr = listener.local_addr().map_err(StartError::Io)?;
-        let shared = Arc::new(Shared {
+        let state = Arc::new(ServerState {
             storage,
             read_only: AtomicBool::new(cfg.read_only),
             high_priority_writes: AtomicBool::new(true),
@@ -265,13 +265,13 @@ impl BookieServer {
         let connections: Arc<Mutex<HashMap<u64, JoinHandle<()>>>> = Arc::default();
         let accept = rt.spawn(listener::accept_loop(
             listener,
-            shared.clone(),
+            state.clone(),
             stop_rx,
             connections.clone(),
         ));
         log::info!("bookie serving on {local_addr}");
         Ok(BookieServer {
-            shared,
+            state,
             local_addr,
             stop_tx,
             accept: Mutex::new(Some(accept)),
@@ -284,32 +284,32 @@ impl BookieServer {
     }
 
     pub fn set_read_only(&self, read_only: bool) {
-        self.shared.read_only.store(read_only, Ordering::SeqCst);
+        self.state.read_only.store(read_only, Ordering::SeqCst);
     }
 
     pub fn is_read_only(&self) -> bool {
-        self.shared.read_only.load(Ordering::SeqCst)
+        self.state.read_only.load(Ordering::SeqCst)
     }
 
     /// Whether a read-only server still takes high-priority adds (BookKeeper's
     /// `setHighPriorityWritesAvailability`); a writable server takes every add.
     pub fn set_high_priority_writes(&self, available: bool) {
-        self.shared
+        self.state
             .high_priority_writes
             .store(available, Ordering::SeqCst);
     }
 
     pub fn high_priority_writes(&self) -> bool {
-        self.shared.high_priority_writes.load(Ordering::SeqCst)
+        self.state.high_priority_writes.load(Ordering::SeqCst)
     }
 
     pub fn stats(&self) -> &ServerStats {
-        &self.shared.stats
+        &self.state.stats
     }
 
     /// Every metric of the server, read now.
     pub fn metrics(&self) -> Vec<crate::metrics::Metric> {
-        crate::metrics::Export::metrics(&self.shared.stats)
+        crate::metrics::Export::metrics(&self.state.stats)
     }
 
     /// Stops accepting, stops reading new requests, lets in-flight requests finish and their
@@ -319,17 +319,17 @@ impl BookieServer {
             return;
         };
         let _ = self.stop_tx.send(true);
-        self.shared.lac_watch.stop();
+        self.state.lac_watch.stop();
         let Ok(rt) = runtime() else {
             return;
         };
-        let shared = self.shared.clone();
+        let state = self.state.clone();
         rt.block_on(async move {
             let _ = accept.await;
             let all_drained = async {
-                while shared.live.load(Ordering::SeqCst) > 0 {
-                    let notified = shared.drained.notified();
-                    if shared.live.load(Ordering::SeqCst) == 0 {
+                while state.live.load(Ordering::SeqCst) > 0 {
+                    let notified = state.drained.notified();
+                    if state.live.load(Ordering::SeqCst) == 0 {
                         break;
                     }
                     notified.await;

@@ -53,7 +53,7 @@ pub(super) fn handle_frame(
 }
 
 fn handle(req: Request, outbox: &Outbox, received: Option<Instant>) {
-    let shared = outbox.shared();
+    let state = outbox.state();
     let header = req.header();
     match req {
         Request::Add {
@@ -73,7 +73,7 @@ fn handle(req: Request, outbox: &Outbox, received: Option<Instant>) {
             if let Err(status) = admit(outbox, Slot::Add, header) {
                 return send(outbox, reply(status), timed);
             }
-            if shared.refuses_add(header.has(FLAG_HIGH_PRIORITY)) {
+            if state.refuses_add(header.has(FLAG_HIGH_PRIORITY)) {
                 return send(outbox, reply(Status::ReadOnly), timed);
             }
             if ledger < 0 || entry < 0 {
@@ -86,10 +86,10 @@ fn handle(req: Request, outbox: &Outbox, received: Option<Instant>) {
                 body,
                 recovery: header.has(FLAG_RECOVERY_ADD),
             };
-            dispatch::add_entry(shared, add, || {
+            dispatch::add_entry(state, add, || {
                 let outbox = outbox.clone();
                 Box::new(move |status| {
-                    let stats = &outbox.shared().stats;
+                    let stats = &outbox.state().stats;
                     stats
                         .add_entry
                         .record_since(status == Status::Ok, timed.received);
@@ -120,15 +120,15 @@ fn handle(req: Request, outbox: &Outbox, received: Option<Instant>) {
             if let Err(status) = admit(outbox, Slot::Read, header) {
                 return send(outbox, reply(Err(status)), timed);
             }
-            let storage = shared.storage.clone();
+            let storage = state.storage.clone();
             let out = outbox.clone();
             dispatch::run_read(
-                shared,
+                state,
                 ledger,
                 fencing(header, master_key),
                 move || dispatch::read_entry(&storage, ledger, entry),
                 Box::new(move |r| {
-                    let stats = &out.shared().stats;
+                    let stats = &out.state().stats;
                     stats.read_entry.record_since(r.is_ok(), timed.received);
                     if entry == -1 && matches!(r, Err(Status::NoEntry)) {
                         stats.read_last_entry_noentry_error.inc();
@@ -180,29 +180,29 @@ fn handle(req: Request, outbox: &Outbox, received: Option<Instant>) {
             };
             let max_size = usize::try_from(max_size)
                 .unwrap_or(0)
-                .min(shared.cfg.max_batch_read_size);
+                .min(state.cfg.max_batch_read_size);
             let limits = RangeLimits {
                 max_count: usize::try_from(max_count).unwrap_or(0),
                 max_bytes: max_size.saturating_sub(BATCH_RESPONSE_FIXED_LEN),
                 per_entry_overhead: 4,
                 stride,
             };
-            let storage = shared.storage.clone();
+            let storage = state.storage.clone();
             let out = outbox.clone();
             dispatch::run_read(
-                shared,
+                state,
                 ledger,
                 fencing(header, master_key),
                 move || dispatch::read_range(&storage, ledger, start_entry, limits),
                 Box::new(move |r| {
-                    let stats = &out.shared().stats;
+                    let stats = &out.state().stats;
                     stats.read_entry.record_since(r.is_ok(), timed.received);
                     send(&out, reply(r), timed)
                 }),
             );
         }
         Request::Auth { message, .. } => {
-            shared.stats.auth_requests.inc();
+            state.stats.auth_requests.inc();
             log::debug!(
                 "AUTH from plugin {:?}: authentication is disabled",
                 message.plugin_name

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use super::{read_each, task_failed, verify, ReadEntry, ReadOptions, ReadPlan};
-use crate::client::{BookieClient, ClientError, Reply};
+use crate::bookie_conn::{BookieClient, ClientError, Reply};
 use crate::digest::DigestManager;
 use crate::ledger::LedgerError;
 

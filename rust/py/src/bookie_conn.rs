@@ -8,7 +8,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
 
-use pybkx_core::client::{BookieClient, Outgoing, Reply};
+use pybkx_core::bookie_conn::{BookieClient, Outgoing, Reply};
 
 use crate::config::client_config;
 use crate::future::{Future, ToPy};
