@@ -5,7 +5,8 @@
 
 use bytes::Bytes;
 
-use super::{LedgerError, ReadEntry};
+use super::error::LedgerError;
+use super::reader::ReadEntry;
 
 /// The largest payload total one column batch may hold (32-bit offsets).
 pub const MAX_COLUMN_BYTES: usize = i32::MAX as usize;
