@@ -38,6 +38,8 @@ from pybkx.meta import LedgerMetadata, LedgerState, Versioned
 if TYPE_CHECKING:
     import pyarrow
 
+    from pybkx._core import ColumnsResult
+
 __all__ = ["LedgerHandle", "ReadHandle", "new_writer"]
 
 logger = logging.getLogger(__name__)
@@ -220,11 +222,12 @@ class ReadHandle:
         key: bytes | None = None,
         held_by: Sequence[int] = (),
     ) -> Future:
-        """Start reading entries ``first..last`` whatever the LAC; the future gives
-        ``(entries, batch_ok)``. With ``held_by`` (ensemble positions), only the entries whose
-        write set holds one of them: what a copy of lost bookies needs; on a striped ledger
-        (E > Qw) the other entries are not read at all. Raises IncorrectParameterException for
-        a bad range (through the future for a position outside the ensembles)."""
+        """Start reading entries ``first..last`` whatever the LAC; the future gives a
+        ``ReadResult`` (``entries``, ``batch_ok``). With ``held_by`` (ensemble positions), only
+        the entries whose write set holds one of them: what a copy of lost bookies needs; on a
+        striped ledger (E > Qw) the other entries are not read at all. Raises
+        IncorrectParameterException for a bad range (through the future for a position outside
+        the ensembles)."""
         return self._read_plan().read(
             first,
             last,
@@ -236,10 +239,10 @@ class ReadHandle:
         )
 
     def _read(self, first: int, last: int, batch: bool) -> list[LedgerEntry]:
-        entries, batch_ok = self.read_entries(first, last, batch=batch).result()
+        read = self.read_entries(first, last, batch=batch).result()
         if batch:
-            self._note_batch_support(batch_ok)
-        return list(entries)
+            self._note_batch_support(read.batch_ok)
+        return list(read.entries)
 
     def _read_chunk(self, first: int, last: int) -> _Chunk:
         """Starts reading one chunk of an iteration, batched while the bookies allow it."""
@@ -254,8 +257,7 @@ class ReadHandle:
         an entry. Raises as ``read`` if it fails again."""
         for other in in_flight:
             other.exception()  # waits; its outcome is taken in its turn
-        entries, _ = self.read_entries(chunk.first, chunk.last, batch=False).result()
-        return list(entries)
+        return list(self.read_entries(chunk.first, chunk.last, batch=False).result().entries)
 
     def _note_batch_support(self, batch_ok: bool) -> None:
         """Stop batching for good once every replica dropped a batch request (BP-62's rule for
@@ -286,7 +288,7 @@ class ReadHandle:
         return self._read(first, last, batch=False)
 
     def read_async(self, first: int, last: int) -> Future:
-        """``read`` without waiting: the future (awaitable) gives ``(entries, batch_ok)``.
+        """``read`` without waiting: the future (awaitable) gives a ``ReadResult``.
         Raises at once what ``read`` raises for the range; the rest through the future."""
         self._check_confirmed(first, last)
         return self.read_entries(first, last)
@@ -346,10 +348,11 @@ class ReadHandle:
             first, last, batch=self._batch_supported, avoid=self._avoided()
         )
 
-    def _arrow_batch(self, columns: arrow.Columns) -> pyarrow.RecordBatch:
-        rows, entry_ids, offsets, payloads, batch_ok = columns
-        self._note_batch_support(batch_ok)
-        return arrow.record_batch(self.ledger_id, rows, entry_ids, offsets, payloads)
+    def _arrow_batch(self, columns: ColumnsResult) -> pyarrow.RecordBatch:
+        self._note_batch_support(columns.batch_ok)
+        return arrow.record_batch(
+            self.ledger_id, columns.rows, columns.entry_ids, columns.offsets, columns.payloads
+        )
 
     def read_unconfirmed(self, first: int, last: int) -> list[LedgerEntry]:
         """Entries ``first..last`` regardless of the LAC (they may not survive recovery).
@@ -395,11 +398,9 @@ class ReadHandle:
             count = (budget - used) * len(out) // max(used, 1) + 1
         return out
 
-    def verify_entry(
-        self, entry: bytes, entry_id: int | None = None
-    ) -> tuple[int, int, int, bytes]:
-        """(entry id, LAC, ledger length, payload) of an entry as a bookie stored it, its digest
-        checked (and its id, if given). Raises DigestMatchException."""
+    def verify_entry(self, entry: bytes, entry_id: int | None = None) -> LedgerEntry:
+        """The entry a bookie stored (its id, LAC, ledger length, payload), its digest checked
+        (and its id, if given). Raises DigestMatchException."""
         return self._read_plan().verify(entry, entry_id)
 
     # --- iteration and asyncio ----------------------------------------------------------------
@@ -450,13 +451,14 @@ class ReadHandle:
         while window:
             chunk = window.popleft()
             try:
-                entries, batch_ok = chunk.future.result()
+                read = chunk.future.result()
             except errors.ReadException:
                 if not sent_batched:
                     raise
                 entries = self._read_again_singly(chunk, [c.future for c in window])
             else:
-                self._note_batch_support(batch_ok)
+                entries = read.entries
+                self._note_batch_support(read.batch_ok)
             fill()
             yield from entries
 
@@ -489,7 +491,7 @@ class ReadHandle:
                 next_first = chunk_last + 1
             chunk = window.popleft()
             try:
-                entries, batch_ok = await chunk.future
+                read = await chunk.future
             except errors.ReadException:
                 if not sent_batched:
                     raise
@@ -498,7 +500,8 @@ class ReadHandle:
                     self.bk.executor, self._read_again_singly, chunk, in_flight
                 )
             else:
-                self._note_batch_support(batch_ok)
+                entries = read.entries
+                self._note_batch_support(read.batch_ok)
             for entry in entries:
                 yield entry
 
@@ -562,10 +565,8 @@ class ReadHandle:
         passed = threading.Event()
 
         def answered(future: Future) -> None:
-            if future.exception() is None:
-                lac, _next = future.result()
-                if lac > previous:
-                    passed.set()
+            if future.exception() is None and future.result().lac > previous:
+                passed.set()
 
         ms = int(timeout * 1000)
         for bookie in self.metadata.last_ensemble:
@@ -591,9 +592,9 @@ class ReadHandle:
         last_error: Exception | None = None
         for i, future in enumerate(futures):
             try:
-                _, lac, length, _ = self.verify_entry(future.result())
+                last = self.verify_entry(future.result())
                 known[i] = True
-                best = max(best, (lac, length))
+                best = max(best, (last.last_add_confirmed, last.ledger_length))
             except (errors.NoSuchEntryException, errors.NoSuchLedgerExistsException):
                 known[i] = True
             except errors.UnauthorizedAccessException:

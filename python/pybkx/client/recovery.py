@@ -47,7 +47,7 @@ def recover(handle: ReadHandle) -> None:
     if found:
         length = found[0][1] - len(found[0][0])
     elif lac >= 0:
-        entries, _ = handle.read_entries(lac, lac).result()
+        entries = handle.read_entries(lac, lac).result().entries
         length = entries[0].ledger_length
     else:
         length = 0
@@ -84,8 +84,8 @@ def _recovery_read(handle: ReadHandle, entry_id: int) -> tuple[bytes, int] | Non
             entry = handle.bk.bookies.read(
                 bookie, handle.ledger_id, entry_id, FLAG_DO_FENCING | FLAG_HIGH_PRIORITY, key
             ).result()
-            _, _, length, payload = handle.verify_entry(entry, entry_id)
-            return payload, length
+            verified = handle.verify_entry(entry, entry_id)
+            return verified.payload, verified.ledger_length
         except (errors.NoSuchEntryException, errors.NoSuchLedgerExistsException):
             missing += 1
             if missing >= missing_needed:

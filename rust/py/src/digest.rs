@@ -8,6 +8,7 @@ use pyo3::types::PyBytes;
 use pybkx_core::digest::{self, DigestManager, DigestType};
 
 use crate::errors::BkResult;
+use crate::ledger::entry::PyLedgerEntry;
 
 pub(crate) fn digest_manager(
     ledger_id: i64,
@@ -59,33 +60,19 @@ impl PyDigestManager {
     }
 
     #[pyo3(signature = (entry, entry_id = None))]
-    fn verify<'py>(
-        &self,
-        py: Python<'py>,
-        entry: &[u8],
-        entry_id: Option<i64>,
-    ) -> BkResult<VerifiedTuple<'py>> {
-        verify(py, &self.inner, entry, entry_id)
+    fn verify(&self, entry: &[u8], entry_id: Option<i64>) -> BkResult<PyLedgerEntry> {
+        verify(&self.inner, entry, entry_id)
     }
 }
 
-/// A verified entry as Python sees it: `(entry_id, lac, ledger_length, payload)`.
-pub(crate) type VerifiedTuple<'py> = (i64, i64, i64, Bound<'py, PyBytes>);
-
-/// Checks a stored entry's digest (and its id, if given).
-pub(crate) fn verify<'py>(
-    py: Python<'py>,
+/// Checks a stored entry's digest (and its id, if given); the entry it holds.
+pub(crate) fn verify(
     digest: &DigestManager,
     entry: &[u8],
     entry_id: Option<i64>,
-) -> BkResult<VerifiedTuple<'py>> {
-    let v = digest.verify(&Bytes::copy_from_slice(entry), entry_id)?;
-    Ok((
-        v.entry_id,
-        v.last_add_confirmed,
-        v.length,
-        PyBytes::new(py, &v.payload),
-    ))
+) -> BkResult<PyLedgerEntry> {
+    let v = digest.verify_owned(Bytes::copy_from_slice(entry), entry_id)?;
+    Ok(PyLedgerEntry::from_verified(digest.ledger_id(), v))
 }
 
 /// BookKeeper's ledger master key: SHA-1("ledger" + password).

@@ -69,11 +69,19 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<server::PyBookieServer>()?;
     m.add_class::<bookie_conn::PyBookieClient>()?;
     m.add_class::<digest::PyDigestManager>()?;
-    m.add_class::<ledger::PyLedgerWriter>()?;
-    m.add_class::<ledger::PyReadPlan>()?;
-    m.add_class::<ledger::PyFailureQueue>()?;
-    m.add_class::<ledger::PyLedgerEntry>()?;
+    m.add_class::<bookie_conn::PyLongPollResult>()?;
+    m.add_class::<bookie_conn::PyReadLacResult>()?;
+    m.add_class::<bookie_conn::PyBookieInfo>()?;
+    m.add_class::<ledger::writer::PyLedgerWriter>()?;
+    m.add_class::<ledger::writer::PyFailureQueue>()?;
+    m.add_class::<ledger::writer::PyBookieFailure>()?;
+    m.add_class::<ledger::reader::PyReadPlan>()?;
+    m.add_class::<ledger::reader::PyReadResult>()?;
+    m.add_class::<ledger::reader::PyColumnsResult>()?;
+    m.add_class::<ledger::entry::PyLedgerEntry>()?;
     m.add_class::<buffer::PyBuffer>()?;
+    m.add_class::<metrics::PyMetric>()?;
+    m.add_class::<metrics::PyHistogramSnapshot>()?;
     m.add_function(wrap_pyfunction!(ledger::check_quorums, m)?)?;
     m.add_function(wrap_pyfunction!(storage::scan_journal, m)?)?;
     m.add_function(wrap_pyfunction!(digest::master_key, m)?)?;
@@ -92,6 +100,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
         m.add_function(wrap_pyfunction!(bench::micro_kernels, m)?)?;
         m.add_function(wrap_pyfunction!(bench::fill_storage, m)?)?;
         m.add_function(wrap_pyfunction!(bench::index_lookups, m)?)?;
+        m.add_class::<bench::PyIndexLookups>()?;
     }
     m.add("FLAG_NONE", protocol::FLAG_NONE)?;
     m.add("FLAG_DO_FENCING", protocol::FLAG_DO_FENCING)?;
