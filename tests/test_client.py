@@ -225,6 +225,8 @@ def test_not_enough_bookies_and_bad_quorums_are_refused(cluster: Sandbox) -> Non
             bk.create_ledger(5, 2, 2)
         with pytest.raises(errors.IncorrectParameterException):
             bk.create_ledger(2, 3, 2)
+        with pytest.raises(errors.IncorrectParameterException):
+            bk.create_ledger(-1, 2, 2)
         with pytest.raises(ValueError):
             bk.create_ledger(3, 2, 2, digest_type="SHA256")
 

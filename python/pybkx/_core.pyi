@@ -398,7 +398,7 @@ class DigestManager:
         Raises DigestMatchException."""
 
 def check_quorums(ensemble_size: int, write_quorum_size: int, ack_quorum_size: int) -> None:
-    """Raise IncorrectParameterException unless E >= Qw >= Qa >= 1."""
+    """Raise IncorrectParameterException unless E >= Qw >= Qa >= 1 (negative sizes too)."""
 
 class LedgerEntry:
     """One entry read from a ledger (or checked by ``verify``). Its payload stays in the buffer

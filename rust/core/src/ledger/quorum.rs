@@ -10,8 +10,9 @@ pub fn write_set(entry: i64, e: usize, qw: usize) -> impl Iterator<Item = usize>
     (0..qw as i64).map(move |i| (entry + i).rem_euclid(e64) as usize)
 }
 
-/// BookKeeper's rule for quorums: E >= Qw >= Qa >= 1.
-pub fn check_quorums(e: usize, qw: usize, qa: usize) -> Result<(), LedgerError> {
+/// BookKeeper's rule for quorums: E >= Qw >= Qa >= 1. Signed, as callers give the sizes (a
+/// negative one is refused by the rule, not by a conversion).
+pub fn check_quorums(e: i64, qw: i64, qa: i64) -> Result<(), LedgerError> {
     if e >= qw && qw >= qa && qa >= 1 {
         Ok(())
     } else {
@@ -32,6 +33,8 @@ mod tests {
         assert!(check_quorums(2, 3, 2).is_err());
         assert!(check_quorums(3, 2, 3).is_err());
         assert!(check_quorums(3, 2, 0).is_err());
+        assert!(check_quorums(-1, 2, 2).is_err());
+        assert!(check_quorums(3, 2, -1).is_err());
     }
 
     #[test]

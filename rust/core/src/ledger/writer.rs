@@ -137,7 +137,7 @@ impl LedgerWriter {
         on_failure: FailureSink,
     ) -> Result<Arc<LedgerWriter>, LedgerError> {
         let e = spec.ensemble.len();
-        check_quorums(e, spec.qw, spec.qa)?;
+        check_quorums(e as i64, spec.qw as i64, spec.qa as i64)?;
         let overhead = 8 + MASTER_KEY_LEN + ENTRY_HEADER_LEN + spec.digest.kind().digest_len();
         let max_payload = client.config().max_frame_size.saturating_sub(overhead);
         Ok(Arc::new_cyclic(|me| LedgerWriter {

@@ -13,12 +13,12 @@ use pybkx_core::ledger;
 
 use crate::errors::BkResult;
 
-/// Raises IncorrectParameterException unless E >= Qw >= Qa >= 1.
+/// Raises IncorrectParameterException unless E >= Qw >= Qa >= 1 (negative sizes too).
 #[pyfunction]
 pub(crate) fn check_quorums(
-    ensemble_size: usize,
-    write_quorum_size: usize,
-    ack_quorum_size: usize,
+    ensemble_size: i64,
+    write_quorum_size: i64,
+    ack_quorum_size: i64,
 ) -> BkResult<()> {
     ledger::check_quorums(ensemble_size, write_quorum_size, ack_quorum_size)?;
     Ok(())
