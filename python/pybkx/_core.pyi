@@ -391,20 +391,28 @@ class DigestManager:
     def package(self, entry_id: int, last_add_confirmed: int, length: int, payload: bytes) -> bytes:
         """The entry as stored and sent: ledger id, entry id, LAC, length, digest, payload."""
 
-    def verify(self, entry: bytes, entry_id: int | None = None) -> LedgerEntry:
-        """Check the digest (and, if given, the entry id); return the entry it holds (its id,
-        LAC, ledger length and payload).
+    def verify(self, entry: bytes, entry_id: int | None = None) -> VerifiedEntry:
+        """Check the digest (and, if given, the entry id); return what the entry holds.
 
         Raises DigestMatchException."""
+
+class VerifiedEntry:
+    """A stored entry whose digest (and id, if asked) checked out."""
+
+    entry_id: int
+    last_add_confirmed: int
+    """The LAC its writer piggy-backed in it."""
+    ledger_length: int
+    """The ledger's length in bytes up to and including this entry."""
+    payload: bytes
 
 def check_quorums(ensemble_size: int, write_quorum_size: int, ack_quorum_size: int) -> None:
     """Raise IncorrectParameterException unless E >= Qw >= Qa >= 1 (negative sizes too)."""
 
 class LedgerEntry:
-    """One entry read from a ledger (or checked by ``verify``). Its payload stays in the buffer
-    the bookie's reply arrived in: ``memoryview(entry)`` (or ``numpy.frombuffer(entry)``,
-    ``pyarrow.py_buffer(entry)``) reads it without a copy; ``payload`` / ``bytes(entry)`` make
-    one ``bytes`` on first use."""
+    """One entry read from a ledger. Its payload stays in the buffer the bookie's reply arrived
+    in: ``memoryview(entry)`` (or ``numpy.frombuffer(entry)``, ``pyarrow.py_buffer(entry)``)
+    reads it without a copy; ``payload`` / ``bytes(entry)`` make one ``bytes`` on first use."""
 
     ledger_id: int
     entry_id: int
@@ -562,9 +570,9 @@ class ReadPlan:
         orders: list[list[list[int]]] = ...,
         max_batch_bytes: int = 5 << 20,
     ) -> None: ...
-    def verify(self, entry: bytes, entry_id: int | None = None) -> LedgerEntry:
-        """The entry a bookie stored, its digest checked (and its id, if given); raises
-        DigestMatchException."""
+    def verify(self, entry: bytes, entry_id: int | None = None) -> VerifiedEntry:
+        """What an entry a bookie stored holds, its digest checked (and its id, if given);
+        raises DigestMatchException."""
 
     def read(
         self,

@@ -38,7 +38,7 @@ from pybkx.meta import LedgerMetadata, LedgerState, Versioned
 if TYPE_CHECKING:
     import pyarrow
 
-    from pybkx._core import ColumnsResult
+    from pybkx._core import ColumnsResult, VerifiedEntry
 
 __all__ = ["LedgerHandle", "ReadHandle", "new_writer"]
 
@@ -398,7 +398,7 @@ class ReadHandle:
             count = (budget - used) * len(out) // max(used, 1) + 1
         return out
 
-    def verify_entry(self, entry: bytes, entry_id: int | None = None) -> LedgerEntry:
+    def verify_entry(self, entry: bytes, entry_id: int | None = None) -> VerifiedEntry:
         """The entry a bookie stored (its id, LAC, ledger length, payload), its digest checked
         (and its id, if given). Raises DigestMatchException."""
         return self._read_plan().verify(entry, entry_id)

@@ -8,7 +8,6 @@ use pyo3::types::PyBytes;
 use pybkx_core::digest::{self, DigestManager, DigestType};
 
 use crate::errors::BkResult;
-use crate::ledger::entry::PyLedgerEntry;
 
 pub(crate) fn digest_manager(
     ledger_id: i64,
@@ -60,19 +59,39 @@ impl PyDigestManager {
     }
 
     #[pyo3(signature = (entry, entry_id = None))]
-    fn verify(&self, entry: &[u8], entry_id: Option<i64>) -> BkResult<PyLedgerEntry> {
-        verify(&self.inner, entry, entry_id)
+    fn verify(
+        &self,
+        py: Python<'_>,
+        entry: &[u8],
+        entry_id: Option<i64>,
+    ) -> BkResult<PyVerifiedEntry> {
+        verify(py, &self.inner, entry, entry_id)
     }
 }
 
-/// Checks a stored entry's digest (and its id, if given); the entry it holds.
+/// What `verify` found in a stored entry: see `_core.pyi`.
+#[pyclass(name = "VerifiedEntry", module = "pybkx._core", frozen, get_all)]
+pub(crate) struct PyVerifiedEntry {
+    entry_id: i64,
+    last_add_confirmed: i64,
+    ledger_length: i64,
+    payload: Py<PyBytes>,
+}
+
+/// Checks a stored entry's digest (and its id, if given).
 pub(crate) fn verify(
+    py: Python<'_>,
     digest: &DigestManager,
     entry: &[u8],
     entry_id: Option<i64>,
-) -> BkResult<PyLedgerEntry> {
-    let v = digest.verify_owned(Bytes::copy_from_slice(entry), entry_id)?;
-    Ok(PyLedgerEntry::from_verified(digest.ledger_id(), v))
+) -> BkResult<PyVerifiedEntry> {
+    let v = digest.verify(&Bytes::copy_from_slice(entry), entry_id)?;
+    Ok(PyVerifiedEntry {
+        entry_id: v.entry_id,
+        last_add_confirmed: v.last_add_confirmed,
+        ledger_length: v.length,
+        payload: PyBytes::new(py, &v.payload).unbind(),
+    })
 }
 
 /// BookKeeper's ledger master key: SHA-1("ledger" + password).

@@ -69,6 +69,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<server::PyBookieServer>()?;
     m.add_class::<bookie_conn::PyBookieClient>()?;
     m.add_class::<digest::PyDigestManager>()?;
+    m.add_class::<digest::PyVerifiedEntry>()?;
     m.add_class::<bookie_conn::PyLongPollResult>()?;
     m.add_class::<bookie_conn::PyReadLacResult>()?;
     m.add_class::<bookie_conn::PyBookieInfo>()?;

@@ -1,5 +1,5 @@
-//! `LedgerEntry`: one entry read from a ledger (or checked by a `DigestManager`), its payload
-//! lent to Python without a copy. It never reads or verifies: readers hand it verified entries.
+//! `LedgerEntry`: one entry read from a ledger, its payload lent to Python without a copy. It
+//! never reads or verifies: readers hand it verified entries.
 
 use bytes::Bytes;
 use pyo3::exceptions::PyValueError;
@@ -7,7 +7,6 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::PyBytes;
 
-use pybkx_core::digest::VerifiedEntry;
 use pybkx_core::ledger::ReadEntry;
 
 use crate::buffer::fill_view;
@@ -41,17 +40,6 @@ impl PyLedgerEntry {
             payload: PyOnceLock::new(),
             last_add_confirmed: e.lac,
             ledger_length: e.length,
-        }
-    }
-
-    pub(crate) fn from_verified(ledger_id: i64, v: VerifiedEntry) -> Self {
-        PyLedgerEntry {
-            ledger_id,
-            entry_id: v.entry_id,
-            data: v.payload,
-            payload: PyOnceLock::new(),
-            last_add_confirmed: v.last_add_confirmed,
-            ledger_length: v.length,
         }
     }
 }

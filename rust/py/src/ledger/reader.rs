@@ -19,7 +19,7 @@ use pybkx_core::runtime::runtime;
 use super::entry::PyLedgerEntry;
 use crate::bookie_conn::{flags_of, PyBookieClient};
 use crate::buffer::PyBuffer;
-use crate::digest::{digest_manager, verify};
+use crate::digest::{digest_manager, verify, PyVerifiedEntry};
 use crate::errors::{BkError, BkResult};
 use crate::future::{Future, ToPy};
 
@@ -123,11 +123,16 @@ impl PyReadPlan {
         })
     }
 
-    /// Checks an entry as a bookie stored it; the `LedgerEntry` it holds. Raises
-    /// DigestMatchException (also for another entry id than `entry_id`, if given).
+    /// Checks an entry as a bookie stored it. Raises DigestMatchException (also for another
+    /// entry id than `entry_id`, if given).
     #[pyo3(signature = (entry, entry_id = None))]
-    fn verify(&self, entry: &[u8], entry_id: Option<i64>) -> BkResult<PyLedgerEntry> {
-        verify(self.plan.digest(), entry, entry_id)
+    fn verify(
+        &self,
+        py: Python<'_>,
+        entry: &[u8],
+        entry_id: Option<i64>,
+    ) -> BkResult<PyVerifiedEntry> {
+        verify(py, self.plan.digest(), entry, entry_id)
     }
 
     /// Reads and verifies entries `first..=last` (with `held_by`, only those whose write set
