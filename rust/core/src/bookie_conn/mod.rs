@@ -22,7 +22,9 @@ use parking_lot::Mutex;
 
 use crate::config::ClientConfig;
 use crate::done::{self, Done};
-use crate::protocol::v2::{encode_request_chunks, PacketHeader, Request};
+use crate::protocol::v2::{
+    encode_request_chunks, AddRequest, BatchReadRequest, PacketHeader, ReadRequest, Request,
+};
 use crate::protocol::{self, v3, Status};
 use crate::runtime::runtime;
 use connection::{Conn, Key, Waiter};
@@ -171,13 +173,13 @@ impl BookieClient {
         flags: u16,
     ) -> Outgoing {
         let chunks = if self.cfg.use_v2_wire_protocol {
-            encode_request_chunks(&Request::Add {
+            encode_request_chunks(&Request::Add(AddRequest {
                 header: PacketHeader::new(protocol::OP_ADD_ENTRY, flags),
                 master_key,
                 ledger,
                 entry,
                 body,
-            })
+            }))
         } else {
             let recovery = flags & protocol::FLAG_RECOVERY_ADD != 0;
             self.v3_chunks(v3::pb::Request {
@@ -212,12 +214,12 @@ impl BookieClient {
     ) -> Outgoing {
         let master_key = fencing_key(flags, master_key);
         let chunks = if self.cfg.use_v2_wire_protocol {
-            encode_request_chunks(&Request::Read {
+            encode_request_chunks(&Request::Read(ReadRequest {
                 header: PacketHeader::new(protocol::OP_READ_ENTRY, flags),
                 ledger,
                 entry,
                 master_key,
-            })
+            }))
         } else {
             let fence = flags & protocol::FLAG_DO_FENCING != 0;
             self.v3_chunks(v3::pb::Request {
@@ -411,7 +413,7 @@ impl BookieClient {
             None => flags & !protocol::FLAG_STRIDED_READ,
         };
         let request_id = self.next_request_id.fetch_add(1, Ordering::Relaxed);
-        let req = Request::BatchRead {
+        let req = Request::BatchRead(BatchReadRequest {
             header: PacketHeader::new(protocol::OP_BATCH_READ_ENTRY, flags),
             ledger,
             start_entry,
@@ -420,7 +422,7 @@ impl BookieClient {
             max_size,
             master_key: fencing_key(flags, master_key),
             stride,
-        };
+        });
         Outgoing {
             bookie: bookie.to_string(),
             key: Key::Batch(request_id),
