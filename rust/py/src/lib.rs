@@ -24,9 +24,9 @@ use pyo3::types::PyType;
 use pybkx_core::protocol;
 
 /// Every Rust allocation of the extension (request frames, channel blocks, entry buffers) goes
-/// to mimalloc: glibc's malloc spent ~40% of a pipelined append's CPU consolidating and
-/// splitting chunks that the network threads free. Python's own objects keep Python's
-/// allocator.
+/// to mimalloc: glibc's malloc spent a large share of a pipelined append's CPU consolidating and
+/// splitting chunks that the network threads free (docs/performance.md, "The Python client
+/// against the bookie's capacity"). Python's own objects keep Python's allocator.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -40,9 +40,9 @@ const PURGE_DELAY_MS: std::ffi::c_long = 1000;
 /// Keeps freed memory for a second before returning it to the OS, instead of mimalloc's 10 ms:
 /// a bookie frees a whole write-cache generation (tens of MiB of request buffers) at once and
 /// allocates as much again within milliseconds; with the default, every page came back from the
-/// kernel zeroed (page faults and `clear_page`: 16 KiB adds used 17–20% more CPU and ran 13–16%
-/// slower). Left alone when the option does not hold its known default (a user's
-/// `MIMALLOC_PURGE_DELAY`, or a mimalloc whose options moved).
+/// kernel zeroed (page faults and `clear_page`: large adds took more CPU and ran slower, see
+/// docs/performance.md, "Large adds"). Left alone when the option does not hold its known
+/// default (a user's `MIMALLOC_PURGE_DELAY`, or a mimalloc whose options moved).
 fn tune_allocator() {
     // SAFETY: mimalloc's option calls read and write a process-wide integer; any thread may.
     unsafe {

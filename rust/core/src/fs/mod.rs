@@ -265,8 +265,9 @@ pub fn remove_file(path: &Path) -> Result<()> {
         .ctx(|| format!("removing {}", path.display()))
 }
 
-/// How much the storage frees at a time with [`cut_in_steps`], and the pause between cuts:
-/// 2 GiB take about 0.7 s.
+/// How much the storage frees at a time with [`cut_in_steps`], and the pause between cuts (how
+/// long freeing a large file then takes: docs/performance.md, "Design figures behind the
+/// code").
 pub const FREE_STEP: u64 = 16 << 20;
 pub const FREE_PAUSE: Duration = Duration::from_millis(2);
 
@@ -301,9 +302,9 @@ pub fn remove_file_in_steps(
 /// Cuts `file` (open for writing; `path` names it in errors) down to at most `step` bytes,
 /// `step` bytes at a time and `pause` apart, so that its blocks are freed gradually. ext4 frees
 /// a file's blocks in one journal transaction, and every fsync on the file system waits for it:
-/// unlinking 2 GiB at once took 0.45–0.56 s here and held concurrent `fdatasync`s up to 106 ms
-/// (with the `discard` mount option; 63 ms and 14 ms without); cut 16 MiB at a time they waited
-/// at most 7 ms. Returns false if `stop` was seen between steps.
+/// unlinking a large file at once held concurrent `fdatasync`s far longer than cutting it in
+/// steps (docs/performance.md, "Design figures behind the code"). Returns false if `stop` was
+/// seen between steps.
 pub fn cut_in_steps(
     file: &File,
     path: &Path,

@@ -45,6 +45,10 @@ pub(super) async fn serve_connection(
 ) {
     let _ = stream.set_nodelay(true);
     let (mut reader, writer) = stream.into_split();
+    // Bounded by what the connection reads: one response per request, requests in flight at
+    // most `maxPendingAddRequestsPerThread` adds and `maxPendingReadRequestsPerThread` reads
+    // (a slot is freed once its response is written), and no request is read while
+    // `serverWriteBufferHighWaterMark` response bytes wait here.
     let (tx, rx) = mpsc::unbounded_channel::<(Reply, Timed)>();
     let usage = Arc::new(Usage::default());
     let outbox = Outbox {
