@@ -19,6 +19,19 @@ pub struct ReadEntry {
     pub payload: Bytes,
 }
 
+#[cfg(test)]
+impl ReadEntry {
+    /// An entry as a test needs one: `id` with `payload`, the LAC just before it.
+    pub(crate) fn test(id: i64, payload: &'static [u8]) -> ReadEntry {
+        ReadEntry {
+            entry_id: id,
+            lac: id - 1,
+            length: 0,
+            payload: Bytes::from_static(payload),
+        }
+    }
+}
+
 /// Checks `body`, a stored entry some bookie returned for `entry`, keeping its payload without
 /// a copy.
 pub(super) fn verify(

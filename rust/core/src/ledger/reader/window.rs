@@ -155,12 +155,7 @@ mod tests {
     use super::*;
 
     fn entry(id: i64, payload: &'static [u8]) -> ReadEntry {
-        ReadEntry {
-            entry_id: id,
-            lac: id - 1,
-            length: 0,
-            payload: Bytes::from_static(payload),
-        }
+        ReadEntry::test(id, payload)
     }
 
     const EVERY: Option<fn(i64) -> bool> = None;
