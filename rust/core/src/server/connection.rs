@@ -25,7 +25,9 @@ use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch};
 
 use super::outbox::{Outbox, Reply, Slot, Timed, Usage};
-use super::{v2, v3, ServerState, ServerStats};
+use super::state::ServerState;
+use super::stats::ServerStats;
+use super::{v2, v3};
 use crate::net::write_all_chunks;
 use crate::protocol::{self, OutFrames, ProtocolError};
 

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use tokio::sync::oneshot;
 
-use super::ServerState;
+use super::state::ServerState;
 use crate::done::Done;
 use crate::error::StorageError;
 use crate::protocol::Status;

@@ -12,7 +12,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::connection::serve_connection;
-use super::ServerState;
+use super::state::ServerState;
 
 pub(super) async fn accept_loop(
     listener: TcpListener,

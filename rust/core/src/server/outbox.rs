@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use tokio::sync::{mpsc, Notify};
 
-use super::ServerState;
+use super::state::ServerState;
 use crate::protocol::v2::Response as V2Response;
 use crate::protocol::v3::Response as V3Response;
 use crate::protocol::{self, OutFrames};

@@ -269,7 +269,7 @@ fn long_poll(
     tokio::spawn(async move {
         let storage = out.state().storage.clone();
         let deadline = tokio::time::Instant::now() + wait;
-        let waiter = super::LacWaiter::new(&out.state().lac_watch);
+        let waiter = super::state::LacWaiter::new(&out.state().lac_watch);
         let known = loop {
             // Registered before the LAC is read, so that an add completing in between wakes it.
             let woken = waiter.notify().notified();
