@@ -24,7 +24,7 @@ from pybkx.bookie import open_ledger_storage
 
 OPS_PER_CALL = 1000
 SIZES = (100, 1024, 16384)
-KERNELS = [name for name, _ in micro_kernels()]
+KERNELS = list(micro_kernels())
 
 
 @pytest.mark.benchmark(group="micro: codec and digest (Rust loop, per 1000 ops)")
@@ -43,7 +43,7 @@ def test_codec_kernel(benchmark, kernel: str, size: int) -> None:  # type: ignor
         {
             "ops_per_call": OPS_PER_CALL,
             "ns_per_op_rust_timed_median": round(inner / OPS_PER_CALL * 1e9, 1),
-            "what": dict(micro_kernels())[kernel],
+            "what": micro_kernels()[kernel],
         }
     )
 

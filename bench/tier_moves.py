@@ -82,9 +82,8 @@ def storage_metrics(storage: Any) -> list[tuple[str, float]]:
     """(name, value) of the storage's counters and gauges."""
     out = []
     for metric in storage.metrics():
-        name, value = metric[0], metric[-1]
-        if isinstance(value, int | float):
-            out.append((name, float(value)))
+        if isinstance(metric.value, int | float):
+            out.append((metric.name, float(metric.value)))
     return out
 
 

@@ -13,18 +13,34 @@ class _Buffer(Protocol):
 
 Buffer = bytes | bytearray | memoryview | _Buffer
 
-HistogramSnapshot = tuple[list[tuple[int | None, int]], int, int]
-"""``(buckets, count, sum)``: ``(inclusive upper bound, count)`` per bucket, ascending, None
-for +Inf. A log-linear histogram lists only buckets holding values; one with fixed bounds lists
-them all."""
+class HistogramSnapshot:
+    """A histogram read out at once."""
+
+    buckets: list[tuple[int | None, int]]
+    """``(inclusive upper bound, count)`` per bucket, ascending, None for +Inf. A log-linear
+    histogram lists only buckets holding values; one with fixed bounds lists them all."""
+    count: int
+    sum: int
 
 MetricValue = int | float | HistogramSnapshot | dict[str, HistogramSnapshot]
 """A number (counter, gauge; the core gives ints), a snapshot (histogram) or
 ``{"true": ok, "false": failed}`` (summary, by outcome)."""
 
-Metric = tuple[str, str, str, dict[str, str], MetricValue]
-"""``(name, kind, unit, labels, value)``: kind "counter", "gauge", "summary" or "histogram";
-unit "us" (latency in microseconds), "bytes" or "count"."""
+class Metric:
+    """One metric read out (Python code makes its own too, e.g. a bookie's gauges)."""
+
+    name: str
+    kind: str
+    """"counter", "gauge", "summary" or "histogram"."""
+    unit: str
+    """"us" (latency in microseconds), "bytes", "count" (or another, for a metric made in
+    Python, e.g. "percent")."""
+    labels: dict[str, str]
+    value: MetricValue
+
+    def __init__(
+        self, name: str, kind: str, unit: str, labels: dict[str, str], value: MetricValue
+    ) -> None: ...
 
 class _StorageConfig(Protocol):
     """What ``LedgerStorage`` reads: the storage attributes of ``pybkx.config.ServerConfig``."""
@@ -391,16 +407,15 @@ class BookieClient:
         self, bookie: str, ledger_id: int, previous_lac: int, timeout_ms: int
     ) -> Future:
         """A V3 long-poll READ with entry piggy-back: answered once the bookie's LAC for the
-        ledger passes ``previous_lac``, or after ``timeout_ms``. Result: ``(lac, next entry's
-        stored bytes or None)``. Raises IncorrectParameterException for a V2 client (a Java
-        bookie would read the rest of a V2 connection as V3)."""
+        ledger passes ``previous_lac``, or after ``timeout_ms``. Result: a ``LongPollResult``.
+        Raises IncorrectParameterException for a V2 client (a Java bookie would read the rest of
+        a V2 connection as V3)."""
 
     # The V3-only operations below raise IncorrectParameterException at once for a V2 client
     # (useV2WireProtocol=true). Their futures fail with the bookie's status as its exception
     # (e.g. NoSuchLedgerExistsException, BookieHandleNotAvailableException), or a timeout.
     def read_lac(self, bookie: str, ledger_id: int) -> Future:
-        """V3 READ_LAC. Result: ``(explicit LAC body or None, last entry's stored bytes or
-        None)``; the LAC body is digest-packaged as the writer sent it with ``write_lac``."""
+        """V3 READ_LAC. Result: a ``ReadLacResult``."""
 
     def write_lac(
         self, bookie: str, ledger_id: int, lac: int, master_key: bytes, body: bytes
@@ -409,7 +424,7 @@ class BookieClient:
         explicit LAC. Result: None. A fenced ledger fails with LedgerFencedException."""
 
     def get_bookie_info(self, bookie: str) -> Future:
-        """V3 GET_BOOKIE_INFO. Result: ``(total disk capacity, free disk space)`` in bytes."""
+        """V3 GET_BOOKIE_INFO. Result: a ``BookieInfo``."""
 
     def force_ledger(self, bookie: str, ledger_id: int) -> Future:
         """V3 FORCE_LEDGER: the ledger's entries so far made durable. Result: None."""
@@ -420,6 +435,29 @@ class BookieClient:
 
     def close(self) -> None:
         """Close all connections; pending requests fail. Idempotent."""
+
+class LongPollResult:
+    """What ``BookieClient.long_poll_lac`` gives."""
+
+    lac: int
+    """The bookie's LAC for the ledger."""
+    next_entry: bytes | None
+    """The stored bytes of the entry after the asked LAC, when the LAC passed it and the bookie
+    holds it."""
+
+class ReadLacResult:
+    """What ``BookieClient.read_lac`` gives."""
+
+    lac_body: bytes | None
+    """The explicit LAC, digest-packaged as the writer sent it with ``write_lac``."""
+    last_entry: bytes | None
+    """The stored bytes of the bookie's last entry of the ledger."""
+
+class BookieInfo:
+    """What ``BookieClient.get_bookie_info`` gives, in bytes."""
+
+    total_disk_capacity: int
+    free_disk_space: int
 
 FLAG_NONE: int
 FLAG_DO_FENCING: int
@@ -441,13 +479,23 @@ class DigestManager:
     def package(self, entry_id: int, last_add_confirmed: int, length: int, payload: bytes) -> bytes:
         """The entry as stored and sent: ledger id, entry id, LAC, length, digest, payload."""
 
-    def verify(self, entry: bytes, entry_id: int | None = None) -> tuple[int, int, int, bytes]:
-        """Check the digest (and, if given, the entry id); return (entry_id, lac, length, payload).
+    def verify(self, entry: bytes, entry_id: int | None = None) -> VerifiedEntry:
+        """Check the digest (and, if given, the entry id); return what the entry holds.
 
         Raises DigestMatchException."""
 
+class VerifiedEntry:
+    """A stored entry whose digest (and id, if asked) checked out."""
+
+    entry_id: int
+    last_add_confirmed: int
+    """The LAC its writer piggy-backed in it."""
+    ledger_length: int
+    """The ledger's length in bytes up to and including this entry."""
+    payload: bytes
+
 def check_quorums(ensemble_size: int, write_quorum_size: int, ack_quorum_size: int) -> None:
-    """Raise IncorrectParameterException unless E >= Qw >= Qa >= 1."""
+    """Raise IncorrectParameterException unless E >= Qw >= Qa >= 1 (negative sizes too)."""
 
 class LedgerEntry:
     """One entry read from a ledger. Its payload stays in the buffer the bookie's reply arrived
@@ -493,13 +541,25 @@ class SharedBuffer:
     def __buffer__(self, flags: int, /) -> memoryview: ...
     def __release_buffer__(self, view: memoryview, /) -> None: ...
 
+class BookieFailure:
+    """A bookie of a writer's ensemble that failed an add."""
+
+    ledger_id: int
+    writer_id: int
+    """Which ``LedgerWriter`` (its ``writer_id``)."""
+    index: int
+    """The failed bookie's position in the writer's ensemble."""
+    bookie: str
+    """Its address."""
+    error: str
+
 class FailureQueue:
     """Bookie failures of all the writers of one client, in the order they happened."""
 
     def __init__(self) -> None: ...
-    def next(self, timeout: float | None = None) -> tuple[int, int, int, str, str] | None:
-        """``(ledger_id, writer_id, index, bookie address, error)`` of the next failure, waiting
-        up to ``timeout`` seconds; None if none came or the queue is closed."""
+    def next(self, timeout: float | None = None) -> BookieFailure | None:
+        """The next failure, waiting up to ``timeout`` seconds; None if none came or the queue
+        is closed."""
 
     def close(self) -> None:
         """Wake waiting ``next`` calls (they return None)."""
@@ -598,8 +658,9 @@ class ReadPlan:
         orders: list[list[list[int]]] = ...,
         max_batch_bytes: int = 5 << 20,
     ) -> None: ...
-    def verify(self, entry: bytes, entry_id: int | None = None) -> tuple[int, int, int, bytes]:
-        """(entry_id, lac, ledger length, payload) of a stored entry; DigestMatchException."""
+    def verify(self, entry: bytes, entry_id: int | None = None) -> VerifiedEntry:
+        """What an entry a bookie stored holds, its digest checked (and its id, if given);
+        raises DigestMatchException."""
 
     def read(
         self,
@@ -614,13 +675,13 @@ class ReadPlan:
         held_by: list[int] = ...,
     ) -> Future:
         """Read and verify entries ``first..last`` (with ``held_by``, only those whose write set
-        holds one of those ensemble positions); the future gives ``(entries, batch_ok)``.
+        holds one of those ensemble positions); the future gives a ``ReadResult``.
 
         With ``batch``: BATCH_READ_ENTRY where one bookie holds every entry of a segment
         (E == Qw), strided batch reads per write-set start where entries are striped (E > Qw;
         runs of up to Qw entries from bookies that ignore strides); otherwise, and for whatever
         those miss, single reads with ``window`` in flight; each entry from the first replica
-        that returns a verified copy, ``avoid`` last. ``batch_ok`` is False once the bookies
+        that returns a verified copy, ``avoid`` last. Its ``batch_ok`` is False once the bookies
         dropped the connection on every batch request (a pre-BP-62 bookie). Raises at
         once IncorrectParameterException for a bad range (more than MAX_READ_ENTRIES entries
         too); through the future IncorrectParameterException (a ``held_by`` position outside
@@ -637,11 +698,31 @@ class ReadPlan:
         avoid: list[str] = ...,
         window: int = 64,
     ) -> Future:
-        """``read`` packed as columns: the future gives ``(rows, entry_ids, offsets, payloads,
-        batch_ok)``, the columns as ``SharedBuffer``s in Arrow's ``int64`` and ``binary`` layouts
-        (little-endian i64 ids, i32 offsets, payloads back to back). Raises as ``read``, and
-        through the future IncorrectParameterException when the payloads exceed 2 GiB.
+        """``read`` packed as columns: the future gives a ``ColumnsResult``. Raises as
+        ``read``, and through the future IncorrectParameterException when the payloads exceed
+        2 GiB.
         """
+
+class ReadResult:
+    """What ``ReadPlan.read`` gives."""
+
+    entries: list[LedgerEntry]
+    """The verified entries, in order."""
+    batch_ok: bool
+    """False once the bookies dropped the connection on every batch request (a pre-BP-62
+    bookie): read without batches from then on."""
+
+class ColumnsResult:
+    """What ``ReadPlan.read_columns`` gives: the entries as columns, ``SharedBuffer``s in
+    Arrow's ``int64`` and ``binary`` layouts (little-endian i64 ids, i32 offsets, payloads back
+    to back)."""
+
+    rows: int
+    entry_ids: SharedBuffer
+    offsets: SharedBuffer
+    payloads: SharedBuffer
+    batch_ok: bool
+    """As ``ReadResult.batch_ok``."""
 
 def inject_disk_fault(
     path_prefix: str,
@@ -705,14 +786,20 @@ def micro_kernel(kernel: str, payload_size: int, iterations: int) -> float:
     """Seconds ``iterations`` runs of a micro-benchmark kernel take, timed in Rust (GIL released;
     setup excluded). Kernels: see ``micro_kernels()``. Raises ValueError (unknown kernel)."""
 
-def micro_kernels() -> list[tuple[str, str]]:
-    """The micro-benchmark kernels: ``(name, what one iteration does)``."""
+def micro_kernels() -> dict[str, str]:
+    """The micro-benchmark kernels: name -> what one iteration does."""
 
 def fill_storage(storage: LedgerStorage, ledgers: int, entries: int, payload_size: int) -> float:
     """Benchmark (feature ``bench``): add ``entries`` entries of ``payload_size`` bytes from Rust,
     entry ``i`` to ledger ``i % ledgers + 1`` as its entry ``i // ledgers``; seconds until all
     are durable. Raises ValueError when an add fails."""
 
-def index_lookups(storage: LedgerStorage, ledgers: int, span: int, count: int) -> tuple[float, int]:
+class IndexLookups:
+    """What ``index_lookups`` gives."""
+
+    seconds: float
+    found: int
+
+def index_lookups(storage: LedgerStorage, ledgers: int, span: int, count: int) -> IndexLookups:
     """Benchmark (feature ``bench``): ``count`` index lookups (no entry data read) of random
-    entries ``0..span`` of ledgers ``1..=ledgers``; returns ``(seconds, found)``."""
+    entries ``0..span`` of ledgers ``1..=ledgers``."""

@@ -103,8 +103,8 @@ def test_asyncio_gathers_ten_thousand_appends_and_reads(bk: pybkx.BookKeeper) ->
     async def main() -> list[pybkx.LedgerEntry]:
         ids = await asyncio.gather(*(lh.append_async(b"p%d" % i) for i in range(10_000)))
         assert list(ids) == list(range(10_000))
-        entries, _ = await lh.read_async(0, 9_999)
-        return list(entries)
+        read = await lh.read_async(0, 9_999)
+        return list(read.entries)
 
     entries = asyncio.run(main())
     assert [e.payload for e in entries] == [b"p%d" % i for i in range(10_000)]

@@ -91,9 +91,9 @@ def write_ledger(client: Any, address: str, ledger_id: int) -> None:
 def read_back(client: Any, address: str, ledger_id: int, entry_id: int) -> bytes:
     digest = core.DigestManager(ledger_id, PASSWORD, "CRC32C")
     packed = client.read(address, ledger_id, entry_id).result(REQUEST_TIMEOUT_S)
-    verified_id, _lac, _length, data = digest.verify(packed, entry_id)
-    assert verified_id == entry_id
-    return bytes(data)
+    verified = digest.verify(packed, entry_id)
+    assert verified.entry_id == entry_id
+    return verified.payload
 
 
 def assert_every_entry_reads_back(client: Any, address: str) -> None:

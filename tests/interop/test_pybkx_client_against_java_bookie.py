@@ -68,9 +68,12 @@ def test_digest_manager_reads_java_stored_entries(
         assert entry == package(ledger, entry_id, entry_id - 1, length, payload, digest, password)
         client.add(java_bookie, ledger, entry_id, master_key(password), entry).result(timeout=30)
         stored = client.read(java_bookie, ledger, entry_id).result(timeout=30)
-        assert manager.verify(stored, entry_id) == (entry_id, entry_id - 1, length, payload)
-    last = client.read(java_bookie, ledger, -1).result(timeout=30)
-    assert manager.verify(last) == (2, 1, length, b"\x00" * 40_000)
+        verified = manager.verify(stored, entry_id)
+        assert (verified.entry_id, verified.last_add_confirmed) == (entry_id, entry_id - 1)
+        assert (verified.ledger_length, verified.payload) == (length, payload)
+    last = manager.verify(client.read(java_bookie, ledger, -1).result(timeout=30))
+    assert (last.entry_id, last.last_add_confirmed, last.ledger_length) == (2, 1, length)
+    assert last.payload == b"\x00" * 40_000
     with pytest.raises(errors.DigestMatchException):
         manager.verify(stored[:-1] + bytes([stored[-1] ^ 1]), 2)
     with pytest.raises(errors.DigestMatchException):

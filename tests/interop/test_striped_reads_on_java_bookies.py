@@ -89,4 +89,4 @@ def test_a_java_bookie_answers_a_strided_request_with_consecutive_entries(
     finally:
         raw.close()
     assert strided == plain
-    assert [digest.verify(e)[0] for e in strided] == [4, 5, 6, 7, 8]
+    assert [digest.verify(e).entry_id for e in strided] == [4, 5, 6, 7, 8]

@@ -197,7 +197,9 @@ def test_a_long_poll_is_answered_by_an_add(pybkx_bookie: str) -> None:
         read_response = parse(parse(answer[0])[100][0])  # type: ignore[arg-type]
         assert read_response[1] == [0] and read_response[3] == [0]  # EOK, entry 0 piggy-backed
         assert read_response[5] == [0]  # maxLAC
-        assert DigestManager(ledger, PASSWORD, "CRC32C").verify(read_response[4][0])[3] == b"zero"  # type: ignore[arg-type]
+        piggy_backed = read_response[4][0]
+        digest = DigestManager(ledger, PASSWORD, "CRC32C")
+        assert digest.verify(piggy_backed).payload == b"zero"  # type: ignore[arg-type]
     finally:
         writer.close()
         poller.close()
@@ -223,12 +225,13 @@ def bookie_client_script(bookie: str, ledger: int) -> list[object]:
         seen.append(outcome(client.force_ledger(bookie, ledger)))
         lac_body = struct.pack(">qq", ledger, 2) + b"\0\0\0\0"
         seen.append(outcome(client.write_lac(bookie, ledger, 2, KEY, lac_body)))
-        lac, last = client.read_lac(bookie, ledger).result(10)
-        seen.append(lac)
-        seen.append(digest.verify(last)[:2] if last is not None else None)
+        lac = client.read_lac(bookie, ledger).result(10)
+        seen.append(lac.lac_body)
+        last = digest.verify(lac.last_entry) if lac.last_entry is not None else None
+        seen.append((last.entry_id, last.last_add_confirmed) if last is not None else None)
         seen.append(outcome(client.get_list_of_entries(bookie, ledger + 1)))
-        total, free = client.get_bookie_info(bookie).result(10)
-        assert total >= free > 0
+        info = client.get_bookie_info(bookie).result(10)
+        assert info.total_disk_capacity >= info.free_disk_space > 0
         return seen
     finally:
         client.close()

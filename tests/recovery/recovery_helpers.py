@@ -47,7 +47,7 @@ def assert_replicated(bk: BookKeeper, ledger_id: int, dead: set[str]) -> LedgerM
             }
             assert len(copies) == 1, f"entry {entry_id}: replicas differ"
             (copy,) = copies
-            assert digest.verify(copy, entry_id)[3] == payload(ledger_id, entry_id)
+            assert digest.verify(copy, entry_id).payload == payload(ledger_id, entry_id)
     finally:
         raw.close()
     return md

@@ -136,13 +136,14 @@ def requests_taken(server: BookieServer, op: str) -> int:
     """Requests of ``op`` ("ADD_ENTRY", "READ_ENTRY") the server decoded: those in progress
     plus those answered (the count of its ``*_REQUEST`` summary, both outcomes)."""
     taken = 0
-    for name, _, _, _, value in server.metrics():
-        if name == f"bookkeeper_server_{op}_IN_PROGRESS":
+    for metric in server.metrics():
+        value = metric.value
+        if metric.name == f"bookkeeper_server_{op}_IN_PROGRESS":
             assert isinstance(value, int)
             taken += value
-        elif name == f"bookkeeper_server_{op}_REQUEST":
+        elif metric.name == f"bookkeeper_server_{op}_REQUEST":
             assert isinstance(value, dict)
-            taken += value["true"][1] + value["false"][1]
+            taken += value["true"].count + value["false"].count
     return taken
 
 
@@ -166,8 +167,8 @@ def test_hand_built_frames_equal_the_reference_bytes() -> None:
 def test_an_entry_read_packages_again_into_the_bytes_its_writer_sent(digest_type: str) -> None:
     manager = DigestManager(7, b"pw", digest_type)
     sent = manager.package(3, 2, 4096 + 11, b"x" * 11)
-    _, lac, length, payload = manager.verify(sent, 3)
-    read = LedgerEntry(7, 3, payload, lac, length)
+    verified = manager.verify(sent, 3)
+    read = LedgerEntry(7, 3, verified.payload, verified.last_add_confirmed, verified.ledger_length)
     assert read.packaged(manager) == sent
     with pytest.raises(ValueError, match="ledger 8"):
         read.packaged(DigestManager(8, b"pw", digest_type))

@@ -143,7 +143,7 @@ def test_a_demoted_ledger_read_again_comes_back_up(tmp_path: Path) -> None:
         storage.move_entry_logs()
         assert on_top(2) == logs_of(storage, 2)
         assert all(storage.read_entry(2, e) == entry(2, e) for e in range(32))
-        counters = {m[0]: m[4] for m in storage.metrics()}
+        counters = {m.name: m.value for m in storage.metrics()}
         assert counters["pybkx_tier_promoted_entry_logs"] >= len(logs_of(storage, 2))
         assert counters["pybkx_tier_demoted_entry_logs"] > 0
         assert counters["pybkx_tier_moved_bytes"] > 0

@@ -252,6 +252,6 @@ def add_entries(client: Any, address: str, entry_ids: range) -> list[Any]:
 def read_payload(client: Any, address: str, entry_id: int) -> bytes:
     digest = core.DigestManager(LEDGER_ID, PASSWORD, "CRC32C")
     entry = client.read(address, LEDGER_ID, entry_id).result(REQUEST_TIMEOUT_S)
-    verified_id, _lac, _length, data = digest.verify(entry, entry_id)
-    assert verified_id == entry_id
-    return bytes(data)
+    verified = digest.verify(entry, entry_id)
+    assert verified.entry_id == entry_id
+    return verified.payload

@@ -11,10 +11,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pybkx import errors
+from pybkx._core import Metric
 from pybkx.bookie import Bookie, BookieError
 
 if TYPE_CHECKING:
-    from pybkx._core import LedgerStorage, Metric
+    from pybkx._core import LedgerStorage
     from pybkx.bookie.disks import DiskVerdict
 
 __all__ = ["bookie_metrics", "dir_usage_percent", "is_entry_log", "is_journal"]
@@ -62,7 +63,7 @@ def _measured_usage(storage: LedgerStorage) -> dict[str, list[float | None]]:
 
 
 def _gauge(name: str, value: int) -> Metric:
-    return (name, "gauge", "count", {}, value)
+    return Metric(name, "gauge", "count", {}, value)
 
 
 def _entry_logs(ledger_dirs: tuple[str, ...]) -> tuple[int, int]:
@@ -138,5 +139,5 @@ def _directory_gauges(
         usage = rows[i] if i < len(rows) and rows[i] is not None else dir_usage_percent(d)
         if usage is not None:
             name = f"bookie_{scope}_dir_{_UNSAFE.sub('_', d)}_usage"
-            out.append((name, "gauge", "percent", {}, usage))
+            out.append(Metric(name, "gauge", "percent", {}, usage))
     return out

@@ -13,10 +13,11 @@ from typing import TYPE_CHECKING
 
 from prometheus_client import REGISTRY, generate_latest
 
+from pybkx._core import HistogramSnapshot
 from pybkx.admin.quantiles import QUANTILES, Windows, quantile
 
 if TYPE_CHECKING:
-    from pybkx._core import HistogramSnapshot, Metric
+    from pybkx._core import Metric
 
 __all__ = ["CONTENT_TYPE", "PrometheusText"]
 
@@ -54,11 +55,12 @@ class PrometheusText:
         followed by the process's ``prometheus_client`` registry unless told otherwise."""
         lines: list[str] = []
         typed: set[str] = set()
-        for name, kind, unit, labels, value in _grouped(metrics):
+        for metric in _grouped(metrics):
+            name, kind, unit, value = metric.name, metric.kind, metric.unit, metric.value
             if name not in typed:
                 typed.add(name)
                 lines.append(f"# TYPE {name} {kind}")
-            extra = sorted(labels.items())
+            extra = sorted(metric.labels.items())
             if kind in ("counter", "gauge"):
                 assert isinstance(value, int | float)
                 shown = str(value) if isinstance(value, int) else _number(value)
@@ -68,7 +70,7 @@ class PrometheusText:
                 for success in ("false", "true"):
                     lines += self._summary(name, unit, extra, success, value[success])
             else:
-                assert isinstance(value, tuple)
+                assert isinstance(value, HistogramSnapshot)
                 lines += _histogram(name, unit, extra, value)
         text = "\n".join(lines) + "\n"
         if process_registry:
@@ -83,17 +85,16 @@ class PrometheusText:
         success: str,
         snapshot: HistogramSnapshot,
     ) -> list[str]:
-        buckets, count, total = snapshot
         scale = _scale(unit)
-        window = self._windows.last_complete((name, tuple(extra), success), buckets)
+        window = self._windows.last_complete((name, tuple(extra), success), snapshot.buckets)
         # BookKeeper writes the outcome and quantile first, then the other labels after ", ".
         tail = (", " + _labels(extra)) if extra else ""
         out = []
         for q in QUANTILES:
             value = math.nan if window is None else quantile(window, q) * scale
             out.append(f'{name}{{success="{success}",quantile="{q!r}"{tail}}} {_number(value)}')
-        out.append(f'{name}_count{{success="{success}"{tail}}} {count}')
-        out.append(f'{name}_sum{{success="{success}"{tail}}} {_number(total * scale)}')
+        out.append(f'{name}_count{{success="{success}"{tail}}} {snapshot.count}')
+        out.append(f'{name}_sum{{success="{success}"{tail}}} {_number(snapshot.sum * scale)}')
         return out
 
 
@@ -105,7 +106,7 @@ def _scale(unit: str) -> float:
 def _histogram(
     name: str, unit: str, extra: list[tuple[str, str]], snapshot: HistogramSnapshot
 ) -> list[str]:
-    buckets, count, total = snapshot
+    buckets = snapshot.buckets
     scale = _scale(unit)
     out = []
     cumulative = 0
@@ -115,8 +116,8 @@ def _histogram(
         out.append(f"{name}_bucket{_braced([*extra, ('le', le)])} {cumulative}")
     if not buckets or buckets[-1][0] is not None:
         out.append(f"{name}_bucket{_braced([*extra, ('le', '+Inf')])} {cumulative}")
-    out.append(f"{name}_count{_braced(extra)} {count}")
-    out.append(f"{name}_sum{_braced(extra)} {_number(total * scale)}")
+    out.append(f"{name}_count{_braced(extra)} {snapshot.count}")
+    out.append(f"{name}_sum{_braced(extra)} {_number(snapshot.sum * scale)}")
     return out
 
 
@@ -124,5 +125,5 @@ def _grouped(metrics: Iterable[Metric]) -> list[Metric]:
     """Metrics with the same name next to each other, in order of first appearance."""
     order: dict[str, list[Metric]] = {}
     for metric in metrics:
-        order.setdefault(metric[0], []).append(metric)
+        order.setdefault(metric.name, []).append(metric)
     return [m for group in order.values() for m in group]

@@ -15,10 +15,7 @@ from pybkx._core import SharedBuffer
 if TYPE_CHECKING:
     import pyarrow
 
-__all__ = ["ENTRY_SCHEMA", "Columns", "entry_schema", "record_batch"]
-
-#: What ``ReadPlan.read_columns`` completes with: rows, entry ids, offsets, payloads, batch_ok.
-Columns = tuple[int, SharedBuffer, SharedBuffer, SharedBuffer, bool]
+__all__ = ["ENTRY_SCHEMA", "entry_schema", "record_batch"]
 
 #: Column names of an entry batch, in order.
 ENTRY_SCHEMA = (("ledger_id", "int64"), ("entry_id", "int64"), ("payload", "binary"))

@@ -12,7 +12,7 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import Any
 
 from pybkx import errors
-from pybkx._core import BookieClient, FailureQueue
+from pybkx._core import BookieClient, FailureQueue, check_quorums
 from pybkx.client.aio import run_blocking
 from pybkx.client.failures import FailureDispatcher
 from pybkx.client.ledger_recovery import recover
@@ -30,7 +30,6 @@ from pybkx.meta import (
 )
 from pybkx.meta.discovery import describe_default
 from pybkx.placement import EnsemblePlacementPolicy, PlacementPolicyAdherence, create_policy
-from pybkx.placement.base import check_quorum_sizes
 
 __all__ = ["BookKeeper"]
 
@@ -151,7 +150,7 @@ class BookKeeper:
         custom_metadata: Mapping[str, bytes] | None,
     ) -> LedgerHandle:
         digest = DigestType.parse(digest_type)
-        check_quorum_sizes(ensemble_size, write_quorum_size, ack_quorum_size)
+        check_quorums(ensemble_size, write_quorum_size, ack_quorum_size)
         try:
             placed = self.placement.new_ensemble(
                 ensemble_size, write_quorum_size, ack_quorum_size, dict(custom_metadata or {}), ()

@@ -12,9 +12,8 @@ import logging
 import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 
-from pybkx._core import FailureQueue
+from pybkx._core import BookieFailure, FailureQueue
 
 __all__ = ["BookieFailure", "FailureDispatcher", "FailureHandler"]
 
@@ -22,17 +21,6 @@ logger = logging.getLogger(__name__)
 
 #: How long the dispatcher thread waits on the queue before looking at its stop flag.
 _QUEUE_WAIT_S = 1.0
-
-
-@dataclass(frozen=True)
-class BookieFailure:
-    """A bookie (by address) failed an add of one writer at one ensemble index."""
-
-    ledger_id: int
-    writer_id: int
-    index: int
-    bookie: str
-    error: str
 
 
 FailureHandler = Callable[[Mapping[int, BookieFailure]], None]
@@ -97,7 +85,7 @@ class FailureDispatcher:
                 logger.exception("reading the bookie failure queue")
                 continue
             if event is not None:
-                self._route(BookieFailure(*event))
+                self._route(event)
 
     def _route(self, failure: BookieFailure) -> None:
         with self._lock:

@@ -8,10 +8,9 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Protocol
 
 from pybkx import errors
-from pybkx._core import FLAG_DO_FENCING, Future, master_key
+from pybkx._core import FLAG_DO_FENCING, Future, VerifiedEntry, master_key
 from pybkx.client.context import ClientContext
 from pybkx.meta import LedgerMetadata
 
@@ -23,16 +22,7 @@ _POLL_FIRST_S = 0.01
 _POLL_MAX_S = 0.2
 
 
-class Verified(Protocol):
-    """What a LAC read needs of a stored entry whose digest was checked."""
-
-    @property
-    def lac(self) -> int: ...
-    @property
-    def length(self) -> int: ...
-
-
-Verify = Callable[[bytes], Verified]
+Verify = Callable[[bytes], VerifiedEntry]
 """Checks a stored entry's digest; raises DigestMatchException."""
 
 
@@ -62,7 +52,7 @@ def lac_from_bookies(
         try:
             entry = verify(future.result())
             known[i] = True
-            best = max(best, (entry.lac, entry.length))
+            best = max(best, (entry.last_add_confirmed, entry.ledger_length))
         except (errors.NoSuchEntryException, errors.NoSuchLedgerExistsException):
             known[i] = True
         except errors.UnauthorizedAccessException:
@@ -85,10 +75,8 @@ def long_poll_past(
     passed = threading.Event()
 
     def answered(future: Future) -> None:
-        if future.exception() is None:
-            lac, _next = future.result()
-            if lac > previous:
-                passed.set()
+        if future.exception() is None and future.result().lac > previous:
+            passed.set()
 
     ms = int(timeout * 1000)
     for bookie in md.last_ensemble:

@@ -85,7 +85,7 @@ def _recovery_read(handle: ReadHandle, entry_id: int) -> tuple[bytes, int] | Non
                 bookie, handle.ledger_id, entry_id, FLAG_DO_FENCING | FLAG_HIGH_PRIORITY, key
             ).result()
             verified = handle.verify_entry(entry, entry_id)
-            return verified.payload, verified.length
+            return verified.payload, verified.ledger_length
         except (errors.NoSuchEntryException, errors.NoSuchLedgerExistsException):
             missing += 1
             if missing >= missing_needed:

@@ -37,16 +37,19 @@ class _CoreCollector(Collector):
     """Reads the core's client metrics at each scrape."""
 
     def collect(self) -> Iterator[Metric]:
-        for name, kind, _unit, _labels, value in client_metrics():
-            if kind == "gauge" and isinstance(value, int):
+        for metric in client_metrics():
+            name, value = metric.name, metric.value
+            if metric.kind == "gauge" and isinstance(value, int):
                 yield GaugeMetricFamily(name, f"{name} (pybkx core)", value=value)
-            elif kind == "summary" and isinstance(value, dict):
+            elif metric.kind == "summary" and isinstance(value, dict):
                 family = HistogramMetricFamily(
                     name, f"{name} latency in milliseconds", labels=["success"]
                 )
                 for success in ("true", "false"):
-                    buckets, _count, total_us = value[success]
-                    family.add_metric([success], _cumulative(buckets), sum_value=total_us / 1000)
+                    snapshot = value[success]
+                    family.add_metric(
+                        [success], _cumulative(snapshot.buckets), sum_value=snapshot.sum / 1000
+                    )
                 yield family
 
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from pybkx import errors
-from pybkx._core import MAX_READ_ENTRIES, Future, LedgerEntry, ReadPlan
+from pybkx._core import MAX_READ_ENTRIES, Future, LedgerEntry, ReadPlan, VerifiedEntry
 from pybkx.client import arrow, lac
 from pybkx.client.aio import run_blocking
 from pybkx.client.context import ClientContext
@@ -24,6 +24,8 @@ from pybkx.meta import LedgerMetadata, LedgerState, Versioned
 
 if TYPE_CHECKING:
     import pyarrow
+
+    from pybkx._core import ColumnsResult, ReadResult
 
 __all__ = ["ReadHandle", "VerifiedEntry", "read_chunk"]
 
@@ -35,17 +37,8 @@ _FIRST_BATCH_CHUNK = 1024
 def read_chunk(value: Any) -> tuple[list[LedgerEntry], bool]:
     """The entries and ``batch_ok`` of a completed ``read_entries``: the one place its result
     is taken apart."""
-    entries, batch_ok = value
-    return list(entries), batch_ok
-
-
-class VerifiedEntry(NamedTuple):
-    """An entry as a bookie stored it, its digest checked (``ReadHandle.verify_entry``)."""
-
-    entry_id: int
-    lac: int
-    length: int
-    payload: bytes
+    read: ReadResult = value
+    return list(read.entries), read.batch_ok
 
 
 class ReadHandle:
@@ -166,11 +159,12 @@ class ReadHandle:
         key: bytes | None = None,
         held_by: Sequence[int] = (),
     ) -> Future:
-        """Start reading entries ``first..last`` whatever the LAC; the future gives
-        ``(entries, batch_ok)``. With ``held_by`` (ensemble positions), only the entries whose
-        write set holds one of them: what a copy of lost bookies needs; on a striped ledger
-        (E > Qw) the other entries are not read at all. Raises IncorrectParameterException for
-        a bad range (through the future for a position outside the ensembles)."""
+        """Start reading entries ``first..last`` whatever the LAC; the future gives a
+        ``ReadResult`` (``entries``, ``batch_ok``). With ``held_by`` (ensemble positions), only
+        the entries whose write set holds one of them: what a copy of lost bookies needs; on a
+        striped ledger (E > Qw) the other entries are not read at all. Raises
+        IncorrectParameterException for a bad range (through the future for a position outside
+        the ensembles)."""
         return self._read_plan().read(
             first,
             last,
@@ -201,7 +195,7 @@ class ReadHandle:
         return self._read(first, last, batch=False)
 
     def read_async(self, first: int, last: int) -> Future:
-        """``read`` without waiting: the future (awaitable) gives ``(entries, batch_ok)``.
+        """``read`` without waiting: the future (awaitable) gives a ``ReadResult``.
         Raises at once what ``read`` raises for the range; the rest through the future."""
         self._check_confirmed(first, last)
         return self.read_entries(first, last)
@@ -253,13 +247,15 @@ class ReadHandle:
     def _read_columns(self, first: int, last: int, batch: bool) -> Future:
         return self._read_plan().read_columns(first, last, batch=batch, avoid=self._avoided())
 
-    def _arrow_split(self, columns: arrow.Columns) -> tuple[pyarrow.RecordBatch, bool]:
+    def _arrow_split(self, columns: ColumnsResult) -> tuple[pyarrow.RecordBatch, bool]:
         """The record batch and ``batch_ok`` of a completed ``read_columns``: the one place its
         result is taken apart."""
-        rows, entry_ids, offsets, payloads, batch_ok = columns
-        return arrow.record_batch(self.ledger_id, rows, entry_ids, offsets, payloads), batch_ok
+        batch = arrow.record_batch(
+            self.ledger_id, columns.rows, columns.entry_ids, columns.offsets, columns.payloads
+        )
+        return batch, columns.batch_ok
 
-    def _arrow_batch(self, columns: arrow.Columns, batched: bool) -> pyarrow.RecordBatch:
+    def _arrow_batch(self, columns: ColumnsResult, batched: bool) -> pyarrow.RecordBatch:
         batch, batch_ok = self._arrow_split(columns)
         if batched:
             self._batching.note(batch_ok)
@@ -313,7 +309,7 @@ class ReadHandle:
         """(entry id, LAC, ledger length, payload) of an entry as a bookie stored it, its digest
         checked (and its id, if given): the one place a verified entry is taken apart. Raises
         DigestMatchException."""
-        return VerifiedEntry(*self._read_plan().verify(entry, entry_id))
+        return self._read_plan().verify(entry, entry_id)
 
     # --- iteration and asyncio ----------------------------------------------------------------
 

@@ -16,7 +16,6 @@ from enum import IntEnum
 from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
 from pybkx import errors
-from pybkx._core import check_quorums
 from pybkx.placement.conf import conf_bool, conf_int, conf_str
 from pybkx.placement.stats import PlacementStats
 
@@ -35,7 +34,6 @@ __all__ = [
     "PlacementStats",
     "SettableFeatureProvider",
     "StaticBookiesHealthInfo",
-    "check_quorum_sizes",
     "conf_bool",
     "conf_int",
     "conf_str",
@@ -165,20 +163,6 @@ class SettableFeatureProvider(FeatureProvider):
     def set(self, name: str, available: bool) -> None:
         """Turn the feature ``name`` (scopes joined by dots) on or off."""
         self.get_feature(name).set(available)
-
-
-def check_quorum_sizes(ensemble_size: int, write_quorum_size: int, ack_quorum_size: int) -> None:
-    """The ledger's quorum rule, E >= Qw >= Qa >= 1, as the Rust core states it for every
-    part of pybkx (``pybkx._core.check_quorums``). Raises IncorrectParameterException for the
-    sizes it refuses, negative ones included (the binding takes sizes unsigned, and refuses a
-    negative one with OverflowError)."""
-    try:
-        check_quorums(ensemble_size, write_quorum_size, ack_quorum_size)
-    except OverflowError as exc:
-        raise errors.IncorrectParameterException(
-            f"quorum sizes out of range: got {ensemble_size}/{write_quorum_size}/"
-            f"{ack_quorum_size} (need ensemble size >= write quorum >= ack quorum >= 1)"
-        ) from exc
 
 
 # --- the contract ---------------------------------------------------------------------------

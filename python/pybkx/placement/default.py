@@ -8,6 +8,7 @@ import threading
 from collections.abc import Iterable, Mapping, Sequence
 
 from pybkx import errors
+from pybkx._core import check_quorums
 from pybkx.placement.base import (
     BookieInfo,
     BookiesHealthInfo,
@@ -15,7 +16,6 @@ from pybkx.placement.base import (
     FeatureProvider,
     PlacementPolicyAdherence,
     PlacementResult,
-    check_quorum_sizes,
 )
 from pybkx.placement.conf import conf_bool, conf_int
 from pybkx.placement.dns import DNSToSwitchMapping
@@ -104,7 +104,7 @@ class DefaultEnsemblePlacementPolicy(EnsemblePlacementPolicy):
         custom_metadata: Mapping[str, bytes] | None,
         exclude_bookies: Iterable[str],
     ) -> PlacementResult[list[str]]:
-        check_quorum_sizes(ensemble_size, write_quorum_size, ack_quorum_size)
+        check_quorums(ensemble_size, write_quorum_size, ack_quorum_size)
         with self._lock:
             chosen = self._choose(set(self._writable - set(exclude_bookies)), ensemble_size)
         return PlacementResult(chosen, PlacementPolicyAdherence.MEETS_STRICT)

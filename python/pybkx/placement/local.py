@@ -7,6 +7,7 @@ import threading
 from collections.abc import Iterable, Mapping, Sequence
 
 from pybkx import errors
+from pybkx._core import check_quorums
 from pybkx.config import ConfigError
 from pybkx.placement.base import (
     BookieInfo,
@@ -15,7 +16,6 @@ from pybkx.placement.base import (
     FeatureProvider,
     PlacementPolicyAdherence,
     PlacementResult,
-    check_quorum_sizes,
 )
 from pybkx.placement.conf import conf_str
 from pybkx.placement.dns import DNSToSwitchMapping
@@ -95,7 +95,7 @@ class LocalBookieEnsemblePlacementPolicy(EnsemblePlacementPolicy):
         custom_metadata: Mapping[str, bytes] | None,
         exclude_bookies: Iterable[str],
     ) -> PlacementResult[list[str]]:
-        check_quorum_sizes(ensemble_size, write_quorum_size, ack_quorum_size)
+        check_quorums(ensemble_size, write_quorum_size, ack_quorum_size)
         if ensemble_size > 1:
             raise errors.IncorrectParameterException(
                 f"the local bookie policy places ensembles of one bookie, not {ensemble_size}"

@@ -20,6 +20,7 @@ from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
 from typing import ClassVar, Final
 
 from pybkx import errors
+from pybkx._core import check_quorums
 from pybkx.config import ConfigError
 from pybkx.placement.base import (
     BookieInfo,
@@ -29,7 +30,6 @@ from pybkx.placement.base import (
     PlacementPolicyAdherence,
     PlacementResult,
     SettableFeatureProvider,
-    check_quorum_sizes,
 )
 from pybkx.placement.candidates import CandidateIndex, CandidateOrder, PlacementHint
 from pybkx.placement.conf import conf_bool, conf_int
@@ -448,7 +448,7 @@ class TopologyAwarePolicy(EnsemblePlacementPolicy):
         custom_metadata: Mapping[str, bytes] | None,
         exclude_bookies: Iterable[str],
     ) -> PlacementResult[list[str]]:
-        check_quorum_sizes(ensemble_size, write_quorum_size, ack_quorum_size)
+        check_quorums(ensemble_size, write_quorum_size, ack_quorum_size)
         self._check_new_ensemble(ensemble_size, write_quorum_size, ack_quorum_size)
         excluded = set(exclude_bookies)
         with self._lock:
@@ -494,7 +494,7 @@ class TopologyAwarePolicy(EnsemblePlacementPolicy):
                 f"bookie {bookie_to_replace} is not in the ensemble {current}"
             )
         size = len(current)
-        check_quorum_sizes(size, write_quorum_size, ack_quorum_size)
+        check_quorums(size, write_quorum_size, ack_quorum_size)
         write_quorum, ack_quorum = write_quorum_size, ack_quorum_size
         index = current.index(bookie_to_replace)
         locations = self._where.locations(current)
@@ -536,7 +536,7 @@ class TopologyAwarePolicy(EnsemblePlacementPolicy):
         if verdict != FAIL or not current:
             return PlacementResult(current, verdict)
         size = len(current)
-        check_quorum_sizes(size, write_quorum_size, ack_quorum_size)
+        check_quorums(size, write_quorum_size, ack_quorum_size)
         write_quorum, ack_quorum = write_quorum_size, ack_quorum_size
         exclude = set(exclude_bookies)
         locations = self._where.locations(current)

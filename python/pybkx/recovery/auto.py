@@ -22,10 +22,9 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from pybkx import errors
-from pybkx._core import BookieClient
+from pybkx._core import BookieClient, Metric
 from pybkx.client import BookKeeper, ReadHandle
 from pybkx.meta import Election, LedgerMetadata
 from pybkx.recovery.auditor import Auditor, AuditorSettings
@@ -44,9 +43,6 @@ from pybkx.recovery.checks import (
 from pybkx.recovery.copy import FragmentUnreadable
 from pybkx.recovery.fragments import Fragment
 from pybkx.recovery.rate import ByteRate
-
-if TYPE_CHECKING:
-    from pybkx._core import Metric
 
 __all__ = ["AutoRecovery", "AutoRecoverySettings"]
 
@@ -152,11 +148,11 @@ class AutoRecovery:
         # dict() copies in one step: the auditor's thread may add a name meanwhile.
         stats = dict(self.auditor_stats)
         out: list[Metric] = [
-            (f"auditor_{name}", "counter", "count", {}, value)
+            Metric(f"auditor_{name}", "counter", "count", {}, value)
             for name, value in sorted(stats.items())
         ]
         out.append(
-            (
+            Metric(
                 "replication_worker_NUM_FULL_OR_PARTIAL_LEDGERS_REPLICATED",
                 "counter",
                 "count",

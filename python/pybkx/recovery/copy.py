@@ -88,7 +88,7 @@ def copy_fragment(
     try:
         while reading is not None:
             try:
-                entries, _ = reading.result()
+                entries = reading.result().entries
             except (
                 errors.ReadException,
                 errors.DigestMatchException,

@@ -8,7 +8,7 @@
 pub mod aligned;
 #[cfg(feature = "bench")]
 pub mod bench;
-pub mod client;
+pub mod bookie_conn;
 pub mod config;
 pub mod digest;
 pub mod done;

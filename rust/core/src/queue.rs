@@ -2,8 +2,9 @@
 //!
 //! Why not `crossbeam_channel` here: its blocking `recv` spins and then calls `sched_yield` a few
 //! times before it parks. On a bookie's journal threads, which block once or twice for every
-//! group, those yields were most of their context switches (12–14 per synchronous add) and
-//! much of their CPU, and on a small machine a yielding thread takes the core from the very
+//! group, those yields were most of their context switches and much of their CPU (measured in
+//! docs/performance.md, "Healing a lost bookie"), and on a small machine a yielding thread takes
+//! the core from the very
 //! threads it waits for. This queue parks on a condition variable as soon as it is empty (or
 //! full, for a sender); its lock is held only to push or pop.
 //!
@@ -252,6 +253,15 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
+    /// Waits (at most 10 s) until `n` senders are blocked on the full queue of `rx`.
+    fn wait_for_senders<T>(rx: &Receiver<T>, n: usize) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while rx.0.state.lock().waiting_senders < n {
+            assert!(Instant::now() < deadline, "{n} senders never blocked");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
     #[test]
     fn keeps_order_and_bound() {
         let (tx, rx) = bounded(2);
@@ -297,7 +307,7 @@ mod tests {
         drop(tx);
         // All four block on the full queue; then it is drained without pausing between items,
         // so several pops happen before the first woken sender runs.
-        std::thread::sleep(Duration::from_millis(50));
+        wait_for_senders(&rx, 4);
         let mut got: Vec<i32> = Vec::new();
         while let Ok(v) = rx.recv_timeout(Duration::from_secs(10)) {
             got.push(v);
@@ -346,7 +356,7 @@ mod tests {
         tx.send(1).unwrap();
         // Full, one receiver left: a blocked sender is released when it goes.
         let blocked = std::thread::spawn(move || tx.send(2));
-        std::thread::sleep(Duration::from_millis(20));
+        wait_for_senders(&rx2, 1);
         drop(rx2);
         assert_eq!(blocked.join().unwrap(), Err(2));
     }
@@ -367,6 +377,8 @@ mod tests {
         let (tx, rx) = bounded(1);
         let receiver =
             std::thread::spawn(move || rx.recv_deadline(Instant::now() + Duration::from_secs(10)));
+        // Most likely waiting by now (nothing counts waiting receivers to wait for); the test
+        // holds either way, a send before the wait is simply received at once.
         std::thread::sleep(Duration::from_millis(20));
         tx.send(7u8).unwrap();
         assert_eq!(receiver.join().unwrap(), Ok(7));

@@ -93,8 +93,10 @@ pub fn client_config() -> ClientConfig {
     }
 }
 
+/// The server half of a [`TestBookie`], named for the tests of parts that may not name the server.
+pub type TestServer = BookieServer;
 /// A bookie of [`test_bookie`]: its storage and its server.
-pub type TestBookie = (Arc<LedgerStorage>, BookieServer);
+pub type TestBookie = (Arc<LedgerStorage>, TestServer);
 
 /// A bookie on a loopback port over fresh directories, for tests of the layers above.
 pub fn test_bookie(dir: &Path) -> TestBookie {

@@ -1,5 +1,7 @@
 //! Benchmark entry points (feature `bench`): the load generator and micro-benchmark kernels.
 
+use std::collections::HashMap;
+
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -67,8 +69,8 @@ pub(crate) fn micro_kernel(
 
 /// The micro-benchmark kernels: name -> what one iteration does.
 #[pyfunction]
-pub(crate) fn micro_kernels() -> Vec<(&'static str, &'static str)> {
-    microbench::KERNELS.to_vec()
+pub(crate) fn micro_kernels() -> HashMap<&'static str, &'static str> {
+    microbench::KERNELS.iter().copied().collect()
 }
 
 /// Fills a storage with `entries` entries interleaved over `ledgers` ledgers (from Rust, GIL
@@ -87,8 +89,14 @@ pub(crate) fn fill_storage(
         .map_err(PyValueError::new_err)
 }
 
-/// Times `count` index lookups of random entries `0..span` of ledgers `1..=ledgers`;
-/// returns (seconds, found).
+/// What `index_lookups` gives: see `_core.pyi`.
+#[pyclass(name = "IndexLookups", module = "pybkx._core", frozen, get_all)]
+pub(crate) struct PyIndexLookups {
+    seconds: f64,
+    found: u64,
+}
+
+/// Times `count` index lookups of random entries `0..span` of ledgers `1..=ledgers`.
 #[pyfunction]
 pub(crate) fn index_lookups(
     py: Python<'_>,
@@ -96,9 +104,12 @@ pub(crate) fn index_lookups(
     ledgers: u64,
     span: u64,
     count: u64,
-) -> PyResult<(f64, u64)> {
+) -> PyResult<PyIndexLookups> {
     let s = storage.inner.clone();
     py.detach(|| storage_scale::lookups(&s, ledgers, span, count))
-        .map(|(d, n)| (d.as_secs_f64(), n))
+        .map(|(d, found)| PyIndexLookups {
+            seconds: d.as_secs_f64(),
+            found,
+        })
         .map_err(PyValueError::new_err)
 }

@@ -59,33 +59,39 @@ impl PyDigestManager {
     }
 
     #[pyo3(signature = (entry, entry_id = None))]
-    fn verify<'py>(
+    fn verify(
         &self,
-        py: Python<'py>,
+        py: Python<'_>,
         entry: &[u8],
         entry_id: Option<i64>,
-    ) -> BkResult<VerifiedTuple<'py>> {
+    ) -> BkResult<PyVerifiedEntry> {
         verify(py, &self.inner, entry, entry_id)
     }
 }
 
-/// A verified entry as Python sees it: `(entry_id, lac, ledger_length, payload)`.
-pub(crate) type VerifiedTuple<'py> = (i64, i64, i64, Bound<'py, PyBytes>);
+/// What `verify` found in a stored entry: see `_core.pyi`.
+#[pyclass(name = "VerifiedEntry", module = "pybkx._core", frozen, get_all)]
+pub(crate) struct PyVerifiedEntry {
+    entry_id: i64,
+    last_add_confirmed: i64,
+    ledger_length: i64,
+    payload: Py<PyBytes>,
+}
 
 /// Checks a stored entry's digest (and its id, if given).
-pub(crate) fn verify<'py>(
-    py: Python<'py>,
+pub(crate) fn verify(
+    py: Python<'_>,
     digest: &DigestManager,
     entry: &[u8],
     entry_id: Option<i64>,
-) -> BkResult<VerifiedTuple<'py>> {
+) -> BkResult<PyVerifiedEntry> {
     let v = digest.verify(&Bytes::copy_from_slice(entry), entry_id)?;
-    Ok((
-        v.entry_id,
-        v.last_add_confirmed,
-        v.length,
-        PyBytes::new(py, &v.payload),
-    ))
+    Ok(PyVerifiedEntry {
+        entry_id: v.entry_id,
+        last_add_confirmed: v.last_add_confirmed,
+        ledger_length: v.length,
+        payload: PyBytes::new(py, &v.payload).unbind(),
+    })
 }
 
 /// BookKeeper's ledger master key: SHA-1("ledger" + password).

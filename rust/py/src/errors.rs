@@ -7,7 +7,7 @@ use pyo3::exceptions::{PyKeyboardInterrupt, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyType;
 
-use pybkx_core::client::ClientError;
+use pybkx_core::bookie_conn::ClientError;
 use pybkx_core::digest::DigestError;
 use pybkx_core::error::StorageError;
 use pybkx_core::ledger::LedgerError;
@@ -86,13 +86,17 @@ impl RaisedByPython {
     }
 }
 
-/// Any error a binding can return.
+/// Any error a binding can return, and the one a `Future` keeps to raise again on every
+/// `result()`.
 pub(crate) enum BkError {
     Storage(StorageError),
     Client(ClientError),
     Ledger(LedgerError),
     Digest(DigestError),
     Py(PyErr),
+    /// The core dropped an operation's completion without calling it (its component shut
+    /// down).
+    Abandoned,
 }
 
 pub(crate) type BkResult<T> = Result<T, BkError>;
@@ -127,14 +131,28 @@ impl From<PyErr> for BkError {
     }
 }
 
+impl BkError {
+    /// The Python exception for this error; a new one each call, so a kept error can be
+    /// raised again.
+    pub(crate) fn to_pyerr(&self, py: Python<'_>) -> PyErr {
+        match self {
+            BkError::Storage(e) => storage(e),
+            BkError::Client(e) => client(e),
+            BkError::Ledger(e) => ledger(e),
+            BkError::Digest(e) => DigestMatchException::new_err(e.to_string()),
+            BkError::Py(e) => e.clone_ref(py),
+            BkError::Abandoned => BookieException::new_err(
+                "the operation was abandoned: the component serving it shut down",
+            ),
+        }
+    }
+}
+
 impl From<BkError> for PyErr {
     fn from(e: BkError) -> PyErr {
         match e {
-            BkError::Storage(e) => storage(&e),
-            BkError::Client(e) => client(&e),
-            BkError::Ledger(e) => ledger(&e),
-            BkError::Digest(e) => DigestMatchException::new_err(e.to_string()),
             BkError::Py(e) => e,
+            other => Python::attach(|py| other.to_pyerr(py)),
         }
     }
 }

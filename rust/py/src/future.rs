@@ -12,11 +12,7 @@ use pybkx_core::queue::{Receiver, Sender};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 
-use pybkx_core::client::ClientError;
-use pybkx_core::digest::DigestError;
 use pybkx_core::done::Done;
-use pybkx_core::error::StorageError;
-use pybkx_core::ledger::LedgerError;
 
 use crate::errors::{BkError, BookieException, TimeoutException};
 use crate::util::{deadline, SIGNAL_CHECK};
@@ -38,56 +34,8 @@ impl ToPy for i64 {
     }
 }
 
-/// A core error kept so that it can be raised again on every `result()`.
-#[derive(Clone)]
-pub(crate) enum StoredError {
-    Storage(StorageError),
-    Client(ClientError),
-    Ledger(LedgerError),
-    Digest(DigestError),
-    /// The core dropped the completion without calling it (its component shut down).
-    Abandoned,
-}
-
-impl From<StorageError> for StoredError {
-    fn from(e: StorageError) -> Self {
-        StoredError::Storage(e)
-    }
-}
-
-impl From<ClientError> for StoredError {
-    fn from(e: ClientError) -> Self {
-        StoredError::Client(e)
-    }
-}
-
-impl From<LedgerError> for StoredError {
-    fn from(e: LedgerError) -> Self {
-        StoredError::Ledger(e)
-    }
-}
-
-impl From<DigestError> for StoredError {
-    fn from(e: DigestError) -> Self {
-        StoredError::Digest(e)
-    }
-}
-
-impl StoredError {
-    fn to_pyerr(&self) -> PyErr {
-        match self.clone() {
-            StoredError::Storage(e) => BkError::from(e).into(),
-            StoredError::Client(e) => BkError::from(e).into(),
-            StoredError::Ledger(e) => BkError::from(e).into(),
-            StoredError::Digest(e) => BkError::from(e).into(),
-            StoredError::Abandoned => BookieException::new_err(
-                "the operation was abandoned: the component serving it shut down",
-            ),
-        }
-    }
-}
-
-type Outcome = Result<Box<dyn ToPy>, StoredError>;
+/// What an operation came to: its value, or the error `result()` raises (again each time).
+type Outcome = Result<Box<dyn ToPy>, BkError>;
 
 /// A done-callback waiting for its future: the callable and the future to pass it.
 type Callback = (Py<PyAny>, Py<Future>);
@@ -146,7 +94,7 @@ impl Completer {
     pub(crate) fn into_done<T, E>(self) -> Done<Result<T, E>>
     where
         T: ToPy,
-        E: Into<StoredError> + Send + 'static,
+        E: Into<BkError> + Send + 'static,
     {
         Box::new(move |r: Result<T, E>| {
             self.complete(r.map(|v| Box::new(v) as Box<dyn ToPy>).map_err(Into::into));
@@ -157,7 +105,7 @@ impl Completer {
 impl Drop for Completer {
     fn drop(&mut self) {
         if let Some(cell) = self.0.take() {
-            cell.complete(Err(StoredError::Abandoned));
+            cell.complete(Err(BkError::Abandoned));
         }
     }
 }
@@ -221,7 +169,7 @@ impl Future {
                 *self.converted.lock() = Some(v.clone_ref(py));
                 Ok(Ok(v))
             }
-            Err(e) => Ok(Err(e.to_pyerr())),
+            Err(e) => Ok(Err(e.to_pyerr(py))),
         }
     }
 }

@@ -4,8 +4,8 @@
 
 #[cfg(feature = "bench")]
 mod bench;
+mod bookie_conn;
 mod buffer;
-mod client;
 mod config;
 mod digest;
 mod errors;
@@ -24,9 +24,9 @@ use pyo3::types::PyType;
 use pybkx_core::protocol;
 
 /// Every Rust allocation of the extension (request frames, channel blocks, entry buffers) goes
-/// to mimalloc: glibc's malloc spent ~40% of a pipelined append's CPU consolidating and
-/// splitting chunks that the network threads free. Python's own objects keep Python's
-/// allocator.
+/// to mimalloc: glibc's malloc spent a large share of a pipelined append's CPU consolidating and
+/// splitting chunks that the network threads free (docs/performance.md, "The Python client
+/// against the bookie's capacity"). Python's own objects keep Python's allocator.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -40,9 +40,9 @@ const PURGE_DELAY_MS: std::ffi::c_long = 1000;
 /// Keeps freed memory for a second before returning it to the OS, instead of mimalloc's 10 ms:
 /// a bookie frees a whole write-cache generation (tens of MiB of request buffers) at once and
 /// allocates as much again within milliseconds; with the default, every page came back from the
-/// kernel zeroed (page faults and `clear_page`: 16 KiB adds used 17–20% more CPU and ran 13–16%
-/// slower). Left alone when the option does not hold its known default (a user's
-/// `MIMALLOC_PURGE_DELAY`, or a mimalloc whose options moved).
+/// kernel zeroed (page faults and `clear_page`: large adds took more CPU and ran slower, see
+/// docs/performance.md, "Large adds"). Left alone when the option does not hold its known
+/// default (a user's `MIMALLOC_PURGE_DELAY`, or a mimalloc whose options moved).
 fn tune_allocator() {
     // SAFETY: mimalloc's option calls read and write a process-wide integer; any thread may.
     unsafe {
@@ -67,13 +67,22 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<future::Future>()?;
     storage::add_classes(m)?;
     m.add_class::<server::PyBookieServer>()?;
-    m.add_class::<client::PyBookieClient>()?;
+    m.add_class::<bookie_conn::PyBookieClient>()?;
     m.add_class::<digest::PyDigestManager>()?;
-    m.add_class::<ledger::PyLedgerWriter>()?;
-    m.add_class::<ledger::PyReadPlan>()?;
-    m.add_class::<ledger::PyFailureQueue>()?;
-    m.add_class::<ledger::PyLedgerEntry>()?;
+    m.add_class::<digest::PyVerifiedEntry>()?;
+    m.add_class::<bookie_conn::PyLongPollResult>()?;
+    m.add_class::<bookie_conn::PyReadLacResult>()?;
+    m.add_class::<bookie_conn::PyBookieInfo>()?;
+    m.add_class::<ledger::writer::PyLedgerWriter>()?;
+    m.add_class::<ledger::writer::PyFailureQueue>()?;
+    m.add_class::<ledger::writer::PyBookieFailure>()?;
+    m.add_class::<ledger::reader::PyReadPlan>()?;
+    m.add_class::<ledger::reader::PyReadResult>()?;
+    m.add_class::<ledger::reader::PyColumnsResult>()?;
+    m.add_class::<ledger::entry::PyLedgerEntry>()?;
     m.add_class::<buffer::PyBuffer>()?;
+    m.add_class::<metrics::PyMetric>()?;
+    m.add_class::<metrics::PyHistogramSnapshot>()?;
     m.add_function(wrap_pyfunction!(ledger::check_quorums, m)?)?;
     m.add_function(wrap_pyfunction!(storage::scan_journal, m)?)?;
     m.add_function(wrap_pyfunction!(digest::master_key, m)?)?;
@@ -92,6 +101,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
         m.add_function(wrap_pyfunction!(bench::micro_kernels, m)?)?;
         m.add_function(wrap_pyfunction!(bench::fill_storage, m)?)?;
         m.add_function(wrap_pyfunction!(bench::index_lookups, m)?)?;
+        m.add_class::<bench::PyIndexLookups>()?;
     }
     m.add("FLAG_NONE", protocol::FLAG_NONE)?;
     m.add("FLAG_DO_FENCING", protocol::FLAG_DO_FENCING)?;

@@ -1,9 +1,9 @@
-//! Metrics for Python: the core's read-outs as plain tuples (the exporter in `pybkx.admin` and
-//! the client's collector format them), the process-wide on/off switch, and the client's
-//! metrics. Read-outs only: nothing here records.
+//! Metrics for Python: the core's read-outs as `Metric`s and `HistogramSnapshot`s (the
+//! exporter in `pybkx.admin` and the client's collector format them), the process-wide on/off
+//! switch, and the client's metrics. Read-outs only: nothing here records.
 
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList, PyTuple};
+use pyo3::types::{PyDict, PyList};
 
 use pybkx_core::metrics::{self, Export, HistogramSnapshot, Kind, Metric, Unit, Value};
 
@@ -34,7 +34,62 @@ pub(crate) fn flat_dict<'py>(py: Python<'py>, metrics: &[Metric]) -> PyResult<Bo
     Ok(d)
 }
 
-/// Metrics as `(name, kind, unit, labels, value)` tuples; see `_core.pyi`.
+/// One metric read out: see `_core.pyi`. Python makes its own too (a bookie's gauges).
+#[pyclass(name = "Metric", module = "pybkx._core", frozen, get_all)]
+pub(crate) struct PyMetric {
+    name: String,
+    kind: String,
+    unit: String,
+    labels: Py<PyDict>,
+    value: Py<PyAny>,
+}
+
+#[pymethods]
+impl PyMetric {
+    #[new]
+    fn new(name: String, kind: String, unit: String, labels: Py<PyDict>, value: Py<PyAny>) -> Self {
+        PyMetric {
+            name,
+            kind,
+            unit,
+            labels,
+            value,
+        }
+    }
+
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        Ok(format!(
+            "Metric(name={:?}, kind={:?}, unit={:?}, labels={}, value={})",
+            self.name,
+            self.kind,
+            self.unit,
+            self.labels.bind(py).repr()?,
+            self.value.bind(py).repr()?
+        ))
+    }
+}
+
+/// A histogram's buckets, count and sum, read out at once: see `_core.pyi`.
+#[pyclass(name = "HistogramSnapshot", module = "pybkx._core", frozen, get_all)]
+pub(crate) struct PyHistogramSnapshot {
+    buckets: Py<PyList>,
+    count: u64,
+    sum: u64,
+}
+
+#[pymethods]
+impl PyHistogramSnapshot {
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        Ok(format!(
+            "HistogramSnapshot(buckets={}, count={}, sum={})",
+            self.buckets.bind(py).repr()?,
+            self.count,
+            self.sum
+        ))
+    }
+}
+
+/// The core's metrics as `Metric`s.
 pub(crate) fn metrics_list<'py>(
     py: Python<'py>,
     metrics: Vec<Metric>,
@@ -58,32 +113,42 @@ pub(crate) fn metrics_list<'py>(
         }
         let value: Bound<'py, PyAny> = match &m.value {
             Value::Int(v) => v.into_pyobject(py)?.into_any(),
-            Value::Distribution(s) => snapshot_tuple(py, s)?.into_any(),
+            Value::Distribution(s) => snapshot(py, s)?.into_any(),
             Value::Outcomes { ok, failed } => {
                 let d = PyDict::new(py);
-                d.set_item("true", snapshot_tuple(py, ok)?)?;
-                d.set_item("false", snapshot_tuple(py, failed)?)?;
+                d.set_item("true", snapshot(py, ok)?)?;
+                d.set_item("false", snapshot(py, failed)?)?;
                 d.into_any()
             }
         };
-        out.append((m.name, kind, unit, labels, value))?;
+        let metric = PyMetric::new(
+            m.name.to_string(),
+            kind.to_string(),
+            unit.to_string(),
+            labels.unbind(),
+            value.unbind(),
+        );
+        out.append(Bound::new(py, metric)?)?;
     }
     Ok(out)
 }
 
-/// `([(upper bound or None for +Inf, count), ...], count, sum)`.
-fn snapshot_tuple<'py>(py: Python<'py>, s: &HistogramSnapshot) -> PyResult<Bound<'py, PyTuple>> {
+/// Buckets as `(upper bound or None for +Inf, count)`, with the count and sum.
+fn snapshot<'py>(
+    py: Python<'py>,
+    s: &HistogramSnapshot,
+) -> PyResult<Bound<'py, PyHistogramSnapshot>> {
     let buckets = PyList::empty(py);
     for (upper, count) in &s.buckets {
         let upper = (*upper != u64::MAX).then_some(*upper);
         buckets.append((upper, *count))?;
     }
-    PyTuple::new(
+    Bound::new(
         py,
-        [
-            buckets.into_any(),
-            s.count.into_pyobject(py)?.into_any(),
-            s.sum.into_pyobject(py)?.into_any(),
-        ],
+        PyHistogramSnapshot {
+            buckets: buckets.unbind(),
+            count: s.count,
+            sum: s.sum,
+        },
     )
 }

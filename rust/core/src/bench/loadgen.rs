@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use tokio::sync::oneshot;
 
-use crate::client::{BookieClient, ClientError, Reply, ReplyResult};
+use crate::bookie_conn::{BookieClient, ClientError, Outgoing, Reply, ReplyResult};
 use crate::config::ClientConfig;
 use crate::digest::{master_key, DigestManager, DigestType};
 use crate::done;
@@ -85,90 +85,183 @@ impl Default for LoadOptions {
 /// One request in flight: when it counts from, and its reply.
 type Pending = (Instant, oneshot::Receiver<ReplyResult>);
 
-/// Accounts one settled request.
-fn settle(
-    report: &mut LoadReport,
-    latencies: &mut Vec<u32>,
-    since: Instant,
-    r: Option<ReplyResult>,
-) {
-    latencies.push(since.elapsed().as_micros().min(u32::MAX as u128) as u32);
-    match r {
-        Some(Ok(Reply::Added)) => report.entries += 1,
-        Some(Ok(Reply::Entry(b))) => {
-            report.entries += 1;
-            report.bytes += b.len() as u64;
+/// One run: its window of requests in flight (FIFO) and what settled so far.
+struct Run {
+    opts: LoadOptions,
+    started: Instant,
+    window: VecDeque<Pending>,
+    report: LoadReport,
+    latencies: Vec<u32>,
+}
+
+impl Run {
+    fn new(opts: LoadOptions) -> Run {
+        Run {
+            opts,
+            started: Instant::now(),
+            window: VecDeque::new(),
+            report: LoadReport::default(),
+            latencies: Vec::new(),
         }
-        Some(Ok(Reply::Entries(v) | Reply::StridedEntries(v))) => {
-            report.entries += v.len() as u64;
-            report.bytes += v.iter().map(|b| b.len() as u64).sum::<u64>();
+    }
+
+    /// Accounts one settled request.
+    fn settle(&mut self, since: Instant, r: Option<ReplyResult>) {
+        let report = &mut self.report;
+        self.latencies
+            .push(since.elapsed().as_micros().min(u32::MAX as u128) as u32);
+        match r {
+            Some(Ok(Reply::Added)) => report.entries += 1,
+            Some(Ok(Reply::Entry(b))) => {
+                report.entries += 1;
+                report.bytes += b.len() as u64;
+            }
+            Some(Ok(Reply::Entries(v) | Reply::StridedEntries(v))) => {
+                report.entries += v.len() as u64;
+                report.bytes += v.iter().map(|b| b.len() as u64).sum::<u64>();
+            }
+            _ => report.errors += 1,
         }
-        _ => report.errors += 1,
+    }
+
+    /// Settles whatever already arrived at the front of the window.
+    fn settle_arrived(&mut self) {
+        while let Some((since, rx)) = self.window.front_mut() {
+            let since = *since;
+            let r = match rx.try_recv() {
+                Ok(r) => Some(r),
+                Err(oneshot::error::TryRecvError::Closed) => None,
+                Err(oneshot::error::TryRecvError::Empty) => break,
+            };
+            self.window.pop_front();
+            self.settle(since, r);
+        }
+    }
+
+    /// Waits until request number `i` may be sent: a free slot in the window and, when paced,
+    /// its due time. Replies are settled in the order sent, each as soon as it and all earlier
+    /// ones are in. Returns the instant the request's latency counts from.
+    async fn wait_turn(&mut self, i: u64) -> Instant {
+        let due = self
+            .opts
+            .rate_per_s
+            .map(|rate| self.started + Duration::from_secs_f64(i as f64 / rate));
+        loop {
+            self.settle_arrived();
+            let full = self.window.len() >= self.opts.in_flight;
+            let wait_until = due.filter(|t| Instant::now() < *t);
+            if !full && wait_until.is_none() {
+                return due.unwrap_or_else(Instant::now);
+            }
+            let front = self.window.front_mut().map(|(_, rx)| rx);
+            let got = match (front, wait_until) {
+                (Some(rx), Some(t)) => tokio::select! {
+                    r = rx => Some(r.ok()),
+                    _ = tokio::time::sleep_until(t.into()) => None,
+                },
+                (Some(rx), None) => Some(rx.await.ok()),
+                (None, Some(t)) => {
+                    tokio::time::sleep_until(t.into()).await;
+                    None
+                }
+                (None, None) => return due.unwrap_or_else(Instant::now),
+            };
+            if let Some(r) = got {
+                if let Some((since, _)) = self.window.pop_front() {
+                    self.settle(since, r);
+                }
+            }
+        }
+    }
+
+    /// Sends `request` on `client`, its latency counting from `since`.
+    fn send(&mut self, client: &BookieClient, request: Outgoing, since: Instant) {
+        let (d, rx) = done::channel();
+        client.send(request, d);
+        self.window.push_back((since, rx));
+        self.report.requests += 1;
+    }
+
+    /// `count` adds of `payload` bytes spread over `ledgers` ledgers from `first_ledger`; a
+    /// ledger's adds always on the same connection.
+    async fn adds(
+        &mut self,
+        to: &Target<'_>,
+        first_ledger: i64,
+        ledgers: u32,
+        count: u64,
+        payload: usize,
+    ) {
+        let ledgers = ledgers.max(1) as u64;
+        let data = vec![b'x'; payload];
+        let managers: Vec<DigestManager> = (0..ledgers)
+            .map(|l| DigestManager::new(first_ledger + l as i64, b"", DigestType::Crc32c))
+            .collect();
+        for i in 0..count {
+            let since = self.wait_turn(i).await;
+            let l = i % ledgers;
+            let entry = (i / ledgers) as i64;
+            let length = (entry + 1) * payload as i64;
+            let body = managers[l as usize].package(entry, entry - 1, length, &data);
+            self.report.bytes += payload as u64;
+            let client = &to.clients[l as usize % to.clients.len()];
+            let request = client.add_request(
+                to.bookie,
+                first_ledger + l as i64,
+                entry,
+                to.key.clone(),
+                body,
+                0,
+            );
+            self.send(client, request, since);
+        }
+    }
+
+    /// Entries `0..count` of `ledger`: single READs, or batches of `batch` entries, round robin
+    /// over the connections.
+    async fn reads(&mut self, to: &Target<'_>, ledger: i64, count: u64, batch: Option<u32>) {
+        let step = batch.map_or(1, |b| b.max(1) as u64);
+        let mut next = 0u64;
+        let mut i = 0u64;
+        while next < count {
+            let since = self.wait_turn(i).await;
+            let client = &to.clients[i as usize % to.clients.len()];
+            let request = match batch {
+                None => client.read_request(to.bookie, ledger, next as i64, 0, None),
+                Some(b) => {
+                    let n = b.min((count - next) as u32) as i32;
+                    client.batch_read_request(
+                        to.bookie,
+                        ledger,
+                        next as i64,
+                        n,
+                        5 << 20,
+                        0,
+                        None,
+                        None,
+                    )
+                }
+            };
+            self.send(client, request, since);
+            next += step;
+            i += 1;
+        }
+    }
+
+    /// Waits for every request still in flight.
+    async fn drain(&mut self) {
+        while let Some((since, rx)) = self.window.pop_front() {
+            let r = rx.await.ok();
+            self.settle(since, r);
+        }
     }
 }
 
-/// Waits until request number `i` may be sent: a free slot in the window and, when paced, its
-/// due time. Replies are settled in the order sent (the window is FIFO), each as soon as it and
-/// all earlier ones are in. Returns the instant the request's latency counts from.
-async fn wait_turn(
-    window: &mut VecDeque<Pending>,
-    report: &mut LoadReport,
-    latencies: &mut Vec<u32>,
-    opts: &LoadOptions,
-    started: Instant,
-    i: u64,
-) -> Instant {
-    let due = opts
-        .rate_per_s
-        .map(|rate| started + Duration::from_secs_f64(i as f64 / rate));
-    loop {
-        // Settle whatever has already arrived at the front.
-        while let Some((since, rx)) = window.front_mut() {
-            match rx.try_recv() {
-                Ok(r) => {
-                    let since = *since;
-                    window.pop_front();
-                    settle(report, latencies, since, Some(r));
-                }
-                Err(oneshot::error::TryRecvError::Closed) => {
-                    let since = *since;
-                    window.pop_front();
-                    settle(report, latencies, since, None);
-                }
-                Err(oneshot::error::TryRecvError::Empty) => break,
-            }
-        }
-        let full = window.len() >= opts.in_flight;
-        let wait_until = match due {
-            Some(t) if Instant::now() < t => Some(t),
-            _ => None,
-        };
-        if !full && wait_until.is_none() {
-            return due.unwrap_or_else(Instant::now);
-        }
-        let front = window.front_mut().map(|(_, rx)| rx);
-        match (front, wait_until) {
-            (Some(rx), Some(t)) => {
-                let got = tokio::select! {
-                    r = rx => Some(r.ok()),
-                    _ = tokio::time::sleep_until(t.into()) => None,
-                };
-                if let Some(r) = got {
-                    if let Some((since, _)) = window.pop_front() {
-                        settle(report, latencies, since, r);
-                    }
-                }
-            }
-            (Some(rx), None) => {
-                let r = rx.await;
-                if let Some((since, _)) = window.pop_front() {
-                    settle(report, latencies, since, r.ok());
-                }
-            }
-            (None, Some(t)) => tokio::time::sleep_until(t.into()).await,
-            (None, None) => return due.unwrap_or_else(Instant::now),
-        }
-    }
+/// Where a run sends: the bookie, one client per connection, the ledgers' key.
+struct Target<'a> {
+    bookie: &'a str,
+    clients: Vec<BookieClient>,
+    key: Bytes,
 }
 
 /// Parses a workload as the Python API names it: `"add"` (adds of `payload` bytes over
@@ -214,7 +307,7 @@ pub fn run_with(
         v3: opts.v3,
     };
     // One BookieClient holds one connection per bookie: one client per connection.
-    let clients: Vec<BookieClient> = (0..opts.connections)
+    let clients = (0..opts.connections)
         .map(|_| {
             BookieClient::new(ClientConfig {
                 add_timeout: Duration::from_secs(30),
@@ -227,11 +320,12 @@ pub fn run_with(
             })
         })
         .collect();
-    let key = Bytes::copy_from_slice(&master_key(b""));
-    let mut report = LoadReport::default();
-    let mut window: VecDeque<Pending> = VecDeque::new();
-    let mut latencies = Vec::new();
-    let started = Instant::now();
+    let to = Target {
+        bookie,
+        clients,
+        key: Bytes::copy_from_slice(&master_key(b"")),
+    };
+    let mut run = Run::new(opts);
     rt.block_on(async {
         match workload {
             Workload::Adds {
@@ -239,88 +333,24 @@ pub fn run_with(
                 ledgers,
                 count,
                 payload,
-            } => {
-                let ledgers = ledgers.max(1) as u64;
-                let data = vec![b'x'; payload];
-                let managers: Vec<DigestManager> = (0..ledgers)
-                    .map(|l| DigestManager::new(first_ledger + l as i64, b"", DigestType::Crc32c))
-                    .collect();
-                for i in 0..count {
-                    let since =
-                        wait_turn(&mut window, &mut report, &mut latencies, &opts, started, i)
-                            .await;
-                    let l = i % ledgers;
-                    let entry = (i / ledgers) as i64;
-                    let body = managers[l as usize].package(
-                        entry,
-                        entry - 1,
-                        (entry + 1) * payload as i64,
-                        &data,
-                    );
-                    report.bytes += payload as u64;
-                    let client = &clients[l as usize % clients.len()];
-                    let (d, rx) = done::channel();
-                    let request = client.add_request(
-                        bookie,
-                        first_ledger + l as i64,
-                        entry,
-                        key.clone(),
-                        body,
-                        0,
-                    );
-                    client.send(request, d);
-                    window.push_back((since, rx));
-                    report.requests += 1;
-                }
-            }
+            } => run.adds(&to, first_ledger, ledgers, count, payload).await,
             Workload::Reads {
                 ledger,
                 count,
                 batch,
-            } => {
-                let step = batch.map_or(1, |b| b.max(1) as u64);
-                let mut next = 0u64;
-                let mut i = 0u64;
-                while next < count {
-                    let since =
-                        wait_turn(&mut window, &mut report, &mut latencies, &opts, started, i)
-                            .await;
-                    let client = &clients[i as usize % clients.len()];
-                    let (d, rx) = done::channel();
-                    let request = match batch {
-                        None => client.read_request(bookie, ledger, next as i64, 0, None),
-                        Some(b) => client.batch_read_request(
-                            bookie,
-                            ledger,
-                            next as i64,
-                            b.min((count - next) as u32) as i32,
-                            5 << 20,
-                            0,
-                            None,
-                            None,
-                        ),
-                    };
-                    client.send(request, d);
-                    window.push_back((since, rx));
-                    report.requests += 1;
-                    next += step;
-                    i += 1;
-                }
-            }
+            } => run.reads(&to, ledger, count, batch).await,
         }
-        while let Some((since, rx)) = window.pop_front() {
-            let r = rx.await.ok();
-            settle(&mut report, &mut latencies, since, r);
-        }
+        run.drain().await;
     });
-    report.elapsed = started.elapsed();
+    let mut report = run.report;
+    report.elapsed = run.started.elapsed();
     if let Workload::Adds { .. } = workload {
         // Adds count payload bytes as sent; keep only the acknowledged entries' share.
         report.bytes = report.bytes * report.entries / report.requests.max(1);
     }
-    latencies.sort_unstable();
-    report.latencies_us = latencies;
-    for client in &clients {
+    run.latencies.sort_unstable();
+    report.latencies_us = run.latencies;
+    for client in &to.clients {
         client.close();
     }
     Ok(report)

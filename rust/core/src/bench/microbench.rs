@@ -9,8 +9,8 @@ use bytes::{Bytes, BytesMut};
 
 use crate::digest::{DigestManager, DigestType};
 use crate::protocol::v2::{
-    decode_request, decode_response, encode_request, encode_response, PacketHeader, Request,
-    Response, CURRENT_PROTOCOL_VERSION,
+    decode_request, decode_response, encode_request, encode_response, AddRequest, PacketHeader,
+    Request, Response, CURRENT_PROTOCOL_VERSION,
 };
 use crate::protocol::{self, take_frame, OutFrames};
 
@@ -53,13 +53,13 @@ pub const KERNELS: &[(&str, &str)] = &[
 ];
 
 fn add_request(entry: Bytes) -> Request {
-    Request::Add {
+    Request::Add(AddRequest {
         header: PacketHeader::new(protocol::OP_ADD_ENTRY, 0),
         master_key: Bytes::from_static(&[7u8; protocol::MASTER_KEY_LEN]),
         ledger: 1,
         entry: 42,
         body: entry,
-    }
+    })
 }
 
 fn read_response(entry: Bytes) -> Response {

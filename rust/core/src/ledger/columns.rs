@@ -5,7 +5,8 @@
 
 use bytes::Bytes;
 
-use super::{LedgerError, ReadEntry};
+use super::error::LedgerError;
+use super::reader::ReadEntry;
 
 /// The largest payload total one column batch may hold (32-bit offsets).
 pub const MAX_COLUMN_BYTES: usize = i32::MAX as usize;
@@ -52,18 +53,14 @@ pub fn pack(entries: &[ReadEntry]) -> Result<Columns, LedgerError> {
 mod tests {
     use super::*;
 
-    fn entry(id: i64, payload: &'static [u8]) -> ReadEntry {
-        ReadEntry {
-            entry_id: id,
-            lac: id - 1,
-            length: 0,
-            payload: Bytes::from_static(payload),
-        }
-    }
-
     #[test]
     fn columns_hold_ids_offsets_and_payloads_in_order() {
-        let c = pack(&[entry(7, b"ab"), entry(8, b""), entry(9, b"xyz")]).unwrap();
+        let c = pack(&[
+            ReadEntry::test(7, b"ab"),
+            ReadEntry::test(8, b""),
+            ReadEntry::test(9, b"xyz"),
+        ])
+        .unwrap();
         assert_eq!(c.rows, 3);
         let ids: Vec<i64> = c
             .entry_ids

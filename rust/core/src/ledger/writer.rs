@@ -13,12 +13,16 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use parking_lot::{Condvar, Mutex, MutexGuard};
 
+use super::error::LedgerError;
+use super::quorum::{check_quorums, write_set};
 use super::stats::client_stats;
-use super::{check_quorums, write_set, LedgerError};
-use crate::client::{BookieClient, ClientError, ReplyResult};
+use crate::bookie_conn::{BookieClient, ClientError, ReplyResult};
 use crate::digest::{DigestManager, ENTRY_HEADER_LEN};
 use crate::done::Done;
-use crate::protocol::{Status, MASTER_KEY_LEN};
+use crate::protocol::{self, Status, MASTER_KEY_LEN};
+
+/// Flags of a ledger-recovery add (as the Java client sends them).
+pub const RECOVERY_ADD_FLAGS: u16 = protocol::FLAG_RECOVERY_ADD | protocol::FLAG_HIGH_PRIORITY;
 
 /// A bookie of the ensemble failed an add: the control plane should replace it.
 #[derive(Debug, Clone)]
@@ -133,7 +137,7 @@ impl LedgerWriter {
         on_failure: FailureSink,
     ) -> Result<Arc<LedgerWriter>, LedgerError> {
         let e = spec.ensemble.len();
-        check_quorums(e, spec.qw, spec.qa)?;
+        check_quorums(e as i64, spec.qw as i64, spec.qa as i64)?;
         let overhead = 8 + MASTER_KEY_LEN + ENTRY_HEADER_LEN + spec.digest.kind().digest_len();
         let max_payload = client.config().max_frame_size.saturating_sub(overhead);
         Ok(Arc::new_cyclic(|me| LedgerWriter {

@@ -4,7 +4,7 @@
 
 use bytes::{Buf, Bytes, BytesMut};
 
-use super::{ProtocolError, Result};
+use super::error::{ProtocolError, Result};
 
 /// Takes one frame body off the front of `buf`, if a whole frame is there. The limit is
 /// checked as soon as the length is known, before buffering the body.

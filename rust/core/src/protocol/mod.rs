@@ -2,10 +2,12 @@
 //! frame cutting, and one module per version. Pure byte work: it never touches sockets or
 //! storage, and never panics on any input.
 
+mod error;
 pub mod frame;
 pub mod v2;
 pub mod v3;
 
+pub use error::{ProtocolError, Result};
 pub use frame::{looks_like_v3, take_frame, OutFrames};
 
 pub const OP_ADD_ENTRY: u8 = 1;
@@ -123,26 +125,3 @@ impl std::fmt::Display for Status {
         write!(f, "{name} ({})", self.v2_code())
     }
 }
-
-/// Why bytes could not be decoded. Each is a reason to close the connection.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ProtocolError {
-    #[error("frame of {len} bytes exceeds nettyMaxFrameSizeBytes {max}")]
-    FrameTooLarge { len: usize, max: usize },
-    #[error("negative frame length {0}")]
-    NegativeLength(i32),
-    #[error("{what}: need {need} bytes, frame has {have}")]
-    Truncated {
-        what: &'static str,
-        need: usize,
-        have: usize,
-    },
-    #[error("unknown V2 opcode {0}")]
-    UnknownOpcode(u8),
-    #[error("malformed V3 (protobuf) message: {0}")]
-    BadV3Message(String),
-    #[error("malformed auth message: {0}")]
-    BadAuthMessage(&'static str),
-}
-
-pub type Result<T> = std::result::Result<T, ProtocolError>;

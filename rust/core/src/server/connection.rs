@@ -25,7 +25,9 @@ use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch};
 
 use super::outbox::{Outbox, Reply, Slot, Timed, Usage};
-use super::{v2, v3, ServerStats, Shared};
+use super::state::ServerState;
+use super::stats::ServerStats;
+use super::{v2, v3};
 use crate::net::write_all_chunks;
 use crate::protocol::{self, OutFrames, ProtocolError};
 
@@ -40,23 +42,27 @@ const LINGER_AFTER_STOP: Duration = Duration::from_secs(30);
 pub(super) async fn serve_connection(
     stream: TcpStream,
     peer: SocketAddr,
-    shared: Arc<Shared>,
+    state: Arc<ServerState>,
     mut stop: watch::Receiver<bool>,
 ) {
     let _ = stream.set_nodelay(true);
     let (mut reader, writer) = stream.into_split();
+    // Bounded by what the connection reads: one response per request, requests in flight at
+    // most `maxPendingAddRequestsPerThread` adds and `maxPendingReadRequestsPerThread` reads
+    // (a slot is freed once its response is written), and no request is read while
+    // `serverWriteBufferHighWaterMark` response bytes wait here.
     let (tx, rx) = mpsc::unbounded_channel::<(Reply, Timed)>();
     let usage = Arc::new(Usage::default());
     let outbox = Outbox {
         tx,
         usage: usage.clone(),
-        shared: shared.clone(),
+        state: state.clone(),
     };
     let writer_task = tokio::spawn(write_responses(
         writer,
         rx,
         usage.clone(),
-        shared.clone(),
+        state.clone(),
         peer,
     ));
     let mut buf = BytesMut::with_capacity(64 * 1024);
@@ -70,10 +76,10 @@ pub(super) async fn serve_connection(
         loop {
             // Checked before every request, so one read of many requests cannot queue more
             // than one response past the mark.
-            if outbox.over(shared.cfg.write_buffer_high_water_mark) {
-                shared.stats.connections_paused.inc();
+            if outbox.over(state.cfg.write_buffer_high_water_mark) {
+                state.stats.connections_paused.inc();
                 log::debug!("connection from {peer}: responses not read; pausing reads");
-                while outbox.over(shared.cfg.write_buffer_low_water_mark) {
+                while outbox.over(state.cfg.write_buffer_low_water_mark) {
                     let drained = usage.drained.notified();
                     tokio::select! {
                         _ = drained => {}
@@ -85,7 +91,7 @@ pub(super) async fn serve_connection(
                     }
                 }
             }
-            match protocol::take_frame(&mut buf, shared.cfg.max_frame_size) {
+            match protocol::take_frame(&mut buf, state.cfg.max_frame_size) {
                 Ok(Some(body)) => {
                     let handled = if v2_for_good {
                         v2::handle_frame(body, &outbox, received)
@@ -99,13 +105,13 @@ pub(super) async fn serve_connection(
                         }
                     };
                     if let Err(e) = handled {
-                        close_for(&shared, peer, &e);
+                        close_for(&state, peer, &e);
                         break 'conn;
                     }
                 }
                 Ok(None) => break,
                 Err(e) => {
-                    close_for(&shared, peer, &e);
+                    close_for(&state, peer, &e);
                     break 'conn;
                 }
             }
@@ -146,8 +152,8 @@ pub(super) async fn serve_connection(
     }
 }
 
-fn close_for(shared: &Shared, peer: SocketAddr, why: &ProtocolError) {
-    shared.stats.protocol_errors.inc();
+fn close_for(state: &ServerState, peer: SocketAddr, why: &ProtocolError) {
+    state.stats.protocol_errors.inc();
     log::warn!("closing connection from {peer}: {why}");
 }
 
@@ -155,7 +161,7 @@ async fn write_responses(
     mut writer: OwnedWriteHalf,
     mut rx: mpsc::UnboundedReceiver<(Reply, Timed)>,
     usage: Arc<Usage>,
-    shared: Arc<Shared>,
+    state: Arc<ServerState>,
     peer: SocketAddr,
 ) {
     let mut frames = OutFrames::default();
@@ -175,7 +181,7 @@ async fn write_responses(
         if !broken {
             let started = crate::metrics::start();
             let result = write_all_chunks(&mut writer, &chunks).await;
-            shared
+            state
                 .stats
                 .channel_write
                 .record_since(result.is_ok(), started);
@@ -185,13 +191,13 @@ async fn write_responses(
                 broken = true;
             }
         }
-        time_requests(&shared.stats, &written, broken);
+        time_requests(&state.stats, &written, broken);
         usage.adds.fetch_sub(released.adds, Ordering::AcqRel);
         usage.reads.fetch_sub(released.reads, Ordering::AcqRel);
         usage
             .queued_bytes
             .fetch_sub(released.bytes, Ordering::AcqRel);
-        let stats = &shared.stats;
+        let stats = &state.stats;
         stats.response_bytes_queued.sub(released.bytes as u64);
         stats.add_entry_in_progress.sub(released.adds as u64);
         stats.read_entry_in_progress.sub(released.reads as u64);

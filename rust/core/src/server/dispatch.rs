@@ -7,7 +7,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use tokio::sync::oneshot;
 
-use super::Shared;
+use super::state::ServerState;
 use crate::done::Done;
 use crate::error::StorageError;
 use crate::protocol::Status;
@@ -40,7 +40,7 @@ pub(super) struct Add {
 
 /// Journals the entry; a completion from `reply` gets the outcome once it is durable (or
 /// failed). `reply` makes one completion per attempt: a full journal queue drops the first.
-pub(super) fn add_entry(shared: &Shared, add: Add, reply: impl Fn() -> Done<Status>) {
+pub(super) fn add_entry(state: &ServerState, add: Add, reply: impl Fn() -> Done<Status>) {
     let Add {
         ledger,
         entry,
@@ -49,7 +49,7 @@ pub(super) fn add_entry(shared: &Shared, add: Add, reply: impl Fn() -> Done<Stat
         recovery,
     } = add;
     let done = |reply: Done<Status>| -> crate::storage::journal::Completion {
-        let watch = shared.lac_watch.if_waited();
+        let watch = state.lac_watch.if_waited();
         Box::new(move |r| {
             let ok = r.is_ok();
             reply(r.map_or_else(|e| status_of(&e), |_| Status::Ok));
@@ -58,7 +58,7 @@ pub(super) fn add_entry(shared: &Shared, add: Add, reply: impl Fn() -> Done<Stat
             }
         })
     };
-    let storage = &shared.storage;
+    let storage = &state.storage;
     let mut result = storage.try_add_entry(
         ledger,
         entry,
@@ -70,7 +70,7 @@ pub(super) fn add_entry(shared: &Shared, add: Add, reply: impl Fn() -> Done<Stat
     if let Err(StorageError::QueueFull) = result {
         // The journal is saturated: wait for room on this thread, which stops this connection
         // from reading more requests (TCP backpressure) while other tasks move elsewhere.
-        let stats = &shared.stats;
+        let stats = &state.stats;
         stats.add_entry_blocked.inc();
         let blocked = crate::metrics::start();
         result = tokio::task::block_in_place(|| {
@@ -126,7 +126,7 @@ pub(super) fn read_range(
 /// Runs a read. A fencing read fences first and reads once the fence is durable (EIO if it
 /// cannot be made durable), as the Java bookie answers only then.
 pub(super) fn run_read<T: Send + 'static>(
-    shared: &Arc<Shared>,
+    state: &Arc<ServerState>,
     ledger: i64,
     fencing: Option<Option<Bytes>>,
     read: impl FnOnce() -> Result<T, Status> + Send + 'static,
@@ -142,7 +142,7 @@ pub(super) fn run_read<T: Send + 'static>(
         return reply(Err(Status::NoLedger));
     }
     let (fenced_tx, fenced_rx) = oneshot::channel();
-    let fence = shared.storage.fence(
+    let fence = state.storage.fence(
         ledger as u64,
         &key,
         Box::new(move |r| {
@@ -152,11 +152,11 @@ pub(super) fn run_read<T: Send + 'static>(
     if let Err(e) = fence {
         return reply(Err(status_of(&e)));
     }
-    let shared = shared.clone();
+    let state = state.clone();
     let waiting = crate::metrics::start();
     tokio::spawn(async move {
         let durable = matches!(fenced_rx.await, Ok(Ok(())));
-        shared
+        state
             .stats
             .read_entry_fence_wait
             .record_since(durable, waiting);
@@ -171,7 +171,7 @@ pub(super) fn run_read<T: Send + 'static>(
         // acknowledged entries that way).
         let reading = crate::metrics::start();
         let read = read();
-        shared
+        state
             .stats
             .read_entry_fence_read
             .record_since(read.is_ok(), reading);

@@ -12,11 +12,11 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::connection::serve_connection;
-use super::Shared;
+use super::state::ServerState;
 
 pub(super) async fn accept_loop(
     listener: TcpListener,
-    shared: Arc<Shared>,
+    state: Arc<ServerState>,
     mut stop: watch::Receiver<bool>,
     connections: Arc<Mutex<HashMap<u64, JoinHandle<()>>>>,
 ) {
@@ -28,20 +28,20 @@ pub(super) async fn accept_loop(
                 Ok((stream, peer)) => {
                     next_id += 1;
                     let id = next_id;
-                    shared.stats.connections_accepted.inc();
-                    shared.stats.connections_active.inc();
-                    shared.live.fetch_add(1, Ordering::SeqCst);
-                    let conn_shared = shared.clone();
+                    state.stats.connections_accepted.inc();
+                    state.stats.connections_active.inc();
+                    state.live.fetch_add(1, Ordering::SeqCst);
+                    let conn_state = state.clone();
                     let conns = connections.clone();
                     let conn_stop = stop.clone();
                     // Registered before it can finish, so its own removal always finds it.
                     let mut registry = connections.lock();
                     let task = tokio::spawn(async move {
-                        serve_connection(stream, peer, conn_shared.clone(), conn_stop).await;
+                        serve_connection(stream, peer, conn_state.clone(), conn_stop).await;
                         conns.lock().remove(&id);
-                        conn_shared.stats.connections_active.dec();
-                        if conn_shared.live.fetch_sub(1, Ordering::SeqCst) == 1 {
-                            conn_shared.drained.notify_waiters();
+                        conn_state.stats.connections_active.dec();
+                        if conn_state.live.fetch_sub(1, Ordering::SeqCst) == 1 {
+                            conn_state.drained.notify_waiters();
                         }
                     });
                     registry.insert(id, task);

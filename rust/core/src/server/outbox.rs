@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use tokio::sync::{mpsc, Notify};
 
-use super::Shared;
+use super::state::ServerState;
 use crate::protocol::v2::Response as V2Response;
 use crate::protocol::v3::Response as V3Response;
 use crate::protocol::{self, OutFrames};
@@ -106,23 +106,23 @@ pub(super) struct Usage {
 pub(super) struct Outbox {
     pub(super) tx: mpsc::UnboundedSender<(Reply, Timed)>,
     pub(super) usage: Arc<Usage>,
-    pub(super) shared: Arc<Shared>,
+    pub(super) state: Arc<ServerState>,
 }
 
 impl Outbox {
-    pub(super) fn shared(&self) -> &Arc<Shared> {
-        &self.shared
+    pub(super) fn state(&self) -> &Arc<ServerState> {
+        &self.state
     }
 
     /// Counts one more add in flight; false if the connection is past its limit (the request
     /// still counts until its rejection is written).
     pub(super) fn admit(&self, slot: Slot) -> bool {
         let (count, max) = match slot {
-            Slot::Add => (&self.usage.adds, self.shared.cfg.max_pending_adds),
-            Slot::Read => (&self.usage.reads, self.shared.cfg.max_pending_reads),
+            Slot::Add => (&self.usage.adds, self.state.cfg.max_pending_adds),
+            Slot::Read => (&self.usage.reads, self.state.cfg.max_pending_reads),
             Slot::None => return true,
         };
-        let stats = &self.shared.stats;
+        let stats = &self.state.stats;
         let (in_progress, rejected) = match slot {
             Slot::Add => (&stats.add_entry_in_progress, &stats.add_entry_rejected),
             _ => (&stats.read_entry_in_progress, &stats.read_entry_rejected),
@@ -140,14 +140,14 @@ impl Outbox {
     pub(super) fn send(&self, reply: Reply, timed: Timed) {
         let n = reply.wire_len();
         self.usage.queued_bytes.fetch_add(n, Ordering::AcqRel);
-        self.shared.stats.response_bytes_queued.add(n as u64);
+        self.state.stats.response_bytes_queued.add(n as u64);
         let slot = reply.slot();
         if self.tx.send((reply, timed)).is_err() {
             self.usage.queued_bytes.fetch_sub(n, Ordering::AcqRel);
-            self.shared.stats.response_bytes_queued.sub(n as u64);
+            self.state.stats.response_bytes_queued.sub(n as u64);
             match slot {
-                Slot::Add => self.shared.stats.add_entry_in_progress.dec(),
-                Slot::Read => self.shared.stats.read_entry_in_progress.dec(),
+                Slot::Add => self.state.stats.add_entry_in_progress.dec(),
+                Slot::Read => self.state.stats.read_entry_in_progress.dec(),
                 Slot::None => {}
             }
         }
@@ -157,7 +157,7 @@ impl Outbox {
     /// budget spent while it has responses waiting.
     pub(super) fn over(&self, mark: usize) -> bool {
         let mine = self.usage.queued_bytes.load(Ordering::Acquire);
-        let total = self.shared.stats.response_bytes_queued.get() as usize;
-        mine >= mark.max(1) || (mine > 0 && total >= self.shared.cfg.response_buffer_total_bytes)
+        let total = self.state.stats.response_bytes_queued.get() as usize;
+        mine >= mark.max(1) || (mine > 0 && total >= self.state.cfg.response_buffer_total_bytes)
     }
 }

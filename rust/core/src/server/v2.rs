@@ -9,8 +9,8 @@ use bytes::Bytes;
 use super::dispatch::{self, Add};
 use super::outbox::{Outbox, Reply, Slot, Timed};
 use crate::protocol::v2::{
-    decode_request, AuthMessage, PacketHeader, Request, Response, CURRENT_PROTOCOL_VERSION,
-    RESPONSE_HEADER_LEN,
+    decode_request, AddRequest, AuthMessage, AuthRequest, BatchReadRequest, PacketHeader,
+    ReadRequest, Request, Response, CURRENT_PROTOCOL_VERSION, RESPONSE_HEADER_LEN,
 };
 use crate::protocol::{
     ProtocolError, Status, AUTH_DISABLED_PLUGIN, FLAG_DO_FENCING, FLAG_HIGH_PRIORITY,
@@ -53,174 +53,187 @@ pub(super) fn handle_frame(
 }
 
 fn handle(req: Request, outbox: &Outbox, received: Option<Instant>) {
-    let shared = outbox.shared();
-    let header = req.header();
     match req {
-        Request::Add {
-            master_key,
+        Request::Add(add) => add_entry(add, outbox, received),
+        Request::Read(read) => read_entry(read, outbox, received),
+        Request::BatchRead(batch) => batch_read(batch, outbox, received),
+        Request::Auth(auth) => answer_auth(&auth, outbox),
+    }
+}
+
+fn add_entry(req: AddRequest, outbox: &Outbox, received: Option<Instant>) {
+    let state = outbox.state();
+    let AddRequest {
+        header,
+        master_key,
+        ledger,
+        entry,
+        body,
+    } = req;
+    let timed = Timed::at(received, false);
+    let reply = move |status: Status| Response::Add {
+        version: header.version,
+        rc: status.v2_code(),
+        ledger,
+        entry,
+    };
+    if let Err(status) = admit(outbox, Slot::Add, header) {
+        return send(outbox, reply(status), timed);
+    }
+    if state.refuses_add(header.has(FLAG_HIGH_PRIORITY)) {
+        return send(outbox, reply(Status::ReadOnly), timed);
+    }
+    if ledger < 0 || entry < 0 {
+        return send(outbox, reply(Status::BadRequest), timed);
+    }
+    let add = Add {
+        ledger: ledger as u64,
+        entry: entry as u64,
+        master_key,
+        body,
+        recovery: header.has(FLAG_RECOVERY_ADD),
+    };
+    dispatch::add_entry(state, add, || {
+        let outbox = outbox.clone();
+        Box::new(move |status| {
+            let stats = &outbox.state().stats;
+            stats
+                .add_entry
+                .record_since(status == Status::Ok, timed.received);
+            send(&outbox, reply(status), timed)
+        })
+    });
+}
+
+fn read_entry(req: ReadRequest, outbox: &Outbox, received: Option<Instant>) {
+    let state = outbox.state();
+    let ReadRequest {
+        header,
+        ledger,
+        entry,
+        master_key,
+    } = req;
+    let timed = Timed::at(received, header.has(FLAG_DO_FENCING));
+    let reply = move |r: Result<Bytes, Status>| {
+        let (status, body) = match r {
+            Ok(body) => (Status::Ok, body),
+            Err(status) => (status, Bytes::new()),
+        };
+        Response::Read {
+            version: header.version,
+            rc: status.v2_code(),
             ledger,
             entry,
             body,
-            ..
-        } => {
-            let timed = Timed::at(received, false);
-            let reply = move |status: Status| Response::Add {
-                version: header.version,
-                rc: status.v2_code(),
-                ledger,
-                entry,
-            };
-            if let Err(status) = admit(outbox, Slot::Add, header) {
-                return send(outbox, reply(status), timed);
-            }
-            if shared.refuses_add(header.has(FLAG_HIGH_PRIORITY)) {
-                return send(outbox, reply(Status::ReadOnly), timed);
-            }
-            if ledger < 0 || entry < 0 {
-                return send(outbox, reply(Status::BadRequest), timed);
-            }
-            let add = Add {
-                ledger: ledger as u64,
-                entry: entry as u64,
-                master_key,
-                body,
-                recovery: header.has(FLAG_RECOVERY_ADD),
-            };
-            dispatch::add_entry(shared, add, || {
-                let outbox = outbox.clone();
-                Box::new(move |status| {
-                    let stats = &outbox.shared().stats;
-                    stats
-                        .add_entry
-                        .record_since(status == Status::Ok, timed.received);
-                    send(&outbox, reply(status), timed)
-                })
-            });
         }
-        Request::Read {
-            ledger,
-            entry,
-            master_key,
-            ..
-        } => {
-            let timed = Timed::at(received, header.has(FLAG_DO_FENCING));
-            let reply = move |r: Result<Bytes, Status>| {
-                let (status, body) = match r {
-                    Ok(body) => (Status::Ok, body),
-                    Err(status) => (status, Bytes::new()),
-                };
-                Response::Read {
-                    version: header.version,
-                    rc: status.v2_code(),
-                    ledger,
-                    entry,
-                    body,
-                }
-            };
-            if let Err(status) = admit(outbox, Slot::Read, header) {
-                return send(outbox, reply(Err(status)), timed);
+    };
+    if let Err(status) = admit(outbox, Slot::Read, header) {
+        return send(outbox, reply(Err(status)), timed);
+    }
+    let storage = state.storage.clone();
+    let out = outbox.clone();
+    dispatch::run_read(
+        state,
+        ledger,
+        fencing(header, master_key),
+        move || dispatch::read_entry(&storage, ledger, entry),
+        Box::new(move |r| {
+            let stats = &out.state().stats;
+            stats.read_entry.record_since(r.is_ok(), timed.received);
+            if entry == -1 && matches!(r, Err(Status::NoEntry)) {
+                stats.read_last_entry_noentry_error.inc();
             }
-            let storage = shared.storage.clone();
-            let out = outbox.clone();
-            dispatch::run_read(
-                shared,
-                ledger,
-                fencing(header, master_key),
-                move || dispatch::read_entry(&storage, ledger, entry),
-                Box::new(move |r| {
-                    let stats = &out.shared().stats;
-                    stats.read_entry.record_since(r.is_ok(), timed.received);
-                    if entry == -1 && matches!(r, Err(Status::NoEntry)) {
-                        stats.read_last_entry_noentry_error.inc();
-                    }
-                    send(&out, reply(r), timed)
-                }),
-            );
-        }
-        Request::BatchRead {
+            send(&out, reply(r), timed)
+        }),
+    );
+}
+
+fn batch_read(req: BatchReadRequest, outbox: &Outbox, received: Option<Instant>) {
+    let state = outbox.state();
+    let header = req.header;
+    let (ledger, start_entry, request_id) = (req.ledger, req.start_entry, req.request_id);
+    let timed = Timed::at(received, header.has(FLAG_DO_FENCING));
+    // The pybkx stride extension is acknowledged in the response header, so a client knows its
+    // entries are `start + i * stride` (a Java bookie answers with flags 0).
+    let flags = if req.stride.is_some() {
+        FLAG_STRIDED_READ
+    } else {
+        0
+    };
+    let reply = move |r: Result<Vec<Bytes>, Status>| {
+        let (status, entries) = match r {
+            Ok(entries) => (Status::Ok, entries),
+            Err(status) => (status, Vec::new()),
+        };
+        Response::BatchRead {
+            version: header.version,
+            flags,
+            rc: status.v2_code(),
             ledger,
             start_entry,
             request_id,
-            max_count,
-            max_size,
-            master_key,
-            stride,
-            ..
-        } => {
-            let timed = Timed::at(received, header.has(FLAG_DO_FENCING));
-            // The pybkx stride extension is acknowledged in the response header, so a client
-            // knows its entries are `start + i * stride` (a Java bookie answers with flags 0).
-            let flags = if stride.is_some() {
-                FLAG_STRIDED_READ
-            } else {
-                0
-            };
-            let reply = move |r: Result<Vec<Bytes>, Status>| {
-                let (status, entries) = match r {
-                    Ok(entries) => (Status::Ok, entries),
-                    Err(status) => (status, Vec::new()),
-                };
-                Response::BatchRead {
-                    version: header.version,
-                    flags,
-                    rc: status.v2_code(),
-                    ledger,
-                    start_entry,
-                    request_id,
-                    entries,
-                }
-            };
-            if let Err(status) = admit(outbox, Slot::Read, header) {
-                return send(outbox, reply(Err(status)), timed);
-            }
-            let stride = match stride.map(u64::try_from) {
-                None => 1,
-                Some(Ok(s)) if s > 0 => s,
-                Some(_) => return send(outbox, reply(Err(Status::BadRequest)), timed),
-            };
-            let max_size = usize::try_from(max_size)
-                .unwrap_or(0)
-                .min(shared.cfg.max_batch_read_size);
-            let limits = RangeLimits {
-                max_count: usize::try_from(max_count).unwrap_or(0),
-                max_bytes: max_size.saturating_sub(BATCH_RESPONSE_FIXED_LEN),
-                per_entry_overhead: 4,
-                stride,
-            };
-            let storage = shared.storage.clone();
-            let out = outbox.clone();
-            dispatch::run_read(
-                shared,
-                ledger,
-                fencing(header, master_key),
-                move || dispatch::read_range(&storage, ledger, start_entry, limits),
-                Box::new(move |r| {
-                    let stats = &out.shared().stats;
-                    stats.read_entry.record_since(r.is_ok(), timed.received);
-                    send(&out, reply(r), timed)
-                }),
-            );
+            entries,
         }
-        Request::Auth { message, .. } => {
-            shared.stats.auth_requests.inc();
-            log::debug!(
-                "AUTH from plugin {:?}: authentication is disabled",
-                message.plugin_name
-            );
-            send(
-                outbox,
-                // The Java bookie's auth-disabled reply always carries the current version.
-                Response::Auth {
-                    version: CURRENT_PROTOCOL_VERSION,
-                    message: AuthMessage {
-                        plugin_name: AUTH_DISABLED_PLUGIN.to_string(),
-                        payload: Bytes::new(),
-                    },
-                },
-                Timed::default(),
-            );
-        }
+    };
+    if let Err(status) = admit(outbox, Slot::Read, header) {
+        return send(outbox, reply(Err(status)), timed);
     }
+    let Some(limits) = range_limits(&req, state.cfg.max_batch_read_size) else {
+        return send(outbox, reply(Err(Status::BadRequest)), timed);
+    };
+    let storage = state.storage.clone();
+    let out = outbox.clone();
+    dispatch::run_read(
+        state,
+        ledger,
+        fencing(header, req.master_key),
+        move || dispatch::read_range(&storage, ledger, start_entry, limits),
+        Box::new(move |r| {
+            let stats = &out.state().stats;
+            stats.read_entry.record_since(r.is_ok(), timed.received);
+            send(&out, reply(r), timed)
+        }),
+    );
+}
+
+/// What a batch read may return: BP-62's count and size (the size capped by the bookie's
+/// `maxBatchReadSize`, Java counting the response's fixed part against it) and the stride.
+/// None for a stride that is not positive.
+fn range_limits(req: &BatchReadRequest, max_batch_read_size: usize) -> Option<RangeLimits> {
+    let stride = match req.stride.map(u64::try_from) {
+        None => 1,
+        Some(Ok(s)) if s > 0 => s,
+        Some(_) => return None,
+    };
+    let max_size = usize::try_from(req.max_size)
+        .unwrap_or(0)
+        .min(max_batch_read_size);
+    Some(RangeLimits {
+        max_count: usize::try_from(req.max_count).unwrap_or(0),
+        max_bytes: max_size.saturating_sub(BATCH_RESPONSE_FIXED_LEN),
+        per_entry_overhead: 4,
+        stride,
+    })
+}
+
+fn answer_auth(req: &AuthRequest, outbox: &Outbox) {
+    outbox.state().stats.auth_requests.inc();
+    log::debug!(
+        "AUTH from plugin {:?}: authentication is disabled",
+        req.message.plugin_name
+    );
+    send(
+        outbox,
+        // The Java bookie's auth-disabled reply always carries the current version.
+        Response::Auth {
+            version: CURRENT_PROTOCOL_VERSION,
+            message: AuthMessage {
+                plugin_name: AUTH_DISABLED_PLUGIN.to_string(),
+                payload: Bytes::new(),
+            },
+        },
+        Timed::default(),
+    );
 }
 
 /// `Some(key)` for a fencing read (the key may be missing: answered EUA), None otherwise.

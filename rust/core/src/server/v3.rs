@@ -96,7 +96,7 @@ fn handle(req: pb::Request, outbox: &Outbox, received: Option<Instant>) {
             list_entries(header, r.unwrap_or_default().ledger_id, outbox)
         }
         Some(OperationType::Auth) => {
-            outbox.shared().stats.auth_requests.inc();
+            outbox.state().stats.auth_requests.inc();
             let r = pb::Response {
                 header: response_header(&header),
                 status: Status::Ok.v3_code() as i32,
@@ -124,7 +124,7 @@ fn add_entry(
     outbox: &Outbox,
     received: Option<Instant>,
 ) {
-    let shared = outbox.shared();
+    let state = outbox.state();
     let timed = Timed::at(received, false);
     let (ledger, entry) = (add.ledger_id, add.entry_id);
     let rh = response_header(&header);
@@ -144,7 +144,7 @@ fn add_entry(
         return send(outbox, reply(Status::TooManyRequests), timed);
     }
     let high_priority = header.priority.unwrap_or(0) > 0;
-    if shared.refuses_add(high_priority) {
+    if state.refuses_add(high_priority) {
         return send(outbox, reply(Status::ReadOnly), timed);
     }
     if ledger < 0 || entry < 0 {
@@ -158,11 +158,11 @@ fn add_entry(
         body: add.body,
         recovery,
     };
-    dispatch::add_entry(shared, add, || {
+    dispatch::add_entry(state, add, || {
         let outbox = outbox.clone();
         Box::new(move |status| {
             outbox
-                .shared()
+                .state()
                 .stats
                 .add_entry
                 .record_since(status == Status::Ok, timed.received);
@@ -177,7 +177,7 @@ fn read_entry(
     outbox: &Outbox,
     received: Option<Instant>,
 ) {
-    let shared = outbox.shared();
+    let state = outbox.state();
     let fence = read.flag == Some(pb::read_request::Flag::FenceLedger as i32);
     let piggyback = read.flag == Some(pb::read_request::Flag::EntryPiggyback as i32);
     let timed = Timed::at(received, fence);
@@ -201,10 +201,10 @@ fn read_entry(
             Duration::from_millis(read.time_out.unwrap_or(0).max(0) as u64).min(MAX_LONG_POLL);
         return long_poll(rh, ledger, entry, previous, piggyback, wait, outbox, timed);
     }
-    let storage = shared.storage.clone();
+    let storage = state.storage.clone();
     let out = outbox.clone();
     dispatch::run_read(
-        shared,
+        state,
         ledger,
         fence.then_some(read.master_key),
         move || {
@@ -218,7 +218,7 @@ fn read_entry(
             Ok((body, lac))
         },
         Box::new(move |r: Result<(Bytes, Option<i64>), Status>| {
-            let stats = &out.shared().stats;
+            let stats = &out.state().stats;
             stats.read_entry.record_since(r.is_ok(), timed.received);
             if entry == -1 && matches!(r, Err(Status::NoEntry)) {
                 stats.read_last_entry_noentry_error.inc();
@@ -267,9 +267,9 @@ fn long_poll(
     }
     let out = outbox.clone();
     tokio::spawn(async move {
-        let storage = out.shared().storage.clone();
+        let storage = out.state().storage.clone();
         let deadline = tokio::time::Instant::now() + wait;
-        let waiter = super::LacWaiter::new(&out.shared().lac_watch);
+        let waiter = super::state::LacWaiter::new(&out.state().lac_watch);
         let known = loop {
             // Registered before the LAC is read, so that an add completing in between wakes it.
             let woken = waiter.notify().notified();
@@ -303,7 +303,7 @@ fn long_poll(
             Ok(lac) if piggyback => Ok((entry, Bytes::new(), lac)),
             Ok(lac) => dispatch::read_entry(&storage, ledger, entry).map(|b| (entry, b, lac)),
         };
-        let stats = &out.shared().stats;
+        let stats = &out.state().stats;
         stats
             .read_entry
             .record_since(answer.is_ok(), timed.received);
@@ -338,7 +338,7 @@ fn long_poll_answer(
 }
 
 fn read_lac(header: BkPacketHeader, ledger: i64, outbox: &Outbox) {
-    let storage = &outbox.shared().storage;
+    let storage = &outbox.state().storage;
     let mut r = pb::ReadLacResponse {
         status: Status::Ok.v3_code() as i32,
         ledger_id: ledger,
@@ -375,7 +375,7 @@ fn read_lac(header: BkPacketHeader, ledger: i64, outbox: &Outbox) {
 }
 
 fn write_lac(header: BkPacketHeader, req: pb::WriteLacRequest, outbox: &Outbox) {
-    let shared = outbox.shared();
+    let state = outbox.state();
     let ledger = req.ledger_id;
     let rh = response_header(&header);
     let reply = move |status: Status| {
@@ -389,7 +389,7 @@ fn write_lac(header: BkPacketHeader, req: pb::WriteLacRequest, outbox: &Outbox) 
             ..Default::default()
         })
     };
-    if shared.read_only.load(std::sync::atomic::Ordering::Relaxed) {
+    if state.read_only.load(std::sync::atomic::Ordering::Relaxed) {
         return send(outbox, reply(Status::ReadOnly), Timed::default());
     }
     // The body is the writer's packaged LAC (ledger id, LAC, digest): BookKeeper reads the LAC
@@ -403,7 +403,7 @@ fn write_lac(header: BkPacketHeader, req: pb::WriteLacRequest, outbox: &Outbox) 
         let status = r.map_or_else(|e| status_of(&e), |_| Status::Ok);
         send(&out, reply2(status), Timed::default());
     });
-    if let Err(e) = shared
+    if let Err(e) = state
         .storage
         .set_explicit_lac(ledger as u64, &req.master_key, req.body, done)
     {
@@ -416,7 +416,7 @@ fn bookie_info(header: BkPacketHeader, req: Option<pb::GetBookieInfoRequest>, ou
     let total_wanted =
         requested & pb::get_bookie_info_request::Flags::TotalDiskCapacity as i64 != 0;
     let free_wanted = requested & pb::get_bookie_info_request::Flags::FreeDiskSpace as i64 != 0;
-    let (status, usage) = match outbox.shared().storage.disk_usage() {
+    let (status, usage) = match outbox.state().storage.disk_usage() {
         Ok(u) => (Status::Ok, Some(u)),
         Err(e) => {
             log::warn!("GET_BOOKIE_INFO: {e}");
@@ -461,7 +461,7 @@ fn force_ledger(header: BkPacketHeader, ledger: i64, outbox: &Outbox) {
 }
 
 fn list_entries(header: BkPacketHeader, ledger: i64, outbox: &Outbox) {
-    let storage = &outbox.shared().storage;
+    let storage = &outbox.state().storage;
     let (status, bitmap) = if ledger < 0 {
         (Status::NoLedger, None)
     } else {

@@ -10,11 +10,12 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use parking_lot::{Condvar, Mutex};
 use tokio::io::AsyncReadExt;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 use tokio::runtime::Runtime;
 use tokio::sync::{mpsc, Notify};
 
-use super::{ClientError, Reply, ReplyResult};
+use super::reply::{ClientError, Reply, ReplyResult};
 use crate::config::ClientConfig;
 use crate::done::Done;
 use crate::net::write_all_chunks;
@@ -89,6 +90,9 @@ const STRIDES_IGNORED: u8 = 2;
 impl Conn {
     /// Creates the connection and starts its task on `rt`.
     pub(super) fn start(rt: &Runtime, bookie: &str, cfg: &ClientConfig) -> Arc<Conn> {
+        // Bounded in bytes rather than frames: a frame is queued only once its bytes are
+        // reserved against `clientWriteBufferHighWaterMark` (`queued`), so at most that many
+        // bytes wait here, or one larger frame alone.
         let (out, out_rx) = mpsc::unbounded_channel();
         let conn = Arc::new(Conn {
             bookie: bookie.to_string(),
@@ -365,67 +369,12 @@ async fn run_connection(
         Err(_) => return shut(&conn, &mut out_rx, unavailable("connect timed out".into())),
     };
     let _ = stream.set_nodelay(true);
-    let (mut reader, mut writer) = stream.into_split();
+    let (reader, writer) = stream.into_split();
 
-    let reader_conn = conn.clone();
-    let max_frame = cfg.max_frame_size;
-    let mut reader_task = tokio::spawn(async move {
-        let mut buf = BytesMut::with_capacity(64 * 1024);
-        loop {
-            loop {
-                match protocol::take_frame(&mut buf, max_frame) {
-                    Ok(Some(body)) if protocol::looks_like_v3(&body) => {
-                        match v3::decode_response(body) {
-                            Ok(resp) => reader_conn.deliver_v3(resp),
-                            Err(e) => return format!("bad response: {e}"),
-                        }
-                    }
-                    Ok(Some(body)) => match decode_response(body) {
-                        Ok(resp) => reader_conn.deliver(resp),
-                        Err(e) => return format!("bad response: {e}"),
-                    },
-                    Ok(None) => break,
-                    Err(e) => return format!("bad response: {e}"),
-                }
-            }
-            match reader.read_buf(&mut buf).await {
-                Ok(0) => return "connection closed by the bookie".to_string(),
-                Ok(_) => {}
-                Err(e) => return format!("read failed: {e}"),
-            }
-        }
-    });
-
+    let mut reader_task = tokio::spawn(read_responses(conn.clone(), reader, cfg.max_frame_size));
     // Writes run in their own task, so a peer that stops reading (a full socket) never stops
     // the expiry of pending requests.
-    let writer_conn = conn.clone();
-    let mut writer_task = tokio::spawn(async move {
-        let mut chunks: Vec<Bytes> = Vec::new();
-        loop {
-            let Some(first) = out_rx.recv().await else {
-                return ("client closed".to_string(), out_rx);
-            };
-            chunks.clear();
-            let mut size = first.size;
-            chunks.extend(first.chunks);
-            let mut frames = 1;
-            while frames < MAX_FRAMES_PER_WRITE {
-                match out_rx.try_recv() {
-                    Ok(f) => {
-                        size += f.size;
-                        chunks.extend(f.chunks);
-                        frames += 1;
-                    }
-                    Err(_) => break,
-                }
-            }
-            let written = write_all_chunks(&mut writer, &chunks).await;
-            writer_conn.release(size);
-            if let Err(e) = written {
-                return (format!("write failed: {e}"), out_rx);
-            }
-        }
-    });
+    let mut writer_task = tokio::spawn(write_frames(conn.clone(), writer, out_rx));
 
     let mut ticker = tokio::time::interval(EXPIRY_TICK);
     let why = loop {
@@ -453,6 +402,68 @@ async fn run_connection(
     reader_task.abort();
     writer_task.abort();
     conn.fail_all(&unavailable(why));
+}
+
+/// Cuts the bookie's responses from the socket and completes their requests; why it stopped.
+async fn read_responses(conn: Arc<Conn>, mut reader: OwnedReadHalf, max_frame: usize) -> String {
+    let mut buf = BytesMut::with_capacity(64 * 1024);
+    loop {
+        loop {
+            match protocol::take_frame(&mut buf, max_frame) {
+                Ok(Some(body)) if protocol::looks_like_v3(&body) => {
+                    match v3::decode_response(body) {
+                        Ok(resp) => conn.deliver_v3(resp),
+                        Err(e) => return format!("bad response: {e}"),
+                    }
+                }
+                Ok(Some(body)) => match decode_response(body) {
+                    Ok(resp) => conn.deliver(resp),
+                    Err(e) => return format!("bad response: {e}"),
+                },
+                Ok(None) => break,
+                Err(e) => return format!("bad response: {e}"),
+            }
+        }
+        match reader.read_buf(&mut buf).await {
+            Ok(0) => return "connection closed by the bookie".to_string(),
+            Ok(_) => {}
+            Err(e) => return format!("read failed: {e}"),
+        }
+    }
+}
+
+/// Writes queued frames, up to [`MAX_FRAMES_PER_WRITE`] at once, giving their bytes back as
+/// they go; why it stopped, and the queue (whose frames' bytes are still reserved).
+async fn write_frames(
+    conn: Arc<Conn>,
+    mut writer: OwnedWriteHalf,
+    mut out_rx: mpsc::UnboundedReceiver<Frame>,
+) -> (String, mpsc::UnboundedReceiver<Frame>) {
+    let mut chunks: Vec<Bytes> = Vec::new();
+    loop {
+        let Some(first) = out_rx.recv().await else {
+            return ("client closed".to_string(), out_rx);
+        };
+        chunks.clear();
+        let mut size = first.size;
+        chunks.extend(first.chunks);
+        let mut frames = 1;
+        while frames < MAX_FRAMES_PER_WRITE {
+            match out_rx.try_recv() {
+                Ok(f) => {
+                    size += f.size;
+                    chunks.extend(f.chunks);
+                    frames += 1;
+                }
+                Err(_) => break,
+            }
+        }
+        let written = write_all_chunks(&mut writer, &chunks).await;
+        conn.release(size);
+        if let Err(e) = written {
+            return (format!("write failed: {e}"), out_rx);
+        }
+    }
 }
 
 /// Gives back the bytes of frames the writer never wrote.

@@ -1,175 +1,28 @@
 //! Every file-system call the storage engine makes: create, write, read, sync, preallocate,
 //! rename, remove, directory sync and locks, each error carrying the operation and the path.
-//! It owns the fault seam: tests (and `pybkx`'s fault suite) inject errors or latency here by
-//! path and operation. It never decides file formats or what must be durable.
-//!
-//! With no fault injected, a call costs one relaxed atomic load on top of the syscall.
+//! Each call passes the fault seam first ([`faults`]): tests (and `pybkx`'s fault suite) inject
+//! errors or latency there by path and operation. It never decides file formats or what must be
+//! durable.
+
+mod faults;
+#[cfg(test)]
+mod tests;
+
+pub use faults::{clear_faults, fault_hits, inject_fault, remove_fault, Fault, FaultAction, Op};
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::os::unix::fs::FileExt;
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
-use parking_lot::RwLock;
 
 use crate::aligned::{AlignedBuf, DIRECT_ALIGN};
 use crate::error::{IoContext, Result, StorageError};
-
-/// The operations a fault can target.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Op {
-    Create,
-    Open,
-    Write,
-    Read,
-    Sync,
-    Allocate,
-    Truncate,
-    Remove,
-    Rename,
-    Lock,
-}
-
-impl Op {
-    /// Parses an operation name as the Python API spells it (`"write"`, `"sync"`, ...).
-    pub fn from_name(name: &str) -> Option<Op> {
-        Some(match name {
-            "create" => Op::Create,
-            "open" => Op::Open,
-            "write" => Op::Write,
-            "read" => Op::Read,
-            "sync" => Op::Sync,
-            "allocate" => Op::Allocate,
-            "truncate" => Op::Truncate,
-            "remove" => Op::Remove,
-            "rename" => Op::Rename,
-            "lock" => Op::Lock,
-            _ => return None,
-        })
-    }
-
-    fn bit(self) -> u32 {
-        1 << (self as u32)
-    }
-}
-
-/// What an injected fault does to a matching call.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FaultAction {
-    /// The call fails with this errno (e.g. `libc::ENOSPC`, `libc::EIO`) without being made.
-    Fail(i32),
-    /// The call is made after this delay (a slow disk).
-    Delay(Duration),
-}
-
-/// One injected fault: calls of `ops` on paths under `path_prefix`.
-#[derive(Debug, Clone)]
-pub struct Fault {
-    pub path_prefix: PathBuf,
-    pub ops: Vec<Op>,
-    pub action: FaultAction,
-    /// How many matching calls it affects; None: until removed.
-    pub times: Option<u64>,
-}
-
-struct Rule {
-    id: u64,
-    prefix: PathBuf,
-    ops: u32,
-    action: FaultAction,
-    left: Option<u64>,
-    /// Calls it applied to.
-    hits: u64,
-}
-
-static ACTIVE: AtomicBool = AtomicBool::new(false);
-static RULES: RwLock<Vec<Rule>> = RwLock::new(Vec::new());
-static NEXT_ID: AtomicU64 = AtomicU64::new(1);
-
-/// Injects a fault into this process's storage I/O; returns its id for [`remove_fault`].
-pub fn inject_fault(fault: Fault) -> u64 {
-    let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
-    let mut rules = RULES.write();
-    rules.push(Rule {
-        id,
-        prefix: fault.path_prefix,
-        ops: fault.ops.iter().fold(0, |m, op| m | op.bit()),
-        action: fault.action,
-        left: fault.times,
-        hits: 0,
-    });
-    ACTIVE.store(true, Ordering::Release);
-    id
-}
-
-/// Removes one injected fault (no-op if it is gone).
-pub fn remove_fault(id: u64) {
-    let mut rules = RULES.write();
-    rules.retain(|r| r.id != id);
-    ACTIVE.store(!rules.is_empty(), Ordering::Release);
-}
-
-/// How many calls the injected fault `id` has applied to so far (0 once it is gone): with
-/// `FaultAction::Delay(Duration::ZERO)`, a count of the calls a test causes.
-pub fn fault_hits(id: u64) -> u64 {
-    RULES
-        .read()
-        .iter()
-        .find(|r| r.id == id)
-        .map_or(0, |r| r.hits)
-}
-
-/// Removes every injected fault.
-pub fn clear_faults() {
-    RULES.write().clear();
-    ACTIVE.store(false, Ordering::Release);
-}
-
-/// Applies the injected faults matching (`op`, `path`): sleeps for delays, fails for errors.
-fn check(op: Op, path: &Path) -> io::Result<()> {
-    if !ACTIVE.load(Ordering::Relaxed) {
-        return Ok(());
-    }
-    let mut delay = Duration::ZERO;
-    let mut fail = None;
-    {
-        let mut rules = RULES.write();
-        for rule in rules.iter_mut() {
-            if rule.ops & op.bit() == 0 || !path.starts_with(&rule.prefix) {
-                continue;
-            }
-            if let Some(left) = rule.left.as_mut() {
-                if *left == 0 {
-                    continue;
-                }
-                *left -= 1;
-            }
-            rule.hits += 1;
-            match rule.action {
-                FaultAction::Delay(d) => delay += d,
-                FaultAction::Fail(errno) => fail = fail.or(Some(errno)),
-            }
-        }
-        rules.retain(|r| r.left != Some(0));
-        ACTIVE.store(!rules.is_empty(), Ordering::Release);
-    }
-    if !delay.is_zero() {
-        std::thread::sleep(delay);
-    }
-    match fail {
-        Some(errno) => Err(io::Error::from_raw_os_error(errno)),
-        None => Ok(()),
-    }
-}
-
-fn checked<T>(op: Op, path: &Path, f: impl FnOnce() -> io::Result<T>) -> io::Result<T> {
-    check(op, path)?;
-    f()
-}
+use faults::{check, checked};
 
 /// Creates a new file for reading and writing; fails if it exists.
 pub fn create_new(path: &Path) -> Result<File> {
@@ -412,8 +265,9 @@ pub fn remove_file(path: &Path) -> Result<()> {
         .ctx(|| format!("removing {}", path.display()))
 }
 
-/// How much the storage frees at a time with [`cut_in_steps`], and the pause between cuts:
-/// 2 GiB take about 0.7 s.
+/// How much the storage frees at a time with [`cut_in_steps`], and the pause between cuts (how
+/// long freeing a large file then takes: docs/performance.md, "Design figures behind the
+/// code").
 pub const FREE_STEP: u64 = 16 << 20;
 pub const FREE_PAUSE: Duration = Duration::from_millis(2);
 
@@ -448,9 +302,9 @@ pub fn remove_file_in_steps(
 /// Cuts `file` (open for writing; `path` names it in errors) down to at most `step` bytes,
 /// `step` bytes at a time and `pause` apart, so that its blocks are freed gradually. ext4 frees
 /// a file's blocks in one journal transaction, and every fsync on the file system waits for it:
-/// unlinking 2 GiB at once took 0.45–0.56 s here and held concurrent `fdatasync`s up to 106 ms
-/// (with the `discard` mount option; 63 ms and 14 ms without); cut 16 MiB at a time they waited
-/// at most 7 ms. Returns false if `stop` was seen between steps.
+/// unlinking a large file at once held concurrent `fdatasync`s far longer than cutting it in
+/// steps (docs/performance.md, "Design figures behind the code"). Returns false if `stop` was
+/// seen between steps.
 pub fn cut_in_steps(
     file: &File,
     path: &Path,
@@ -553,78 +407,4 @@ pub fn disk_usage(dir: &Path) -> Result<DiskUsage> {
         total_bytes: st.f_blocks as u64 * frsize,
         free_bytes: st.f_bavail as u64 * frsize,
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn files_removed_in_steps_are_gone_or_left_shorter_when_stopped() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("big");
-        std::fs::write(&path, vec![1u8; 5 << 20]).unwrap();
-        let stop = AtomicBool::new(true);
-        // Stopped before its first cut: the file stays whole.
-        assert!(!remove_file_in_steps(&path, 1 << 20, Duration::ZERO, Some(&stop)).unwrap());
-        assert_eq!(std::fs::metadata(&path).unwrap().len(), 5 << 20);
-        stop.store(false, Ordering::Release);
-        assert!(remove_file_in_steps(&path, 1 << 20, Duration::ZERO, Some(&stop)).unwrap());
-        assert!(!path.exists());
-        // Gone already (a removal stopped by a crash after the unlink): not an error.
-        assert!(remove_file_in_steps(&path, 1 << 20, Duration::ZERO, None).unwrap());
-        // Smaller than a step: unlinked at once.
-        std::fs::write(&path, b"small").unwrap();
-        assert!(remove_file_in_steps(&path, 1 << 20, Duration::ZERO, None).unwrap());
-        assert!(!path.exists());
-    }
-
-    // Faults are process-wide: one test owns the injection API so tests never race on it.
-    #[test]
-    fn injected_faults_fail_or_delay_matching_calls_only() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("f");
-        let file = create_new(&path).unwrap();
-        let id = inject_fault(Fault {
-            path_prefix: dir.path().to_path_buf(),
-            ops: vec![Op::Sync],
-            action: FaultAction::Fail(libc::ENOSPC),
-            times: Some(2),
-        });
-        write_all(&file, &path, b"data").unwrap();
-        for _ in 0..2 {
-            let err = fdatasync(&file, &path).unwrap_err();
-            assert!(err.to_string().contains("fdatasync"), "{err}");
-            let StorageError::Io { source, .. } = err else {
-                panic!("not an I/O error");
-            };
-            assert_eq!(source.raw_os_error(), Some(libc::ENOSPC));
-        }
-        fdatasync(&file, &path).unwrap(); // the fault was good for two calls
-        remove_fault(id);
-
-        let other = tempfile::tempdir().unwrap();
-        let slow = inject_fault(Fault {
-            path_prefix: other.path().to_path_buf(),
-            ops: vec![Op::Write],
-            action: FaultAction::Delay(Duration::from_millis(50)),
-            times: None,
-        });
-        let started = std::time::Instant::now();
-        write_all(&file, &path, b"x").unwrap(); // another directory: not delayed
-        let p2 = other.path().join("g");
-        let g = create_new(&p2).unwrap();
-        write_all(&g, &p2, b"y").unwrap();
-        assert!(started.elapsed() >= Duration::from_millis(50));
-        clear_faults();
-        assert!(!ACTIVE.load(Ordering::Relaxed));
-        let _ = slow;
-    }
-
-    #[test]
-    fn disk_usage_reports_a_plausible_file_system() {
-        let dir = tempfile::tempdir().unwrap();
-        let u = disk_usage(dir.path()).unwrap();
-        assert!(u.total_bytes > 0 && u.free_bytes <= u.total_bytes);
-    }
 }

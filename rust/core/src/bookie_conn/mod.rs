@@ -11,6 +11,11 @@
 //! thread waits for room (up to the request timeout), an async sender awaits it.
 
 mod connection;
+mod reply;
+#[cfg(test)]
+mod tests;
+
+pub use reply::{ClientError, Reply, ReplyResult};
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
@@ -22,81 +27,12 @@ use parking_lot::Mutex;
 
 use crate::config::ClientConfig;
 use crate::done::{self, Done};
-use crate::protocol::v2::{encode_request_chunks, PacketHeader, Request};
-use crate::protocol::{self, v3, Status};
+use crate::protocol::v2::{
+    encode_request_chunks, AddRequest, BatchReadRequest, PacketHeader, ReadRequest, Request,
+};
+use crate::protocol::{self, v3};
 use crate::runtime::runtime;
 use connection::{Conn, Key, Waiter};
-
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ClientError {
-    /// The bookie answered with a status other than OK.
-    #[error("bookie {bookie} answered {op} with {status}")]
-    Bookie {
-        bookie: String,
-        op: &'static str,
-        status: Status,
-    },
-    #[error("{op} to bookie {bookie} timed out")]
-    Timeout { bookie: String, op: &'static str },
-    #[error("bookie {bookie} is not available: {why}")]
-    Unavailable { bookie: String, why: String },
-    /// The request would exceed `nettyMaxFrameSizeBytes`: it was never sent.
-    #[error("{op} of {size} bytes to bookie {bookie} exceeds nettyMaxFrameSizeBytes {max}")]
-    TooLarge {
-        bookie: String,
-        op: &'static str,
-        size: usize,
-        max: usize,
-    },
-    #[error("bookie client is closed")]
-    Closed,
-}
-
-impl ClientError {
-    /// The bookie's status, for a bookie answer.
-    pub fn status(&self) -> Option<Status> {
-        match self {
-            ClientError::Bookie { status, .. } => Some(*status),
-            _ => None,
-        }
-    }
-}
-
-/// A successful reply.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Reply {
-    Added,
-    Entry(Bytes),
-    /// A batch read's entries: consecutive from the start entry (BP-62).
-    Entries(Vec<Bytes>),
-    /// A strided batch read's entries, as the bookie acknowledged the stride: entry `i` is
-    /// `start + i * stride`.
-    StridedEntries(Vec<Bytes>),
-    /// A long-poll read's answer: the bookie's LAC for the ledger and, when it passed the
-    /// asked LAC, the entry after it (if the bookie holds it).
-    LastAddConfirmed {
-        lac: i64,
-        next: Option<Bytes>,
-    },
-    /// READ_LAC's answer: the explicit LAC as written by WRITE_LAC (digest-packaged, as the
-    /// writer sent it) and the bookie's last entry (stored bytes), each when the bookie has it.
-    Lac {
-        lac_body: Option<Bytes>,
-        last_entry: Option<Bytes>,
-    },
-    /// WRITE_LAC and FORCE_LEDGER succeeded.
-    Done,
-    /// GET_BOOKIE_INFO's answer, in bytes.
-    BookieInfo {
-        total_disk_capacity: i64,
-        free_disk_space: i64,
-    },
-    /// GET_LIST_OF_ENTRIES_OF_LEDGER's answer: the entries the bookie holds, as ascending
-    /// inclusive runs `(first, last)`.
-    EntryRuns(Vec<(i64, i64)>),
-}
-
-pub type ReplyResult = Result<Reply, ClientError>;
 
 /// Connections to bookies, shared by all ledgers of a client.
 pub struct BookieClient {
@@ -171,13 +107,13 @@ impl BookieClient {
         flags: u16,
     ) -> Outgoing {
         let chunks = if self.cfg.use_v2_wire_protocol {
-            encode_request_chunks(&Request::Add {
+            encode_request_chunks(&Request::Add(AddRequest {
                 header: PacketHeader::new(protocol::OP_ADD_ENTRY, flags),
                 master_key,
                 ledger,
                 entry,
                 body,
-            })
+            }))
         } else {
             let recovery = flags & protocol::FLAG_RECOVERY_ADD != 0;
             self.v3_chunks(v3::pb::Request {
@@ -212,12 +148,12 @@ impl BookieClient {
     ) -> Outgoing {
         let master_key = fencing_key(flags, master_key);
         let chunks = if self.cfg.use_v2_wire_protocol {
-            encode_request_chunks(&Request::Read {
+            encode_request_chunks(&Request::Read(ReadRequest {
                 header: PacketHeader::new(protocol::OP_READ_ENTRY, flags),
                 ledger,
                 entry,
                 master_key,
-            })
+            }))
         } else {
             let fence = flags & protocol::FLAG_DO_FENCING != 0;
             self.v3_chunks(v3::pb::Request {
@@ -411,7 +347,7 @@ impl BookieClient {
             None => flags & !protocol::FLAG_STRIDED_READ,
         };
         let request_id = self.next_request_id.fetch_add(1, Ordering::Relaxed);
-        let req = Request::BatchRead {
+        let req = Request::BatchRead(BatchReadRequest {
             header: PacketHeader::new(protocol::OP_BATCH_READ_ENTRY, flags),
             ledger,
             start_entry,
@@ -420,7 +356,7 @@ impl BookieClient {
             max_size,
             master_key: fencing_key(flags, master_key),
             stride,
-        };
+        });
         Outgoing {
             bookie: bookie.to_string(),
             key: Key::Batch(request_id),
@@ -504,263 +440,5 @@ fn fencing_key(flags: u16, key: Option<Bytes>) -> Option<Bytes> {
         Some(key.unwrap_or_else(|| Bytes::from_static(&[0u8; protocol::MASTER_KEY_LEN])))
     } else {
         None
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::digest::{master_key, DigestManager, DigestType};
-    use crate::testing::{client_config, test_bookie};
-
-    fn wait(send: impl FnOnce(Done<ReplyResult>)) -> ReplyResult {
-        let (done, waiter) = done::blocking();
-        send(done);
-        waiter.wait().unwrap_or(Err(ClientError::Closed))
-    }
-
-    #[test]
-    fn a_stopping_server_answers_a_waiting_long_poll_at_once() {
-        let dir = tempfile::tempdir().unwrap();
-        let (_storage, server) = test_bookie(dir.path());
-        let addr = server.local_addr().to_string();
-        let client = BookieClient::new(ClientConfig {
-            use_v2_wire_protocol: false,
-            ..client_config()
-        });
-        let key = Bytes::copy_from_slice(&master_key(b"pw"));
-        let dm = DigestManager::new(4, b"pw", DigestType::Crc32c);
-        let added = wait(|d| {
-            client.send(
-                client.add_request(&addr, 4, 0, key, dm.package(0, -1, 5, b"hello"), 0),
-                d,
-            )
-        });
-        assert_eq!(added, Ok(Reply::Added));
-        // Waits for an entry past 0 that never comes (up to a minute).
-        let (tx, rx) = std::sync::mpsc::channel();
-        client.send(
-            client.long_poll_request(&addr, 4, 0, Duration::from_secs(60)),
-            Box::new(move |r| {
-                let _ = tx.send(r);
-            }),
-        );
-        std::thread::sleep(Duration::from_millis(300));
-        assert!(rx.try_recv().is_err(), "answered before the stop");
-        let stopping = std::time::Instant::now();
-        server.stop(Duration::from_secs(30));
-        // Before: the waiting read held its connection until the drain deadline (30 s here).
-        assert!(
-            stopping.elapsed() < Duration::from_secs(15),
-            "stop took {:?}",
-            stopping.elapsed()
-        );
-        let answer = rx.recv_timeout(Duration::from_secs(10)).unwrap();
-        assert!(
-            matches!(answer, Ok(Reply::LastAddConfirmed { .. })),
-            "{answer:?}"
-        );
-    }
-
-    #[test]
-    fn add_read_batch_and_fence_through_a_real_server() {
-        round_trips(true);
-    }
-
-    #[test]
-    fn the_same_over_v3_with_batch_reads_on_a_v2_connection() {
-        round_trips(false);
-    }
-
-    fn round_trips(use_v2_wire_protocol: bool) {
-        let dir = tempfile::tempdir().unwrap();
-        let (_storage, server) = test_bookie(dir.path());
-        let addr = server.local_addr().to_string();
-        let client = BookieClient::new(ClientConfig {
-            use_v2_wire_protocol,
-            ..client_config()
-        });
-        // Batch reads are V2 requests, and a bookie reads a connection as V2 for good after
-        // its first V2 frame: a V3 client's batches go on a V2 connection of their own.
-        let v2_client;
-        let batcher = if use_v2_wire_protocol {
-            &client
-        } else {
-            v2_client = BookieClient::new(client_config());
-            &v2_client
-        };
-        let key = Bytes::copy_from_slice(&master_key(b"pw"));
-        let dm = DigestManager::new(3, b"pw", DigestType::Crc32c);
-        let (tx, rx) = std::sync::mpsc::channel();
-        for e in 0..50 {
-            let body = dm.package(e, e - 1, (e + 1) * 5, b"hello");
-            let tx = tx.clone();
-            client.send(
-                client.add_request(&addr, 3, e, key.clone(), body, 0),
-                Box::new(move |r| {
-                    let _ = tx.send(r);
-                }),
-            );
-        }
-        for _ in 0..50 {
-            assert_eq!(rx.recv().unwrap(), Ok(Reply::Added));
-        }
-        let Ok(Reply::Entry(e)) =
-            wait(|d| client.send(client.read_request(&addr, 3, 7, 0, None), d))
-        else {
-            panic!("read failed");
-        };
-        assert_eq!(
-            dm.verify(&e, Some(7)).unwrap().payload,
-            Bytes::from_static(b"hello")
-        );
-        let Ok(Reply::Entry(last)) =
-            wait(|d| client.send(client.read_request(&addr, 3, -1, 0, None), d))
-        else {
-            panic!("read -1 failed");
-        };
-        assert_eq!(dm.verify(&last, None).unwrap().entry_id, 49);
-        let Ok(Reply::Entries(batch)) = wait(|d| {
-            batcher.send(
-                batcher.batch_read_request(&addr, 3, 10, 5, 1 << 20, 0, None, None),
-                d,
-            )
-        }) else {
-            panic!("batch read failed");
-        };
-        assert_eq!(batch.len(), 5);
-        assert_eq!(batcher.strided_reads(&addr), None);
-        // Strided (pybkx's extension): every seventh entry from 3 up to the last, 45.
-        let strided = |stride: i32, count: i32, flags: u16, key: Option<Bytes>| {
-            let req =
-                batcher.batch_read_request(&addr, 3, 3, count, 1 << 20, flags, key, Some(stride));
-            wait(|d| batcher.send(req, d))
-        };
-        let Ok(Reply::StridedEntries(every7th)) = strided(7, 100, 0, None) else {
-            panic!("strided batch read failed");
-        };
-        let ids: Vec<i64> = every7th
-            .iter()
-            .map(|e| dm.verify(e, None).unwrap().entry_id)
-            .collect();
-        assert_eq!(ids, vec![3, 10, 17, 24, 31, 38, 45]);
-        assert_eq!(batcher.strided_reads(&addr), Some(true));
-        let bad_stride = strided(0, 100, 0, None).unwrap_err();
-        assert_eq!(bad_stride.status(), Some(Status::BadRequest));
-        let missing =
-            wait(|d| client.send(client.read_request(&addr, 3, 99, 0, None), d)).unwrap_err();
-        assert_eq!(missing.status(), Some(Status::NoEntry));
-        let no_ledger =
-            wait(|d| client.send(client.read_request(&addr, 4, 0, 0, None), d)).unwrap_err();
-        assert_eq!(no_ledger.status(), Some(Status::NoLedger));
-        // Fencing read, then a normal add is refused and a recovery add accepted.
-        let fence = protocol::FLAG_DO_FENCING;
-        assert!(wait(|d| client.send(
-            client.read_request(&addr, 3, -1, fence, Some(key.clone())),
-            d
-        ))
-        .is_ok());
-        let body = dm.package(50, 49, 255, b"hello");
-        let refused = wait(|d| {
-            client.send(
-                client.add_request(&addr, 3, 50, key.clone(), body.clone(), 0),
-                d,
-            )
-        });
-        assert_eq!(refused.unwrap_err().status(), Some(Status::Fenced));
-        // A fencing strided read carries the key, then the stride.
-        let Ok(Reply::StridedEntries(fenced)) = strided(7, 2, fence, Some(key.clone())) else {
-            panic!("fencing strided read failed");
-        };
-        assert_eq!(dm.verify(&fenced[1], None).unwrap().entry_id, 10);
-        let recovery = protocol::FLAG_RECOVERY_ADD;
-        assert_eq!(
-            wait(|d| client.send(
-                client.add_request(&addr, 3, 50, key.clone(), body, recovery),
-                d
-            )),
-            Ok(Reply::Added)
-        );
-        let wrong = Bytes::copy_from_slice(&master_key(b"nope"));
-        let unauthorized = wait(|d| {
-            client.send(
-                client.add_request(&addr, 3, 51, wrong, dm.package(51, 50, 260, b"x"), 0),
-                d,
-            )
-        });
-        assert_eq!(
-            unauthorized.unwrap_err().status(),
-            Some(Status::Unauthorized)
-        );
-        server.stop(Duration::from_secs(1));
-    }
-
-    #[test]
-    fn unreachable_bookie_fails_fast_and_requests_time_out() {
-        let client = BookieClient::new(ClientConfig {
-            connect_timeout: Duration::from_millis(500),
-            ..client_config()
-        });
-        // A port nothing listens on.
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap().to_string();
-        drop(listener);
-        assert!(matches!(
-            wait(|d| client.send(client.read_request(&addr, 1, 0, 0, None), d)),
-            Err(ClientError::Unavailable { .. })
-        ));
-
-        // A listener that never answers: the request times out.
-        let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = silent.local_addr().unwrap().to_string();
-        let client = BookieClient::new(ClientConfig {
-            read_timeout: Duration::from_millis(300),
-            ..client_config()
-        });
-        assert!(matches!(
-            wait(|d| client.send(client.read_request(&addr, 1, 0, 0, None), d)),
-            Err(ClientError::Timeout { .. })
-        ));
-    }
-
-    #[test]
-    fn oversized_requests_fail_at_once_and_a_full_queue_makes_senders_wait() {
-        // A peer that accepts but never reads: the socket buffers fill, then the queue.
-        let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = silent.local_addr().unwrap().to_string();
-        let client = BookieClient::new(ClientConfig {
-            add_timeout: Duration::from_millis(100),
-            max_frame_size: 64 << 10,
-            write_buffer_high_water_mark: 128 << 10,
-            ..client_config()
-        });
-        let key = Bytes::from_static(&[0u8; 20]);
-        let too_big = Bytes::from(vec![0u8; 64 << 10]);
-        assert!(matches!(
-            wait(|d| client.send(client.add_request(&addr, 1, 0, key.clone(), too_big, 0), d)),
-            Err(ClientError::TooLarge { .. })
-        ));
-        // Far more than socket buffers plus the high-water mark: later sends find no room and
-        // time out instead of queueing without bound.
-        let body = Bytes::from(vec![7u8; 60 << 10]);
-        let (tx, rx) = std::sync::mpsc::channel();
-        let started = Instant::now();
-        for e in 0..150 {
-            let tx = tx.clone();
-            client.send(
-                client.add_request(&addr, 1, e, key.clone(), body.clone(), 0),
-                Box::new(move |r| {
-                    let _ = tx.send(r);
-                }),
-            );
-        }
-        drop(tx);
-        let outcomes: Vec<ReplyResult> = rx.iter().collect();
-        assert_eq!(outcomes.len(), 150);
-        assert!(outcomes
-            .iter()
-            .all(|r| matches!(r, Err(ClientError::Timeout { .. }))));
-        assert!(*client.connection(&addr).unwrap().queued.lock() <= (128 << 10) + (64 << 10));
-        assert!(started.elapsed() < Duration::from_secs(60));
     }
 }

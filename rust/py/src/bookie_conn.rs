@@ -8,16 +8,38 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
 
-use pybkx_core::client::{BookieClient, Outgoing, Reply};
+use pybkx_core::bookie_conn::{BookieClient, Outgoing, Reply};
 
 use crate::config::client_config;
 use crate::future::{Future, ToPy};
 use crate::util::payload;
 
+/// What `BookieClient.long_poll_lac` gives: see `_core.pyi`.
+#[pyclass(name = "LongPollResult", module = "pybkx._core", frozen, get_all)]
+pub(crate) struct PyLongPollResult {
+    lac: i64,
+    next_entry: Option<Py<PyBytes>>,
+}
+
+/// What `BookieClient.read_lac` gives: see `_core.pyi`.
+#[pyclass(name = "ReadLacResult", module = "pybkx._core", frozen, get_all)]
+pub(crate) struct PyReadLacResult {
+    lac_body: Option<Py<PyBytes>>,
+    last_entry: Option<Py<PyBytes>>,
+}
+
+/// What `BookieClient.get_bookie_info` gives: see `_core.pyi`.
+#[pyclass(name = "BookieInfo", module = "pybkx._core", frozen, get_all)]
+pub(crate) struct PyBookieInfo {
+    total_disk_capacity: i64,
+    free_disk_space: i64,
+}
+
 impl ToPy for Reply {
     fn to_py(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let bytes = |b: &Option<Bytes>| b.as_ref().map(|b| PyBytes::new(py, b).unbind());
         Ok(match self {
-            Reply::Added => py.None(),
+            Reply::Added | Reply::Done => py.None(),
             Reply::Entry(b) => PyBytes::new(py, b).into_any().unbind(),
             Reply::Entries(v) | Reply::StridedEntries(v) => {
                 PyList::new(py, v.iter().map(|b| PyBytes::new(py, b)))?
@@ -25,28 +47,32 @@ impl ToPy for Reply {
                     .unbind()
             }
             Reply::LastAddConfirmed { lac, next } => {
-                let next = next.as_ref().map(|b| PyBytes::new(py, b));
-                (*lac, next).into_pyobject(py)?.into_any().unbind()
+                let result = PyLongPollResult {
+                    lac: *lac,
+                    next_entry: bytes(next),
+                };
+                Py::new(py, result)?.into_any()
             }
             Reply::Lac {
                 lac_body,
                 last_entry,
             } => {
-                let lac_body = lac_body.as_ref().map(|b| PyBytes::new(py, b));
-                let last_entry = last_entry.as_ref().map(|b| PyBytes::new(py, b));
-                (lac_body, last_entry)
-                    .into_pyobject(py)?
-                    .into_any()
-                    .unbind()
+                let result = PyReadLacResult {
+                    lac_body: bytes(lac_body),
+                    last_entry: bytes(last_entry),
+                };
+                Py::new(py, result)?.into_any()
             }
-            Reply::Done => py.None(),
             Reply::BookieInfo {
                 total_disk_capacity,
                 free_disk_space,
-            } => (*total_disk_capacity, *free_disk_space)
-                .into_pyobject(py)?
-                .into_any()
-                .unbind(),
+            } => {
+                let info = PyBookieInfo {
+                    total_disk_capacity: *total_disk_capacity,
+                    free_disk_space: *free_disk_space,
+                };
+                Py::new(py, info)?.into_any()
+            }
             Reply::EntryRuns(runs) => PyList::new(py, runs.iter().copied())?.into_any().unbind(),
         })
     }
