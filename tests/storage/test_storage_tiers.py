@@ -155,7 +155,7 @@ def test_a_quota_directorys_usage_gauge_counts_against_its_quota(tmp_path: Path)
     bookie.start()
     try:
         (ssd / "current" / "filler").write_bytes(b"\0" * MIB)  # a quarter of the quota
-        gauges = {name: value for name, _kind, _unit, _labels, value in bookie_metrics(bookie)}
+        gauges = {metric.name: metric.value for metric in bookie_metrics(bookie)}
         ssd_gauge = next(v for k, v in gauges.items() if k.endswith("ssd_usage"))
         # The file system's usage is whatever this machine's disk holds; the quota's is 25 %.
         assert 24 <= ssd_gauge <= 27
