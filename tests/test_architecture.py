@@ -224,3 +224,24 @@ def test_nothing_under_storage_reaches_back_into_its_front() -> None:
             first = {item.strip().split("::")[0] for item in target.strip("{}").split(",")}
             bad += [f"{path.relative_to(ROOT)}: {prefix}{name}" for name in first & names]
     assert not bad, "\n".join(bad)
+
+
+#: The read engine's layers, top first: each file may use only the files after it
+#: (docs/architecture.md, the Ledger engine row).
+READER_LAYERS = ("mod", "batch", "single", "window", "fetch", "verify", "plan")
+
+
+def test_the_read_engine_is_layered_one_way() -> None:
+    reader = CORE / "src" / "ledger" / "reader"
+    files = {p.stem for p in reader.glob("*.rs")} - {"tests"}
+    assert files == set(READER_LAYERS), (
+        f"a reader file without a layer: {files ^ set(READER_LAYERS)}"
+    )
+    bad = []
+    for i, layer in enumerate(READER_LAYERS):
+        text = re.sub(r"//[^\n]*", "", (reader / f"{layer}.rs").read_text())
+        text = text.split("#[cfg(test)]")[0]
+        for used in set(re.findall(r"\b(?:super|self)::(\w+)", text)):
+            if used in READER_LAYERS and READER_LAYERS.index(used) <= i and used != layer:
+                bad.append(f"ledger/reader/{layer}.rs uses {used}.rs above it")
+    assert not bad, "\n".join(bad)
