@@ -14,8 +14,9 @@ import time
 from pathlib import Path
 
 import pytest
-from nemesis import NET_FAULTS, PROCESS_FAULTS, ZK_FAULTS, RunConfig, RunResult, run
+from nemesis import RunResult, run
 from netns import Network
+from plan import NET_FAULTS, PROCESS_FAULTS, ZK_FAULTS, RunConfig
 
 SECONDS = float(os.environ.get("PYBKX_NEMESIS_SECONDS", "75"))
 
