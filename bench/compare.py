@@ -48,6 +48,7 @@ from bench.compare_plan import (
     JAVA_BOOKIE_JVM,
     LABEL,
     LEDGER_COUNTS,
+    LOW_LOAD_SIZES,
     READ_LEDGER,
     READ_PAYLOAD,
     SIZES,
@@ -156,14 +157,15 @@ class Runner:
         what = {
             "add": "adds",
             "paced": "paced adds",
+            "low": "adds one at a time",
             "read": "single reads",
             "batch": "batch reads",
         }
         self.progress.describe(
             f"round {rnd + 1}: {LABEL[bookie.system]} {what[kind]}"
-            + (f" {fmt_size(size)} x{ledgers}" if kind in ("add", "paced") else "")
+            + (f" {fmt_size(size)} x{ledgers}" if kind in ("add", "paced", "low") else "")
         )
-        workload = "add" if kind in ("add", "paced") else "read"
+        workload = "add" if kind in ("add", "paced", "low") else "read"
         report, cpu = self.load(bookie, workload, **kw)
         run = Run(
             round=rnd,
@@ -231,62 +233,97 @@ def prepare_reads(runner: Runner, bookie: Bookie, plan: Plan) -> None:
 
 
 def run_rounds(runner: Runner, plan: Plan, root: Path) -> None:
-    bookies = runner.bookies
     rates: dict[int, float] = {}
-    common = {"in_flight": plan.in_flight, "connections": plan.connections}
     for rnd in range(plan.rounds):
         baselines(root, plan, runner.results, runner.progress)
-        for size in SIZES:
-            for ledgers in LEDGER_COUNTS:
-                for system in order(rnd):
-                    b = bookies[system]
-                    runner.measure(
-                        rnd,
-                        b,
-                        "add",
-                        size,
-                        ledger_id=b.ledgers(ledgers),
-                        ledgers=ledgers,
-                        count=plan.add_counts[size],
-                        payload_size=size,
-                        **common,
-                    )
-        for size in SIZES:
-            if size not in rates:  # half the slower system's closed-loop rate, from round 1
-                closed = [
-                    r.entries_per_s
-                    for r in runner.results.runs
-                    if r.kind == "add" and r.size == size and r.ledgers == 1 and r.round == 0
-                ]
-                rates[size] = 0.5 * min(closed)
-            count = max(1, int(rates[size] * plan.paced_seconds))
+        add_runs(runner, plan, rnd)
+        low_load_runs(runner, plan, rnd)
+        paced_runs(runner, plan, rnd, rates)
+        read_runs(runner, plan, rnd)
+
+
+def add_runs(runner: Runner, plan: Plan, rnd: int) -> None:
+    """Adds as fast as the window allows, every size and ledger count."""
+    for size in SIZES:
+        for ledgers in LEDGER_COUNTS:
             for system in order(rnd):
-                b = bookies[system]
+                b = runner.bookies[system]
                 runner.measure(
                     rnd,
                     b,
-                    "paced",
+                    "add",
                     size,
-                    ledger_id=b.ledgers(1),
-                    ledgers=1,
-                    count=count,
+                    ledger_id=b.ledgers(ledgers),
+                    ledgers=ledgers,
+                    count=plan.add_counts[size],
                     payload_size=size,
-                    rate=rates[size],
-                    **common,
-                )
-        for kind, batch in (("read", None), ("batch", BATCH)):
-            for system in order(rnd):
-                runner.measure(
-                    rnd,
-                    bookies[system],
-                    kind,
-                    READ_PAYLOAD,
-                    ledger_id=READ_LEDGER,
-                    count=plan.read_entries,
-                    batch=batch,
-                    in_flight=plan.read_in_flight,
+                    in_flight=plan.in_flight,
                     connections=plan.connections,
                 )
+
+
+def low_load_runs(runner: Runner, plan: Plan, rnd: int) -> None:
+    """Adds one at a time: each its own group commit."""
+    for size in LOW_LOAD_SIZES:
+        for system in order(rnd):
+            b = runner.bookies[system]
+            runner.measure(
+                rnd,
+                b,
+                "low",
+                size,
+                ledger_id=b.ledgers(1),
+                ledgers=1,
+                count=plan.low_load_count,
+                payload_size=size,
+                in_flight=1,
+                connections=1,
+            )
+
+
+def paced_runs(runner: Runner, plan: Plan, rnd: int, rates: dict[int, float]) -> None:
+    """Adds open loop at half the slower system's closed-loop rate (from round 1)."""
+    for size in SIZES:
+        if size not in rates:
+            closed = [
+                r.entries_per_s
+                for r in runner.results.runs
+                if r.kind == "add" and r.size == size and r.ledgers == 1 and r.round == 0
+            ]
+            rates[size] = 0.5 * min(closed)
+        count = max(1, int(rates[size] * plan.paced_seconds))
+        for system in order(rnd):
+            b = runner.bookies[system]
+            runner.measure(
+                rnd,
+                b,
+                "paced",
+                size,
+                ledger_id=b.ledgers(1),
+                ledgers=1,
+                count=count,
+                payload_size=size,
+                rate=rates[size],
+                in_flight=plan.in_flight,
+                connections=plan.connections,
+            )
+
+
+def read_runs(runner: Runner, plan: Plan, rnd: int) -> None:
+    """Single and batch reads of the prepared ledger."""
+    for kind, batch in (("read", None), ("batch", BATCH)):
+        for system in order(rnd):
+            runner.measure(
+                rnd,
+                runner.bookies[system],
+                kind,
+                READ_PAYLOAD,
+                ledger_id=READ_LEDGER,
+                count=plan.read_entries,
+                batch=batch,
+                in_flight=plan.read_in_flight,
+                connections=plan.connections,
+            )
 
 
 # --- progress ------------------------------------------------------------------------------------
@@ -334,7 +371,9 @@ class Progress:
 
 
 def total_steps(plan: Plan) -> int:
-    per_round = 2 + len(SIZES) * len(LEDGER_COUNTS) * 2 + len(SIZES) * 2 + 2 * 2
+    per_round = (
+        2 + len(SIZES) * len(LEDGER_COUNTS) * 2 + len(LOW_LOAD_SIZES) * 2 + len(SIZES) * 2 + 2 * 2
+    )
     return 2 + plan.rounds * per_round  # + the two read preparations
 
 

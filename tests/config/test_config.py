@@ -39,6 +39,8 @@ def test_defaults_are_bookkeepers() -> None:
     assert config.journal_max_group_wait_ms == 2
     assert config.journal_buffered_writes_threshold_bytes == 512 * 1024
     assert config.journal_sync_data is True
+    # BookKeeper's default too; pybkx reads it as adaptive group commit (docs/storage.md).
+    assert config.journal_adaptive_group_writes is True
     assert config.journal_max_size_mb == 2048
     assert config.log_size_limit_bytes == 1 << 30
     assert config.flush_interval_ms == 10_000
@@ -465,6 +467,7 @@ def test_storage_settings_carry_every_storage_key_and_no_server_key() -> None:
         "journalBufferedWritesThreshold",
         "journalBufferedEntriesThreshold",
         "journalFlushWhenQueueEmpty",
+        "journalAdaptiveGroupWrites",
         "journalSyncData",
         "journalWriteBufferSizeKB",
         "journalPreAllocSizeMB",

@@ -136,7 +136,6 @@ _GROUPS: Final[tuple[tuple[str, tuple[str, ...]], ...]] = (
         "the journal writes BookKeeper's group commits with its own record format and buffers; "
         "this file-format or memory knob does not apply",
         (
-            "journalAdaptiveGroupWrites",
             "journalAlignmentSize",
             "journalChannelProvider",
             "journalFormatVersionToWrite",

@@ -237,6 +237,13 @@ class ServerConfig(KeyedConfig):
     journal_flush_when_queue_empty: bool = setting(
         "journalFlushWhenQueueEmpty", False, boolean, storage=True
     )
+    journal_adaptive_group_writes: bool = setting(
+        "journalAdaptiveGroupWrites", True, boolean, storage=True
+    )
+    """Adaptive group commit: a journal group also ends as soon as no fdatasync is in flight,
+    so ``journalMaxGroupWaitMSec`` is waited only while the device is busy syncing the group
+    before (an add at low load costs one fdatasync, no group wait). False: BookKeeper's fixed
+    wait."""
     journal_sync_data: bool = setting("journalSyncData", True, boolean, storage=True)
     journal_write_buffer_size_kb: int = setting(
         "journalWriteBufferSizeKB", 64, integer(1), storage=True

@@ -22,6 +22,9 @@ pub struct JournalConfig {
     /// Zero: no entry-count trigger.
     pub buffered_entries_threshold: usize,
     pub flush_when_queue_empty: bool,
+    /// `journalAdaptiveGroupWrites`: a group also ends as soon as no fdatasync is in flight, so
+    /// the group wait is spent only while the device is busy.
+    pub adaptive_group_writes: bool,
     pub sync_data: bool,
     pub write_buffer_size: usize,
     pub prealloc_size: u64,

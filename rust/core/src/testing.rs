@@ -25,6 +25,7 @@ pub fn journal_config() -> JournalConfig {
         buffered_writes_threshold: 512 * 1024,
         buffered_entries_threshold: 0,
         flush_when_queue_empty: false,
+        adaptive_group_writes: true,
         sync_data: true,
         write_buffer_size: 64 * 1024,
         prealloc_size: 1 << 20,

@@ -27,6 +27,8 @@ struct StorageAttrs {
     buffered_entries_threshold: usize,
     #[pyo3(attribute("journal_flush_when_queue_empty"))]
     flush_when_queue_empty: bool,
+    #[pyo3(attribute("journal_adaptive_group_writes"))]
+    adaptive_group_writes: bool,
     #[pyo3(attribute("journal_sync_data"))]
     sync_data: bool,
     #[pyo3(attribute("journal_write_buffer_size_kb"))]
@@ -123,6 +125,7 @@ pub(crate) fn storage_config(obj: &Bound<'_, PyAny>) -> PyResult<StorageConfig> 
             buffered_writes_threshold: a.buffered_writes_threshold,
             buffered_entries_threshold: a.buffered_entries_threshold,
             flush_when_queue_empty: a.flush_when_queue_empty,
+            adaptive_group_writes: a.adaptive_group_writes,
             sync_data: a.sync_data,
             write_buffer_size: a.write_buffer_kb.saturating_mul(1024),
             prealloc_size: a.prealloc_mb << 20,

@@ -4,8 +4,10 @@
 //! One journal per journal directory, each with one thread that owns its files. Producers
 //! enqueue requests on a bounded channel; the thread batches them into groups following
 //! BookKeeper's knobs (`journalMaxGroupWaitMSec`, `journalBufferedWritesThreshold`,
-//! `journalBufferedEntriesThreshold`, `journalFlushWhenQueueEmpty`), writes a group with as few
-//! syscalls as possible, syncs it once, hands it to the [`Applier`] and then completes callers.
+//! `journalBufferedEntriesThreshold`, `journalFlushWhenQueueEmpty`) and, with
+//! `journalAdaptiveGroupWrites`, ends a group as soon as no sync is in flight
+//! ([`sync_progress`]); it writes a group with as few syscalls as possible, syncs it once, hands
+//! it to the [`Applier`] and then completes callers.
 
 mod failure;
 mod file;
@@ -13,6 +15,7 @@ mod old_files;
 mod op;
 mod replay;
 mod stats;
+mod sync_progress;
 mod syncer;
 mod writer;
 
@@ -37,6 +40,7 @@ use failure::Failure;
 use file::{JournalFile, OpenJournal};
 use old_files::{OldFiles, Removal};
 pub use stats::JournalStats;
+use sync_progress::SyncProgress;
 use syncer::Syncer;
 use writer::Writer;
 
@@ -65,6 +69,8 @@ struct Request {
 
 enum Msg {
     Req(Request),
+    /// From the sync thread: the device went idle while a formed group waited for it.
+    Wake,
     Shutdown,
 }
 
@@ -129,6 +135,7 @@ impl Journal {
         let stats = Arc::new(JournalStats::default());
         let failure = Arc::new(Failure::default());
         let sync_queue = sync_rx.gauge();
+        let progress = Arc::new(SyncProgress::default());
         let syncer = Syncer {
             index,
             sync_data: cfg.sync_data,
@@ -140,6 +147,10 @@ impl Journal {
             stats: stats.clone(),
             unsynced: None,
             last_sync: std::time::Instant::now(),
+            progress: progress.clone(),
+            // Kept only to wake the journal thread: a full queue drops the wake, and then the
+            // journal thread has requests to take and looks at the device again by itself.
+            wake: cfg.adaptive_group_writes.then(|| tx.clone()),
         };
         let syncer = std::thread::Builder::new()
             .name(format!("pybkx-journal-sync-{index}"))
@@ -151,6 +162,7 @@ impl Journal {
             rx,
             to_sync: Some(to_sync),
             syncer: Some(syncer),
+            progress,
             old_files: old_files.clone(),
             failure,
             stats: stats.clone(),

@@ -30,6 +30,8 @@ pub struct JournalStats {
     pub flush_max_wait: Counter,
     pub flush_max_outstanding_bytes: Counter,
     pub flush_empty_queue: Counter,
+    /// pybkx's adaptive group commit: groups ended because no sync was in flight.
+    pub flush_sync_idle: Counter,
     /// Entry payload bytes journalled.
     pub write_bytes: Counter,
     pub entries: Counter,
@@ -59,6 +61,7 @@ impl Default for JournalStats {
             flush_max_wait: Counter::default(),
             flush_max_outstanding_bytes: Counter::default(),
             flush_empty_queue: Counter::default(),
+            flush_sync_idle: Counter::default(),
             write_bytes: Counter::default(),
             entries: Counter::default(),
             records: Counter::default(),
@@ -86,6 +89,7 @@ crate::named_stats!(JournalStats {
     flush_max_wait => "bookie_journal_JOURNAL_NUM_FLUSH_MAX_WAIT",
     flush_max_outstanding_bytes => "bookie_journal_JOURNAL_NUM_FLUSH_MAX_OUTSTANDING_BYTES",
     flush_empty_queue => "bookie_journal_JOURNAL_NUM_FLUSH_EMPTY_QUEUE",
+    flush_sync_idle => "pybkx_journal_flush_sync_idle",
     write_bytes => "bookie_journal_JOURNAL_WRITE_BYTES",
     entries => "pybkx_journal_entries",
     records => "pybkx_journal_records",

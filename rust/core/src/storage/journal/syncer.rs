@@ -4,12 +4,13 @@
 
 use std::sync::Arc;
 
-use crate::queue::{Receiver, RecvTimeoutError};
+use crate::queue::{Receiver, RecvTimeoutError, Sender};
 
 use super::failure::Failure;
 use super::file::JournalFile;
 use super::stats::JournalStats;
-use super::{Applier, Group, Mark, MAX_GROUPS_IN_FLIGHT};
+use super::sync_progress::SyncProgress;
+use super::{Applier, Group, Mark, Msg, MAX_GROUPS_IN_FLIGHT};
 use crate::error::{Result, StorageError};
 use crate::metrics;
 
@@ -29,6 +30,11 @@ pub(super) struct Syncer {
     pub(super) unsynced: Option<Arc<JournalFile>>,
     /// With `journalSyncData=false`: when `unsynced` was last synced (or the thread started).
     pub(super) last_sync: std::time::Instant,
+    /// Adaptive group commit: the syncs in flight, shared with the journal thread.
+    pub(super) progress: Arc<SyncProgress>,
+    /// With `journalAdaptiveGroupWrites`: the journal thread's queue, to wake it when the device
+    /// goes idle while a formed group waits.
+    pub(super) wake: Option<Sender<Msg>>,
 }
 
 impl Syncer {
@@ -78,6 +84,7 @@ impl Syncer {
     }
 
     fn complete(&mut self, groups: Vec<Group>) {
+        let handed = groups.len();
         // Groups of a file whose sync failed are never acknowledged, even if a later sync of the
         // same file succeeds: after a failed fsync the kernel may have dropped their pages.
         let poisoned = self.failure.poisoned_file();
@@ -92,6 +99,7 @@ impl Syncer {
             self.fail(dead, &e);
         }
         let Some(last) = live.last() else {
+            self.device_done(handed);
             return;
         };
         let mark = Mark {
@@ -102,6 +110,9 @@ impl Syncer {
         let made_durable = self
             .write_chunks(&mut live)
             .and_then(|_| self.make_durable(&live));
+        // The device is free before these groups are applied and acknowledged: the journal
+        // thread may write and hand over its next group meanwhile.
+        self.device_done(handed);
         if let Err(e) = made_durable {
             log::error!("journal {}: {e}", self.index);
             self.stats.failures.inc();
@@ -135,6 +146,17 @@ impl Syncer {
                 done(applied.clone());
             }
         });
+    }
+
+    /// `groups` groups no longer wait for the device; wakes the journal thread if it waits for
+    /// that with a group formed.
+    fn device_done(&self, groups: usize) {
+        if self.progress.synced(groups) {
+            if let Some(wake) = &self.wake {
+                // Full: the journal thread has requests to take and sees the idle device then.
+                let _ = wake.try_send(Msg::Wake);
+            }
+        }
     }
 
     fn fail(&self, groups: Vec<Group>, e: &StorageError) {

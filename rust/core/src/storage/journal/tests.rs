@@ -492,3 +492,109 @@ fn files_longer_than_the_limit_allows_are_not_reused() {
         assert!(!big_inodes.contains(&inode(&journal_path(dir.path(), *id))));
     }
 }
+
+/// A journal whose group wait would outlast any test: only adaptive group commit (or the size
+/// thresholds) can end its groups.
+fn adaptive_cfg(direct_io: bool) -> JournalConfig {
+    JournalConfig {
+        max_group_wait: Duration::from_secs(600),
+        adaptive_group_writes: true,
+        direct_io,
+        ..cfg()
+    }
+}
+
+#[test]
+fn a_lone_add_waits_for_one_sync_not_for_the_group_wait() {
+    for direct_io in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let applier = Arc::new(Collect::default());
+        let j = Journal::start(0, dir.path().into(), adaptive_cfg(direct_io), 1, applier).unwrap();
+        for e in 0..3 {
+            add(&j, 3, e, b"lone")
+                .recv_timeout(Duration::from_secs(30))
+                .expect("acknowledged without the 600 s group wait")
+                .unwrap();
+        }
+        assert_eq!(j.stats.flush_max_wait.get(), 0);
+        assert_eq!(j.stats.flush_sync_idle.get(), 3, "each add its own group");
+        assert_eq!(j.stats.syncs.get(), 3);
+        j.shutdown();
+    }
+}
+
+#[test]
+fn groups_grow_by_themselves_while_a_sync_is_in_flight() {
+    let dir = tempfile::tempdir().unwrap();
+    // Every sync of this journal slow: the adds sent during one form the next group.
+    let slow = fs::inject_fault(fs::Fault {
+        path_prefix: dir.path().to_path_buf(),
+        ops: vec![fs::Op::Sync],
+        action: fs::FaultAction::Delay(Duration::from_millis(50)),
+        times: None,
+    });
+    let applier = Arc::new(Collect::default());
+    let j = Journal::start(0, dir.path().into(), adaptive_cfg(true), 1, applier).unwrap();
+    let waits: Vec<_> = (0..300).map(|e| add(&j, 9, e, b"busy")).collect();
+    for w in waits {
+        w.recv_timeout(Duration::from_secs(60)).unwrap().unwrap();
+    }
+    fs::remove_fault(slow);
+    let syncs = j.stats.syncs.get();
+    assert!(syncs < 30, "300 adds in {syncs} syncs: groups did not grow");
+    assert_eq!(j.stats.flush_max_wait.get(), 0);
+    j.shutdown();
+}
+
+/// An add is acknowledged only once the fdatasync that covers it has returned, and with that
+/// sync's outcome: a slow sync delays the acknowledgement by at least its delay, a failed one
+/// fails the add. In both group-commit modes and both write paths.
+#[test]
+fn no_add_is_acknowledged_before_its_sync_returns() {
+    const SLOW: Duration = Duration::from_millis(300);
+    for direct_io in [true, false] {
+        for adaptive in [true, false] {
+            let dir = tempfile::tempdir().unwrap();
+            let c = JournalConfig {
+                adaptive_group_writes: adaptive,
+                direct_io,
+                ..cfg()
+            };
+            let j =
+                Journal::start(0, dir.path().into(), c, 1, Arc::new(Collect::default())).unwrap();
+            let slow = fs::inject_fault(fs::Fault {
+                path_prefix: dir.path().to_path_buf(),
+                ops: vec![fs::Op::Sync],
+                action: fs::FaultAction::Delay(SLOW),
+                times: None,
+            });
+            let sent = Instant::now();
+            let ack = add(&j, 4, 0, b"slow").recv_timeout(Duration::from_secs(30));
+            let waited = sent.elapsed();
+            ack.unwrap().unwrap();
+            assert!(fs::fault_hits(slow) >= 1, "the add's group was synced");
+            // A lower bound only: the injected delay is slept before the sync is made.
+            assert!(
+                waited >= SLOW,
+                "acknowledged after {waited:?}, before its sync returned"
+            );
+            fs::remove_fault(slow);
+
+            let failing = fs::inject_fault(fs::Fault {
+                path_prefix: dir.path().to_path_buf(),
+                ops: vec![fs::Op::Sync],
+                action: fs::FaultAction::Fail(libc::EIO),
+                times: Some(1),
+            });
+            let outcome = add(&j, 4, 1, b"lost")
+                .recv_timeout(Duration::from_secs(30))
+                .unwrap();
+            assert!(
+                outcome.is_err(),
+                "an add whose sync failed was acknowledged"
+            );
+            fs::remove_fault(failing);
+            j.shutdown();
+        }
+    }
+}

@@ -17,6 +17,7 @@ use super::failure::Failure;
 use super::file::{list_journal_ids, Chunk, OpenJournal};
 use super::old_files::OldFiles;
 use super::stats::JournalStats;
+use super::sync_progress::SyncProgress;
 use super::{Completion, Group, JournalOp, Msg, Request, RETRY_INTERVAL};
 use crate::config::JournalConfig;
 use crate::error::StorageError;
@@ -32,6 +33,8 @@ enum FlushReason {
     MaxWait,
     OutstandingBytes,
     EmptyQueue,
+    /// Adaptive group commit: no sync was in flight.
+    SyncIdle,
     Shutdown,
 }
 
@@ -54,6 +57,8 @@ pub(super) struct Writer {
     pub(super) rx: Receiver<Msg>,
     pub(super) to_sync: Option<Sender<Group>>,
     pub(super) syncer: Option<JoinHandle<()>>,
+    /// Adaptive group commit: whether a sync is in flight (shared with the sync thread).
+    pub(super) progress: Arc<SyncProgress>,
     /// The files a checkpoint let go, for a rollover to reuse (`journalReuseFiles`).
     pub(super) old_files: Arc<Mutex<OldFiles>>,
     pub(super) failure: Arc<Failure>,
@@ -105,10 +110,15 @@ impl Writer {
                     } else if self.cfg.flush_when_queue_empty {
                         self.flush(FlushReason::EmptyQueue);
                         continue;
+                    } else if self.cfg.adaptive_group_writes && self.progress.start_waiting() {
+                        self.flush(FlushReason::SyncIdle);
+                        continue;
                     } else {
                         let deadline =
                             self.oldest.unwrap_or_else(Instant::now) + self.cfg.max_group_wait;
-                        match self.rx.recv_deadline(deadline) {
+                        let next = self.rx.recv_deadline(deadline);
+                        self.progress.stop_waiting();
+                        match next {
                             Ok(m) => Some(m),
                             Err(RecvTimeoutError::Timeout) => {
                                 self.drain_ready();
@@ -130,13 +140,19 @@ impl Writer {
                         self.flush(reason);
                     }
                 }
+                // The device went idle: the next turn of the loop ends the group.
+                Some(Msg::Wake) => {}
                 Some(Msg::Shutdown) | None => self.stopping = true,
             }
         }
         // Whatever was queued before the shutdown is still written and acknowledged; requests
         // sent later find the receiver gone and fail with `Closed`.
-        while let Ok(Msg::Req(req)) = self.rx.try_recv() {
-            self.add(req);
+        loop {
+            match self.rx.try_recv() {
+                Ok(Msg::Req(req)) => self.add(req),
+                Ok(Msg::Wake) => {}
+                Ok(Msg::Shutdown) | Err(_) => break,
+            }
         }
         self.flush(FlushReason::Shutdown);
         if let Some(held) = self.held.take() {
@@ -169,6 +185,7 @@ impl Writer {
         {
             match self.rx.try_recv() {
                 Ok(Msg::Req(req)) => self.add(req),
+                Ok(Msg::Wake) => {}
                 Ok(Msg::Shutdown) => {
                     self.stopping = true;
                     return;
@@ -186,6 +203,9 @@ impl Writer {
             || self.bytes_since_flush >= cfg.buffered_writes_threshold
         {
             return Some(FlushReason::OutstandingBytes);
+        }
+        if cfg.adaptive_group_writes && self.progress.idle() {
+            return Some(FlushReason::SyncIdle);
         }
         self.oldest
             .is_some_and(|t| t.elapsed() >= cfg.max_group_wait)
@@ -292,6 +312,7 @@ impl Writer {
             FlushReason::MaxWait => s.flush_max_wait.inc(),
             FlushReason::OutstandingBytes => s.flush_max_outstanding_bytes.inc(),
             FlushReason::EmptyQueue => s.flush_empty_queue.inc(),
+            FlushReason::SyncIdle => s.flush_sync_idle.inc(),
             FlushReason::Shutdown => {}
         }
         s.groups.inc();
@@ -354,7 +375,9 @@ impl Writer {
 
     fn hand_over(&mut self, group: Group) {
         if let Some(to_sync) = &self.to_sync {
+            self.progress.handed();
             if let Err(returned) = to_sync.send(group) {
+                self.progress.synced(1);
                 // The sync thread is gone (it panicked): nothing can be acknowledged any more.
                 let e = StorageError::Closed;
                 self.failure.set_fatal(e.clone());
@@ -446,6 +469,7 @@ impl Writer {
                 self.add(req);
                 return;
             }
+            Ok(Msg::Wake) => return,
             Ok(Msg::Shutdown) | Err(RecvTimeoutError::Disconnected) => {
                 self.stopping = true;
                 return;
