@@ -27,7 +27,7 @@ CARGO_TEST_ENV := LD_LIBRARY_PATH="$(PY_LIBDIR)$${LD_LIBRARY_PATH:+:$$LD_LIBRARY
 
 .PHONY: help venv deps build lint test demo bench bench-client bench-suite bench-compare bench-builds \
 	bench-metrics bench-striped bench-recovery bench-v3 bench-spark bench-storage-scale \
-	bench-cold-read bench-cold-read-java bench-gc bench-tiers bench-large-adds bench-sustained-adds bench-journal-reuse faults faults-deps fuzz clean distclean
+	bench-cold-read bench-cold-read-java bench-java-client bench-group-commit bench-gc bench-tiers bench-large-adds bench-sustained-adds bench-journal-reuse faults faults-deps fuzz clean distclean
 
 help:
 	@echo "make demo   build everything, then run the cluster demo (pybkx demo)"
@@ -38,6 +38,8 @@ help:
 	@echo "make bench-compare  pybkx vs the Java bookie side by side -> bench/results/"
 	@echo "                    (BENCH_ARGS=--quick for a short run; see python -m bench.compare -h)"
 	@echo "make bench-builds OTHER=DIR   this tree beside another built tree and the Java bookie"
+	@echo "make bench-java-client  adds through the Java ledger client: pybkx vs the Java bookie"
+	@echo "make bench-group-commit adaptive group commit beside the fixed group wait, same run"
 	@echo "make bench-metrics  adds/s and CPU per add with metrics on vs off, same run"
 	@echo "make bench-striped  reads of a striped ledger (E=3 Qw=2) vs a whole one (E=3 Qw=3)"
 	@echo "make bench-recovery a bookie killed for good, its ledgers healed: MB/s vs the disk"
@@ -149,6 +151,14 @@ bench-suite: venv build
 BENCH_ARGS ?=
 bench-compare: venv deps build $(BENCH_STAMP)
 	$(VPY) -m bench.compare $(BENCH_ARGS)
+
+# Adds through Apache BookKeeper's own Java ledger client (V2), pybkx bookie vs Java bookie.
+bench-java-client: venv deps build $(BENCH_STAMP)
+	$(VPY) -m bench.java_client_adds $(BENCH_ARGS)
+
+# Adaptive group commit beside BookKeeper's fixed group wait: two pybkx bookies, one run.
+bench-group-commit: venv deps build
+	$(VPY) -m bench.group_commit $(BENCH_ARGS)
 
 # What metrics cost: a bookie with them beside one without, rounds interleaved.
 bench-metrics: venv build

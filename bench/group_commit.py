@@ -58,6 +58,8 @@ def cases(quick: bool) -> list[Case]:
         Case("1000 in flight, 1 KiB x16", 1024, 16, 1000, 200_000 // scale),
         Case("1000 in flight, 16 KiB x16", 16384, 16, 1000, 25_000 // scale),
         Case("paced 20,000/s, 1 KiB", 1024, 1, 1000, 100_000 // scale, rate=20_000),
+        Case("paced 80,000/s, 1 KiB", 1024, 1, 1000, 400_000 // scale, rate=80_000),
+        Case("paced 20,000/s, 16 KiB", 16384, 1, 1000, 100_000 // scale, rate=20_000),
     ]
 
 
@@ -182,12 +184,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="a quarter of the counts")
     parser.add_argument("--dir", default=None, help="data directory (default: tmp)")
-    parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "group_commit.md")
+    parser.add_argument("--out", type=Path, default=None, help="report (default: bench/results/)")
     args = parser.parse_args(argv)
+    results = REPO / "bench" / "results"
+    out = args.out or results / ("group_commit-quick.md" if args.quick else "group_commit.md")
     with cli.work_dir(args.dir, "pybkx-group-commit-") as root:
         result = run(root, args.rounds, args.quick)
     text = render(result, args.rounds)
-    args.out.write_text(text)
+    out.write_text(text)
     print(text)
     return 0
 

@@ -137,20 +137,21 @@ def _java_sources_hash() -> str:
     return digest.hexdigest()
 
 
-def java_classpath() -> str:
+def java_classpath(build_dir: Path = BUILD_DIR) -> str:
     """Classpath of the Java helpers and BookKeeper, built with Maven once per source change.
 
-    The build goes to target/interop-java with a stamp holding the hash of the pom and the
-    sources; an unchanged hash skips Maven.
+    The build goes to ``build_dir`` (target/interop-java) with a stamp holding the hash of the
+    pom and the sources; an unchanged hash skips Maven. A benchmark may build into a directory
+    of its own, so its rebuild never replaces the jar under a running test session.
     """
     tool("java")
-    BUILD_DIR.mkdir(parents=True, exist_ok=True)
+    build_dir.mkdir(parents=True, exist_ok=True)
     jar, classpath_file, stamp = (
-        BUILD_DIR / "pybkx-interop.jar",
-        BUILD_DIR / "classpath.txt",
-        BUILD_DIR / "sources.sha256",
+        build_dir / "pybkx-interop.jar",
+        build_dir / "classpath.txt",
+        build_dir / "sources.sha256",
     )
-    with (BUILD_DIR / ".lock").open("w") as lock:
+    with (build_dir / ".lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one build at a time (parallel sessions)
         wanted = _java_sources_hash()
         fresh = jar.exists() and classpath_file.exists() and stamp.exists()
@@ -161,7 +162,7 @@ def java_classpath() -> str:
                 "-q",
                 "-B",
                 "-Dstyle.color=never",
-                f"-Dinterop.build.dir={BUILD_DIR}",
+                f"-Dinterop.build.dir={build_dir}",
                 f"-Dmdep.outputFile={classpath_file}",
                 "clean",
                 "package",
