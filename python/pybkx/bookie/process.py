@@ -40,6 +40,7 @@ from pybkx.bookie.serving import (
     stop_server,
 )
 from pybkx.config import ConfigError, ServerConfig
+from pybkx.config.security import BOOKIE_SECURITY_KEYS, refuse_unsupported_security
 from pybkx.meta import Endpoint, MetadataStore
 
 __all__ = ["DRAIN_TIMEOUT_MS", "HALT_EXIT_CODE", "Bookie", "BookieError", "BookieService"]
@@ -211,6 +212,7 @@ class Bookie:
         try:
             host, port = config.listening_address(), config.bookie_port
             config.bookie_address(config.bookie_port)  # refuse a bad identity before any I/O
+            refuse_unsupported_security(config, BOOKIE_SECURITY_KEYS, "the bookie")
         except ConfigError as exc:
             raise BookieError(str(exc)) from None
         self._note_what_is_not_implemented()

@@ -20,6 +20,7 @@ from pybkx.client.metrics import ensure_registered, timed
 from pybkx.client.read_handle import ReadHandle
 from pybkx.client.write_handle import LedgerHandle
 from pybkx.config import ClientConfig
+from pybkx.config.security import CLIENT_SECURITY_KEYS, refuse_unsupported_security
 from pybkx.meta import (
     MAX_METADATA_RETRIES,
     BookieServiceInfo,
@@ -46,12 +47,15 @@ class BookKeeper:
     ``batchReadEnabled``, ``throttle``, ``zkTimeout``, ``bookieReplacementTimeoutMs``, ...) and
     the placement policy's keys (``ensemblePlacementPolicy`` and its options).
 
-    Raises ConfigError for a bad value, ValueError for an unsupported URI, MetaStoreException
-    if the store cannot be reached.
+    Raises ConfigError for a bad value or for security it does not implement yet
+    (``tlsProviderFactoryClass``, ``clientAuthProviderFactoryClass``, ``zkEnableSecurity``: it
+    refuses rather than run without them), ValueError for an unsupported URI,
+    MetaStoreException if the store cannot be reached.
     """
 
     def __init__(self, metadata_service_uri: str | None = None, **conf: Any) -> None:
         self.config = ClientConfig.of(**conf)
+        refuse_unsupported_security(self.config, CLIENT_SECURITY_KEYS, "the client")
         self._uri_given = metadata_service_uri is not None
         ensure_registered()
         self.store: MetadataStore = open_metadata_store(

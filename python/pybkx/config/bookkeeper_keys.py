@@ -144,11 +144,20 @@ _GROUPS: Final[tuple[tuple[str, tuple[str, ...]], ...]] = (
         ),
     ),
     (
-        "TLS and authentication are not implemented: connections are plain and every client "
-        "is served",
+        "refused, not ignored: pybkx does not implement this security yet, so a bookie given "
+        "it refuses to start (pybkx.config.security) rather than run without it",
+        (
+            "tlsProviderFactoryClass",
+            "bookieAuthProviderFactoryClass",
+            "zkEnableSecurity",
+            "httpServerTlsEnable",
+        ),
+    ),
+    (
+        "TLS and authentication are not implemented; without tlsProviderFactoryClass or "
+        "bookieAuthProviderFactoryClass (refused) this key has no effect",
         (
             "tlsProvider",
-            "tlsProviderFactoryClass",
             "tlsClientAuthentication",
             "tlsKeyStoreType",
             "tlsKeyStore",
@@ -160,11 +169,8 @@ _GROUPS: Final[tuple[tuple[str, tuple[str, ...]], ...]] = (
             "tlsEnabledCipherSuites",
             "tlsEnabledProtocols",
             "tlsCertFilesRefreshDurationSeconds",
-            "bookieAuthProviderFactoryClass",
             "authorizedRoles",
             "permittedStartupUsers",
-            "zkEnableSecurity",
-            "httpServerTlsEnable",
             "httpServerKeyStorePath",
             "httpServerKeyStorePassword",
             "httpServerTrustStorePath",

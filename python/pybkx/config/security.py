@@ -1,0 +1,56 @@
+"""Security that BookKeeper's keys ask for and pybkx does not implement yet: refused, never
+ignored. A bookie or client given one of these keys refuses to start with a message naming the
+key, instead of carrying on in plaintext or without authentication (fail closed). It only reads
+configuration values; it never opens a file or a connection.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from pybkx.config.values import ConfigError, KeyedConfig
+
+__all__ = ["BOOKIE_SECURITY_KEYS", "CLIENT_SECURITY_KEYS", "refuse_unsupported_security"]
+
+# key -> what setting it asks for. A class key asks when it names any class; a boolean key when
+# it is true.
+_ASKS: dict[str, str] = {
+    "tlsProviderFactoryClass": "TLS",
+    "bookieAuthProviderFactoryClass": "client authentication",
+    "clientAuthProviderFactoryClass": "authentication to the bookies",
+    "zkEnableSecurity": "ZooKeeper ACLs and authentication",
+    "httpServerTlsEnable": "TLS on the admin HTTP server",
+}
+_BOOLEAN_KEYS = frozenset({"zkEnableSecurity", "httpServerTlsEnable"})
+
+BOOKIE_SECURITY_KEYS: tuple[str, ...] = (
+    "tlsProviderFactoryClass",
+    "bookieAuthProviderFactoryClass",
+    "zkEnableSecurity",
+    "httpServerTlsEnable",
+)
+CLIENT_SECURITY_KEYS: tuple[str, ...] = (
+    "tlsProviderFactoryClass",
+    "clientAuthProviderFactoryClass",
+    "zkEnableSecurity",
+)
+
+
+def _asks(key: str, value: object) -> bool:
+    text = str(value).strip()
+    if key in _BOOLEAN_KEYS:
+        return value is True or text.lower() == "true"
+    return value is not None and text != ""
+
+
+def refuse_unsupported_security(config: KeyedConfig, keys: Iterable[str], what: str) -> None:
+    """Raises ConfigError naming the first of ``keys`` that ``config`` sets to ask for security
+    pybkx does not implement; ``what`` names the refused thing ("the bookie", "the client").
+    An empty class name or a false flag asks for nothing, as in BookKeeper."""
+    for key in keys:
+        if key in config.extra and _asks(key, config.extra[key]):
+            raise ConfigError(
+                f"{key}={config.extra[key]} ({config.origin(key)}) asks for {_ASKS[key]}, "
+                f"which pybkx does not implement yet: {what} refuses to start rather than run "
+                f"without it (remove the key to run without {_ASKS[key]})"
+            )
