@@ -152,6 +152,17 @@ def test_pybkx_sandbox_prints_the_cluster_and_stops_on_a_signal(
         assert len(addresses) == 2
         with open_metadata_store(uri) as store:
             assert store.writable_bookies() == set(addresses)
+            # The shell finds the running sandbox as a client does: no --uri needed.
+            listed = subprocess.run(
+                [sys.executable, "-m", "pybkx", "shell", "listbookies", "--json"],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+            )
+            assert listed.returncode == 0, listed.stderr
+            for address in addresses:
+                assert address in listed.stdout
             process.send_signal(sig)
             out, err = process.communicate(timeout=30)
             assert process.returncode == 0, err

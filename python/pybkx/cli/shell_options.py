@@ -1,6 +1,6 @@
-"""The options ``pybkx shell`` commands share: which cluster (``--uri`` or a bookie's
-``--conf``), ``--json``, asking for confirmation and turning failures into one-line errors.
-Parsing only: it never reaches a cluster."""
+"""The options ``pybkx shell`` commands share: which cluster (``--uri``, a bookie's ``--conf``,
+or the one a client finds), ``--json``, asking for confirmation and turning failures into
+one-line errors. Parsing only: it never reaches a cluster."""
 
 from __future__ import annotations
 
@@ -13,12 +13,16 @@ import click
 
 __all__ = ["cluster", "confirmed", "failed", "json_option", "resolve_uri"]
 
-_URI_HELP = "metadataServiceUri: zk+hierarchical://host:port/ledgers or embedded:///abs/dir"
+_URI_HELP = (
+    "metadataServiceUri: zk+hierarchical://host:port/ledgers or embedded:///abs/dir (default: "
+    "$PYBKX_METADATA_URI, else a running `pybkx sandbox`, else ~/.pybkx/metadata if it exists)"
+)
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 
 def cluster(command: _F) -> _F:
-    """``--uri`` or ``--conf`` (a bookie's configuration naming its metadataServiceUri)."""
+    """``--uri`` or ``--conf`` (a bookie's configuration naming its metadataServiceUri); with
+    neither, the cluster a client would find (``$PYBKX_METADATA_URI``, a running sandbox)."""
     command = click.option(
         "--conf",
         "conf_path",
@@ -35,11 +39,13 @@ def json_option(command: _F) -> _F:
 
 
 def resolve_uri(uri: str | None, conf_path: Path | None) -> str:
-    """The metadata URI from --uri, else from --conf. Raises ClickException."""
+    """The metadata URI from --uri, else from --conf, else found as a client finds it:
+    ``$PYBKX_METADATA_URI``, a running ``pybkx sandbox``, the embedded default store if it
+    exists (a shell command never creates one). Raises ClickException."""
     if uri:
         return uri
     if conf_path is None:
-        raise click.UsageError("give --uri or --conf")
+        return _found_as_a_client_finds_it()
     from pybkx.config import ConfigError, ServerConfig
 
     try:
@@ -49,6 +55,15 @@ def resolve_uri(uri: str | None, conf_path: Path | None) -> str:
     if found is None:
         raise click.ClickException(f"{conf_path} names no metadataServiceUri or zkServers")
     return found
+
+
+def _found_as_a_client_finds_it() -> str:
+    from pybkx.meta.discovery import default_embedded_uri, default_metadata_uri, describe_default
+
+    found = default_metadata_uri()
+    if found != default_embedded_uri() or Path(found.removeprefix("embedded://")).is_dir():
+        return found
+    raise click.UsageError(f"give --uri or --conf: no cluster found at {describe_default()}")
 
 
 def failed(exc: Exception | str) -> click.ClickException:
