@@ -203,8 +203,9 @@ class Bookie:
 
         Raises BookieError with one line for the operator: bad identity, unreachable or
         uninitialised metadata store, a cookie mismatch (the line starts with
-        ``InvalidCookieException``), storage, listening or service failures. Nothing stays open
-        after a failed start.
+        ``InvalidCookieException``), security asked for that pybkx does not implement (the
+        line names the key: ``tlsProviderFactoryClass``, ``bookieAuthProviderFactoryClass``,
+        ...), storage, listening or service failures. Nothing stays open after a failed start.
         """
         if self._running is not None:
             raise BookieError("the bookie is already running")

@@ -58,10 +58,10 @@ def resolve_uri(uri: str | None, conf_path: Path | None) -> str:
 
 
 def _found_as_a_client_finds_it() -> str:
-    from pybkx.meta.discovery import default_embedded_uri, default_metadata_uri, describe_default
+    from pybkx.meta.discovery import describe_default, existing_metadata_uri
 
-    found = default_metadata_uri()
-    if found != default_embedded_uri() or Path(found.removeprefix("embedded://")).is_dir():
+    found = existing_metadata_uri()
+    if found is not None:
         return found
     raise click.UsageError(f"give --uri or --conf: no cluster found at {describe_default()}")
 

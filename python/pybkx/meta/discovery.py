@@ -14,6 +14,7 @@ __all__ = [
     "default_embedded_uri",
     "default_metadata_uri",
     "describe_default",
+    "existing_metadata_uri",
     "record_sandbox",
     "sandbox_record_path",
 ]
@@ -53,10 +54,21 @@ def _running_sandbox_uri() -> str | None:
     return uri if _alive(pid) else None
 
 
+def existing_metadata_uri() -> str | None:
+    """The URI of a cluster that exists already, in the client's order: ``$PYBKX_METADATA_URI``,
+    else the running sandbox's, else :func:`default_embedded_uri` if that store's directory
+    exists; None when there is none (what a tool that must not create a store asks)."""
+    found = os.environ.get("PYBKX_METADATA_URI") or _running_sandbox_uri()
+    if found:
+        return found
+    embedded = default_embedded_uri()
+    return embedded if Path(embedded.removeprefix("embedded://")).is_dir() else None
+
+
 def default_metadata_uri() -> str:
-    """The URI a client with none given uses: ``$PYBKX_METADATA_URI``, else the running
-    sandbox's, else :func:`default_embedded_uri`."""
-    return os.environ.get("PYBKX_METADATA_URI") or _running_sandbox_uri() or default_embedded_uri()
+    """The URI a client with none given uses: :func:`existing_metadata_uri`, else
+    :func:`default_embedded_uri` (a store the client then creates)."""
+    return existing_metadata_uri() or default_embedded_uri()
 
 
 def describe_default() -> str:
