@@ -321,10 +321,21 @@ class BookieServer:
     limits of ``config`` (a ``pybkx.config.ServerConfig``: frame size, in-flight requests per
     connection, response buffer water marks, batch-read size, forced read-only).
 
-    Raises OSError if the address cannot be bound, ValueError on limits that cannot work.
+    Given ``tls`` (a ``pybkx.config.tls.ServerTlsMaterial``), it answers START_TLS as
+    BookKeeper's bookie does: EOK in plaintext, then the TLS handshake on the same socket.
+
+    Raises OSError if the address cannot be bound, ValueError on limits that cannot work or TLS
+    material that cannot be used.
     """
 
-    def __init__(self, storage: LedgerStorage, config: object, host: str, port: int) -> None: ...
+    def __init__(
+        self, storage: LedgerStorage, config: object, host: str, port: int, tls: object = None
+    ) -> None: ...
+    def reload_tls(self, tls: object) -> None:
+        """Replace the TLS material (a ``pybkx.config.tls.ServerTlsMaterial``) for the
+        handshakes that start from now on. Raises ValueError if it cannot be used (the current
+        material stays) or the server was started without TLS."""
+
     @property
     def port(self) -> int:
         """The bound port (useful with ``port=0``)."""

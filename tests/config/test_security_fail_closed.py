@@ -24,7 +24,8 @@ SASL_FACTORY = "org.apache.bookkeeper.sasl.SASLBookieAuthProviderFactory"
 @pytest.mark.parametrize(
     ("line", "asks"),
     [
-        (f"tlsProviderFactoryClass={TLS_FACTORY}", "TLS"),
+        # TLSContextFactory is served (tests/security/); any other provider is refused.
+        ("tlsProviderFactoryClass=com.example.OtherTLSFactory", "TLS"),
         (f"bookieAuthProviderFactoryClass={SASL_FACTORY}", "client authentication"),
         ("zkEnableSecurity=true", "ZooKeeper ACLs"),
         ("httpServerTlsEnable=true", "TLS on the admin HTTP server"),

@@ -39,8 +39,10 @@ from pybkx.bookie.serving import (
     start_server,
     stop_server,
 )
+from pybkx.bookie.tls_reload import TlsReloader
 from pybkx.config import ConfigError, ServerConfig
 from pybkx.config.security import BOOKIE_SECURITY_KEYS, refuse_unsupported_security
+from pybkx.config.tls import ServerTlsMaterial, server_tls_material
 from pybkx.meta import Endpoint, MetadataStore
 
 __all__ = ["DRAIN_TIMEOUT_MS", "HALT_EXIT_CODE", "Bookie", "BookieError", "BookieService"]
@@ -82,6 +84,8 @@ class _Running:
     """None when standalone."""
     gc: GarbageCollector | None
     """None when standalone."""
+    tls: TlsReloader | None
+    """None without TLS."""
 
 
 class Bookie:
@@ -214,6 +218,9 @@ class Bookie:
             host, port = config.listening_address(), config.bookie_port
             config.bookie_address(config.bookie_port)  # refuse a bad identity before any I/O
             refuse_unsupported_security(config, BOOKIE_SECURITY_KEYS, "the bookie")
+            # Read the TLS stores before anything opens: a missing store or a bad password
+            # stops the start here.
+            tls = server_tls_material(config)
         except ConfigError as exc:
             raise BookieError(str(exc)) from None
         self._note_what_is_not_implemented()
@@ -236,19 +243,25 @@ class Bookie:
                     "start interrupted by a stop request (cookie not checked)",
                 )
                 return
-        running = self._serve(host, port, store, bookie_id)
+        running = self._serve(host, port, store, bookie_id, tls)
         if self._announce(running, wait):
             running.disks.start()
             self._log_serving(running, f"{host}:{running.server.port}", uri)
 
     def _serve(
-        self, host: str, port: int, store: MetadataStore | None, bookie_id: str | None
+        self,
+        host: str,
+        port: int,
+        store: MetadataStore | None,
+        bookie_id: str | None,
+        tls: ServerTlsMaterial | None,
     ) -> _Running:
-        """Open the storage, listen, check the disks, start the collector; put it all in place.
-        Raises BookieError (what was opened, ``store`` too, is closed again)."""
+        """Open the storage, listen (with ``tls`` for START_TLS), check the disks, start the
+        collector; put it all in place. Raises BookieError (what was opened, ``store`` too, is
+        closed again)."""
         try:
             storage = open_storage(self.config)
-            server = start_server(storage, self.config, host, port)
+            server = start_server(storage, self.config, host, port, tls)
         except BaseException:
             if store is not None:
                 close_store_quietly(store)
@@ -270,7 +283,8 @@ class Bookie:
             raise
         mode.restore_persisted()
         gc = None if store is None else self._start_gc(storage, store, bookie_id)
-        running = _Running(storage, server, mode, disks, registration, gc)
+        reloader = None if tls is None else TlsReloader(server, self.config, tls)
+        running = _Running(storage, server, mode, disks, registration, gc, reloader)
         with self._state_lock:
             self._running = running
             self._bookie_id = bookie_id
@@ -412,6 +426,8 @@ class Bookie:
             return
         running.mode.close()  # a move in progress ends first; none after
         running.disks.stop()
+        if running.tls is not None:
+            running.tls.stop()
         if running.gc is not None and not running.gc.stop_periodic(budget_s / 4):
             log_event(
                 logger, logging.WARNING, "a garbage collection pass is still running at the stop"

@@ -12,6 +12,7 @@ from pybkx._core import BookieServer, LedgerStorage
 from pybkx.bookie.events import log_event
 from pybkx.bookie.exceptions import BookieError
 from pybkx.config import ServerConfig
+from pybkx.config.tls import ServerTlsMaterial
 
 __all__ = [
     "close_storage",
@@ -65,11 +66,16 @@ def open_storage(config: ServerConfig) -> LedgerStorage:
 
 
 def start_server(
-    storage: LedgerStorage, config: ServerConfig, host: str, port: int
+    storage: LedgerStorage,
+    config: ServerConfig,
+    host: str,
+    port: int,
+    tls: ServerTlsMaterial | None = None,
 ) -> BookieServer:
-    """Listen on ``host:port``; closes ``storage`` and raises BookieError on failure."""
+    """Listen on ``host:port`` (answering START_TLS with ``tls``); closes ``storage`` and raises
+    BookieError on failure."""
     try:
-        return BookieServer(storage, config, host, port)
+        return BookieServer(storage, config, host, port, tls)
     except Exception as exc:
         close_storage_after_failure(storage)
         if isinstance(exc, OSError):

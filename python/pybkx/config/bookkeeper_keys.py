@@ -147,28 +147,15 @@ _GROUPS: Final[tuple[tuple[str, tuple[str, ...]], ...]] = (
         "refused, not ignored: pybkx does not implement this security yet, so a bookie given "
         "it refuses to start (pybkx.config.security) rather than run without it",
         (
-            "tlsProviderFactoryClass",
             "bookieAuthProviderFactoryClass",
             "zkEnableSecurity",
             "httpServerTlsEnable",
         ),
     ),
     (
-        "TLS and authentication are not implemented; without tlsProviderFactoryClass or "
+        "authentication and authorization are not implemented; without "
         "bookieAuthProviderFactoryClass (refused) this key has no effect",
         (
-            "tlsProvider",
-            "tlsClientAuthentication",
-            "tlsKeyStoreType",
-            "tlsKeyStore",
-            "tlsKeyStorePasswordPath",
-            "tlsTrustStoreType",
-            "tlsTrustStore",
-            "tlsTrustStorePasswordPath",
-            "tlsCertificatePath",
-            "tlsEnabledCipherSuites",
-            "tlsEnabledProtocols",
-            "tlsCertFilesRefreshDurationSeconds",
             "authorizedRoles",
             "permittedStartupUsers",
             "httpServerKeyStorePath",

@@ -23,8 +23,9 @@ _ASKS: dict[str, str] = {
 }
 _BOOLEAN_KEYS = frozenset({"zkEnableSecurity", "httpServerTlsEnable"})
 
+# The bookie's `tlsProviderFactoryClass` is a typed key (pybkx.config.tls): TLSContextFactory
+# turns TLS on, any other class is refused by its parser.
 BOOKIE_SECURITY_KEYS: tuple[str, ...] = (
-    "tlsProviderFactoryClass",
     "bookieAuthProviderFactoryClass",
     "zkEnableSecurity",
     "httpServerTlsEnable",

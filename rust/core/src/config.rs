@@ -215,6 +215,9 @@ pub struct ServerConfig {
     /// responses waiting stops reading until the total falls under the low share.
     pub response_buffer_total_bytes: usize,
     pub read_only: bool,
+    /// With `tlsProviderFactoryClass`: what answers START_TLS. None: START_TLS is refused
+    /// (EBADREQ), as a Java bookie without TLS refuses it.
+    pub tls: Option<std::sync::Arc<crate::tls::ServerTls>>,
 }
 
 impl ServerConfig {

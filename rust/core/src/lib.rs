@@ -23,6 +23,7 @@ pub mod record;
 pub mod runtime;
 pub mod server;
 pub mod storage;
+pub mod tls;
 
 #[cfg(test)]
 mod fuzz;

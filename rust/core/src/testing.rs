@@ -80,6 +80,7 @@ pub fn server_config() -> ServerConfig {
         write_buffer_high_water_mark: 512 << 10,
         response_buffer_total_bytes: 64 << 20,
         read_only: false,
+        tls: None,
     }
 }
 

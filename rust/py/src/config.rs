@@ -212,6 +212,7 @@ pub(crate) fn server_config(
         write_buffer_high_water_mark: a.high_water_mark,
         response_buffer_total_bytes: a.response_buffer_total,
         read_only: a.read_only,
+        tls: None,
     })
 }
 

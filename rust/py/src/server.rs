@@ -7,6 +7,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
 use pybkx_core::server::{BookieServer, StartError};
+use pybkx_core::tls::{ServerTls, ServerTlsSettings};
 
 use crate::config::server_config;
 use crate::storage::PyLedgerStorage;
@@ -20,17 +21,26 @@ pub(crate) struct PyBookieServer {
 #[pymethods]
 impl PyBookieServer {
     /// Listens on `host:port` (0: any free port) with the limits of `config` (a
-    /// `pybkx.config.ServerConfig`). Raises OSError if it cannot listen, ValueError for limits
-    /// that cannot work.
+    /// `pybkx.config.ServerConfig`) and, given `tls` (a `pybkx.config.tls.ServerTlsMaterial`),
+    /// answers START_TLS. Raises OSError if it cannot listen, ValueError for limits that cannot
+    /// work or TLS material that cannot be used.
     #[new]
+    #[pyo3(signature = (storage, config, host, port, tls = None))]
     fn new(
         py: Python<'_>,
         storage: PyRef<'_, PyLedgerStorage>,
         config: &Bound<'_, PyAny>,
         host: String,
         port: u16,
+        tls: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
-        let cfg = server_config(config, host, port)?;
+        let mut cfg = server_config(config, host, port)?;
+        if let Some(material) = tls {
+            let settings = tls_settings(material)?;
+            let server_tls = ServerTls::new(&settings)
+                .map_err(|e| PyValueError::new_err(format!("TLS: {e}")))?;
+            cfg.tls = Some(std::sync::Arc::new(server_tls));
+        }
         let storage = storage.inner.clone();
         let inner = py
             .detach(|| BookieServer::start(storage, cfg))
@@ -41,6 +51,19 @@ impl PyBookieServer {
                 }
             })?;
         Ok(PyBookieServer { inner })
+    }
+
+    /// Replaces the TLS material for handshakes from now on. Raises ValueError if it cannot be
+    /// used (the current material stays) or if the server was started without TLS.
+    fn reload_tls(&self, tls: &Bound<'_, PyAny>) -> PyResult<()> {
+        let settings = tls_settings(tls)?;
+        let current = self
+            .inner
+            .tls()
+            .ok_or_else(|| PyValueError::new_err("the server was started without TLS"))?;
+        current
+            .reload(&settings)
+            .map_err(|e| PyValueError::new_err(format!("TLS: {e}")))
     }
 
     #[getter]
@@ -76,4 +99,30 @@ impl PyBookieServer {
     fn metrics<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         crate::metrics::metrics_list(py, self.inner.metrics())
     }
+}
+
+/// The attributes of a `pybkx.config.tls.ServerTlsMaterial`.
+#[derive(FromPyObject)]
+struct TlsAttrs {
+    #[pyo3(attribute("chain"))]
+    chain: Vec<Vec<u8>>,
+    #[pyo3(attribute("key"))]
+    key: Vec<u8>,
+    #[pyo3(attribute("client_roots"))]
+    client_roots: Option<Vec<Vec<u8>>>,
+    #[pyo3(attribute("protocols"))]
+    protocols: Vec<String>,
+    #[pyo3(attribute("cipher_suites"))]
+    cipher_suites: Vec<String>,
+}
+
+fn tls_settings(material: &Bound<'_, PyAny>) -> PyResult<ServerTlsSettings> {
+    let a: TlsAttrs = material.extract()?;
+    Ok(ServerTlsSettings {
+        chain: a.chain,
+        key_pkcs8: a.key,
+        client_roots: a.client_roots,
+        protocols: a.protocols,
+        cipher_suites: a.cipher_suites,
+    })
 }

@@ -18,11 +18,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-use tokio::net::tcp::OwnedWriteHalf;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadHalf, WriteHalf};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+use tokio_rustls::server::TlsStream;
 
 use super::outbox::{Outbox, Reply, Slot, Timed, Usage};
 use super::state::ServerState;
@@ -38,6 +39,28 @@ const MAX_WRITE_BATCH: usize = 1 << 20;
 const PAUSE_RECHECK: Duration = Duration::from_millis(10);
 /// How long a stopping connection waits for its client to close after the server sent FIN.
 const LINGER_AFTER_STOP: Duration = Duration::from_secs(30);
+/// How long the client may take over its TLS handshake after START_TLS was answered.
+const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The responses' channel: bounded by what the connection reads, one response per request,
+/// requests in flight at most `maxPendingAddRequestsPerThread` adds and
+/// `maxPendingReadRequestsPerThread` reads (a slot is freed once its response is written), and
+/// no request is read while `serverWriteBufferHighWaterMark` response bytes wait in it.
+type Responses = mpsc::UnboundedReceiver<(Reply, Timed)>;
+/// A writer task: its half of the socket and the responses' channel come back after it wrote
+/// the answer to START_TLS (None: it ended).
+type WriterTask<W> = JoinHandle<Option<(W, Responses)>>;
+
+/// How the reading of requests ended.
+#[derive(PartialEq, Eq)]
+enum End {
+    /// The client closed, the connection broke, or a frame was bad.
+    Closed,
+    /// The server stops.
+    Stopping,
+    /// START_TLS was answered: the TLS handshake comes next.
+    StartTls,
+}
 
 pub(super) async fn serve_connection(
     stream: TcpStream,
@@ -47,10 +70,6 @@ pub(super) async fn serve_connection(
 ) {
     let _ = stream.set_nodelay(true);
     let (mut reader, writer) = stream.into_split();
-    // Bounded by what the connection reads: one response per request, requests in flight at
-    // most `maxPendingAddRequestsPerThread` adds and `maxPendingReadRequestsPerThread` reads
-    // (a slot is freed once its response is written), and no request is read while
-    // `serverWriteBufferHighWaterMark` response bytes wait here.
     let (tx, rx) = mpsc::unbounded_channel::<(Reply, Timed)>();
     let usage = Arc::new(Usage::default());
     let outbox = Outbox {
@@ -58,91 +77,188 @@ pub(super) async fn serve_connection(
         usage: usage.clone(),
         state: state.clone(),
     };
-    let writer_task = tokio::spawn(write_responses(
-        writer,
-        rx,
-        usage.clone(),
-        state.clone(),
-        peer,
-    ));
+    let writer_task = tokio::spawn(write_responses(writer, rx, usage, state, peer));
     let mut buf = BytesMut::with_capacity(64 * 1024);
-    let mut stopping = false;
-    // The Java bookie's decoder state: a connection starts reading frames as V3 (protobuf) and,
-    // at the first frame that is not one, reads V2 for the rest of the connection.
-    let mut v2_for_good = false;
-    // When the bytes in `buf` arrived: one clock read per socket read, shared by its frames.
-    let mut received = None;
-    'conn: loop {
+    let mut frames = Frames::default();
+    let end = read_requests(&mut reader, &mut buf, &outbox, &mut frames, peer, &mut stop).await;
+    if end != End::StartTls {
+        return finish(outbox, writer_task, &mut reader, &mut buf, end).await;
+    }
+    let Some((mut reader, writer_task)) = upgrade(reader, writer_task, &buf, &outbox, peer).await
+    else {
+        return;
+    };
+    let end = read_requests(&mut reader, &mut buf, &outbox, &mut frames, peer, &mut stop).await;
+    finish(outbox, writer_task, &mut reader, &mut buf, end).await;
+}
+
+/// What the reading of frames carries from one socket read to the next.
+#[derive(Default)]
+struct Frames {
+    /// The Java bookie's decoder state: a connection starts reading frames as V3 (protobuf)
+    /// and, at the first frame that is not one, reads V2 for the rest of the connection.
+    v2_for_good: bool,
+    /// When the bytes in the buffer arrived: one clock read per socket read, shared by its
+    /// frames.
+    received: Option<Instant>,
+}
+
+/// Reads and handles requests until the client closes, the server stops or START_TLS is
+/// answered.
+async fn read_requests<R: AsyncRead + Unpin>(
+    reader: &mut R,
+    buf: &mut BytesMut,
+    outbox: &Outbox,
+    frames: &mut Frames,
+    peer: SocketAddr,
+    stop: &mut watch::Receiver<bool>,
+) -> End {
+    let state = outbox.state();
+    loop {
         loop {
             // Checked before every request, so one read of many requests cannot queue more
             // than one response past the mark.
-            if outbox.over(state.cfg.write_buffer_high_water_mark) {
-                state.stats.connections_paused.inc();
-                log::debug!("connection from {peer}: responses not read; pausing reads");
-                while outbox.over(state.cfg.write_buffer_low_water_mark) {
-                    let drained = usage.drained.notified();
-                    tokio::select! {
-                        _ = drained => {}
-                        _ = tokio::time::sleep(PAUSE_RECHECK) => {}
-                        _ = stop.changed() => {
-                            stopping = true;
-                            break 'conn;
-                        }
-                    }
-                }
+            if outbox.over(state.cfg.write_buffer_high_water_mark)
+                && wait_for_room(outbox, peer, stop).await
+            {
+                return End::Stopping;
             }
-            match protocol::take_frame(&mut buf, state.cfg.max_frame_size) {
+            match protocol::take_frame(buf, state.cfg.max_frame_size) {
                 Ok(Some(body)) => {
-                    let handled = if v2_for_good {
-                        v2::handle_frame(body, &outbox, received)
+                    let handled = if frames.v2_for_good {
+                        v2::handle_frame(body, outbox, frames.received)
                     } else {
-                        match v3::try_handle_frame(body, &outbox, received) {
+                        match v3::try_handle_frame(body, outbox, frames.received) {
+                            Ok(()) if outbox.usage.start_tls.load(Ordering::Acquire) => {
+                                return End::StartTls
+                            }
                             Ok(()) => Ok(()),
                             Err(body) => {
-                                v2_for_good = true;
-                                v2::handle_frame(body, &outbox, received)
+                                frames.v2_for_good = true;
+                                v2::handle_frame(body, outbox, frames.received)
                             }
                         }
                     };
                     if let Err(e) = handled {
-                        close_for(&state, peer, &e);
-                        break 'conn;
+                        close_for(state, peer, &e);
+                        return End::Closed;
                     }
                 }
                 Ok(None) => break,
                 Err(e) => {
-                    close_for(&state, peer, &e);
-                    break 'conn;
+                    close_for(state, peer, &e);
+                    return End::Closed;
                 }
             }
         }
         tokio::select! {
-            read = reader.read_buf(&mut buf) => match read {
-                Ok(0) => break,
-                Ok(_) => received = crate::metrics::start(),
+            read = reader.read_buf(buf) => match read {
+                Ok(0) => return End::Closed,
+                Ok(_) => frames.received = crate::metrics::start(),
                 Err(e) => {
                     log::debug!("connection from {peer}: {e}");
-                    break;
+                    return End::Closed;
                 }
             },
-            _ = stop.changed() => {
-                stopping = true;
-                break;
-            }
+            _ = stop.changed() => return End::Stopping,
         }
     }
-    // No more requests; responses still owed are written once their completions report. The
-    // writer ends when the last sender (ours, or a pending completion's) is gone.
+}
+
+/// Waits while the connection's responses are not being read; true if the server stops
+/// meanwhile.
+async fn wait_for_room(
+    outbox: &Outbox,
+    peer: SocketAddr,
+    stop: &mut watch::Receiver<bool>,
+) -> bool {
+    let state = outbox.state();
+    state.stats.connections_paused.inc();
+    log::debug!("connection from {peer}: responses not read; pausing reads");
+    while outbox.over(state.cfg.write_buffer_low_water_mark) {
+        let drained = outbox.usage.drained.notified();
+        tokio::select! {
+            _ = drained => {}
+            _ = tokio::time::sleep(PAUSE_RECHECK) => {}
+            _ = stop.changed() => return true,
+        }
+    }
+    false
+}
+
+/// The server side of the TLS handshake on the socket START_TLS was answered on: the writer
+/// hands back its half once the answer is out, the halves are joined, the handshake runs
+/// (bounded by [`TLS_HANDSHAKE_TIMEOUT`]) and a writer over TLS takes the same responses'
+/// channel. None (the connection closes) when the handshake fails.
+async fn upgrade(
+    reader: OwnedReadHalf,
+    writer_task: WriterTask<OwnedWriteHalf>,
+    buf: &BytesMut,
+    outbox: &Outbox,
+    peer: SocketAddr,
+) -> Option<(
+    ReadHalf<TlsStream<TcpStream>>,
+    WriterTask<WriteHalf<TlsStream<TcpStream>>>,
+)> {
+    let state = outbox.state();
+    let tls = state.cfg.tls.as_ref()?.acceptor();
+    let (writer, rx) = writer_task.await.ok().flatten()?;
+    if !buf.is_empty() {
+        // The client must wait for the answer before its handshake: bytes already here are
+        // neither a request nor a ClientHello we could use.
+        log::warn!("connection from {peer}: data after START_TLS before the handshake; closing");
+        return None;
+    }
+    let stream = reader.reunite(writer).ok()?;
+    match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, tls.accept(stream)).await {
+        Ok(Ok(stream)) => {
+            let session = stream.get_ref().1;
+            log::info!(
+                "connection from {peer}: TLS established ({:?}, {:?})",
+                session.protocol_version(),
+                session.negotiated_cipher_suite().map(|s| s.suite())
+            );
+            state.stats.tls_connections.inc();
+            outbox.usage.in_tls.store(true, Ordering::Release);
+            outbox.usage.start_tls.store(false, Ordering::Release);
+            let (r, w) = tokio::io::split(stream);
+            let usage = outbox.usage.clone();
+            let task = tokio::spawn(write_responses(w, rx, usage, state.clone(), peer));
+            Some((r, task))
+        }
+        Ok(Err(e)) => {
+            state.stats.tls_handshake_failures.inc();
+            log::warn!("connection from {peer}: TLS handshake failed: {e}");
+            None
+        }
+        Err(_) => {
+            state.stats.tls_handshake_failures.inc();
+            log::warn!("connection from {peer}: no TLS handshake within {TLS_HANDSHAKE_TIMEOUT:?}");
+            None
+        }
+    }
+}
+
+/// After the last request: the responses still owed are written once their completions report
+/// (the writer ends when the last sender, ours or a pending completion's, is gone); a stopping
+/// server then waits for the client to close.
+async fn finish<R: AsyncRead + Unpin, W>(
+    outbox: Outbox,
+    writer_task: WriterTask<W>,
+    reader: &mut R,
+    buf: &mut BytesMut,
+    end: End,
+) {
     drop(outbox);
     let _ = writer_task.await;
-    if stopping {
+    if end == End::Stopping {
         // Closing a socket with unread input makes the kernel send RST, which destroys the
         // responses still in flight to the client. The writer has sent FIN; clients close on
         // seeing it, so read (and drop) until they do. stop()'s drain deadline bounds this.
         let linger = async {
             loop {
                 buf.clear();
-                match reader.read_buf(&mut buf).await {
+                match reader.read_buf(buf).await {
                     Ok(0) | Err(_) => break,
                     Ok(_) => {}
                 }
@@ -157,30 +273,40 @@ fn close_for(state: &ServerState, peer: SocketAddr, why: &ProtocolError) {
     log::warn!("closing connection from {peer}: {why}");
 }
 
-async fn write_responses(
-    mut writer: OwnedWriteHalf,
-    mut rx: mpsc::UnboundedReceiver<(Reply, Timed)>,
+/// Writes the responses in batches until every sender is gone (None), or until it wrote the
+/// answer to START_TLS: then it hands back its half of the socket and the channel.
+async fn write_responses<W: AsyncWrite + Unpin>(
+    mut writer: W,
+    mut rx: Responses,
     usage: Arc<Usage>,
     state: Arc<ServerState>,
     peer: SocketAddr,
-) {
+) -> Option<(W, Responses)> {
     let mut frames = OutFrames::default();
     let mut broken = false;
     let mut written: Vec<Written> = Vec::new();
     while let Some(first) = rx.recv().await {
         let mut released = Released::default();
         written.clear();
+        let mut hand_over = matches!(first.0, Reply::StartTls(_));
         note(&first, &mut released, &mut written, &mut frames);
-        while frames.len() < MAX_WRITE_BATCH {
+        while !hand_over && frames.len() < MAX_WRITE_BATCH {
             match rx.try_recv() {
-                Ok(r) => note(&r, &mut released, &mut written, &mut frames),
+                Ok(r) => {
+                    hand_over = matches!(r.0, Reply::StartTls(_));
+                    note(&r, &mut released, &mut written, &mut frames);
+                }
                 Err(_) => break,
             }
         }
         let chunks = frames.take();
         if !broken {
             let started = crate::metrics::start();
-            let result = write_all_chunks(&mut writer, &chunks).await;
+            let result = match write_all_chunks(&mut writer, &chunks).await {
+                // A TLS stream holds records until flushed; a plain socket's flush is free.
+                Ok(()) => writer.flush().await,
+                Err(e) => Err(e),
+            };
             state
                 .stats
                 .channel_write
@@ -192,18 +318,26 @@ async fn write_responses(
             }
         }
         time_requests(&state.stats, &written, broken);
-        usage.adds.fetch_sub(released.adds, Ordering::AcqRel);
-        usage.reads.fetch_sub(released.reads, Ordering::AcqRel);
-        usage
-            .queued_bytes
-            .fetch_sub(released.bytes, Ordering::AcqRel);
-        let stats = &state.stats;
-        stats.response_bytes_queued.sub(released.bytes as u64);
-        stats.add_entry_in_progress.sub(released.adds as u64);
-        stats.read_entry_in_progress.sub(released.reads as u64);
-        usage.drained.notify_one();
+        release(&usage, &state.stats, &released);
+        if hand_over {
+            return (!broken).then_some((writer, rx));
+        }
     }
     let _ = writer.shutdown().await;
+    None
+}
+
+/// Gives the written batch's slots and bytes back to the connection's limits.
+fn release(usage: &Usage, stats: &ServerStats, released: &Released) {
+    usage.adds.fetch_sub(released.adds, Ordering::AcqRel);
+    usage.reads.fetch_sub(released.reads, Ordering::AcqRel);
+    usage
+        .queued_bytes
+        .fetch_sub(released.bytes, Ordering::AcqRel);
+    stats.response_bytes_queued.sub(released.bytes as u64);
+    stats.add_entry_in_progress.sub(released.adds as u64);
+    stats.read_entry_in_progress.sub(released.reads as u64);
+    usage.drained.notify_one();
 }
 
 fn note(

@@ -94,6 +94,11 @@ impl BookieServer {
         self.local_addr
     }
 
+    /// The TLS that answers START_TLS, if the server was started with it.
+    pub fn tls(&self) -> Option<&Arc<crate::tls::ServerTls>> {
+        self.state.cfg.tls.as_ref()
+    }
+
     pub fn set_read_only(&self, read_only: bool) {
         self.state.read_only.store(read_only, Ordering::SeqCst);
     }

@@ -3,7 +3,7 @@
 //! response bytes queued). Protocol handlers send through an [`Outbox`]; the connection's writer
 //! drains it. It never encodes a frame itself.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -18,6 +18,9 @@ use crate::protocol::{self, OutFrames};
 pub(super) enum Reply {
     V2(V2Response),
     V3(V3Response),
+    /// The EOK answer to START_TLS: written in plaintext, after which the writer hands the
+    /// socket back for the TLS handshake and writes nothing more on it.
+    StartTls(V3Response),
 }
 
 /// When a request was decoded (None with metrics off) and whether it fences, so that its
@@ -47,7 +50,7 @@ impl Reply {
     pub(super) fn wire_len(&self) -> usize {
         match self {
             Reply::V2(r) => r.wire_len(),
-            Reply::V3(r) => r.wire_len(),
+            Reply::V3(r) | Reply::StartTls(r) => r.wire_len(),
         }
     }
 
@@ -61,7 +64,7 @@ impl Reply {
             // with an add response; a bare header (a malformed request) was never admitted.
             Reply::V3(V3Response::Read { .. }) => Slot::Read,
             Reply::V3(V3Response::Message(m)) if m.add_response.is_some() => Slot::Add,
-            Reply::V3(V3Response::Message(_)) => Slot::None,
+            Reply::V3(V3Response::Message(_)) | Reply::StartTls(_) => Slot::None,
         }
     }
 
@@ -74,7 +77,7 @@ impl Reply {
                 | V2Response::BatchRead { rc, .. },
             ) => *rc == crate::protocol::rc::EOK,
             Reply::V2(V2Response::Auth { .. }) => true,
-            Reply::V3(r) => r.succeeded(),
+            Reply::V3(r) | Reply::StartTls(r) => r.succeeded(),
         }
     }
 
@@ -86,7 +89,7 @@ impl Reply {
     pub(super) fn encode(&self, out: &mut OutFrames) {
         match self {
             Reply::V2(r) => protocol::v2::encode_response(r, out),
-            Reply::V3(r) => protocol::v3::encode_response(r, out),
+            Reply::V3(r) | Reply::StartTls(r) => protocol::v3::encode_response(r, out),
         }
     }
 }
@@ -99,6 +102,10 @@ pub(super) struct Usage {
     pub(super) queued_bytes: AtomicUsize,
     /// Signalled when the writer has written (queued bytes fell).
     pub(super) drained: Notify,
+    /// START_TLS was accepted: the reader reads no further request in plaintext.
+    pub(super) start_tls: AtomicBool,
+    /// The connection runs inside TLS (a second START_TLS is refused).
+    pub(super) in_tls: AtomicBool,
 }
 
 /// The sending side of a connection, cloned into every pending completion.

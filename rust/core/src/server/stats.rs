@@ -46,6 +46,9 @@ pub struct ServerStats {
     pub connections_accepted: Counter,
     pub connections_active: Gauge,
     pub auth_requests: Counter,
+    /// Connections upgraded to TLS by START_TLS, and handshakes that failed or timed out.
+    pub tls_connections: Counter,
+    pub tls_handshake_failures: Counter,
     pub protocol_errors: Counter,
     /// Response bytes waiting to be written, all connections together.
     pub response_bytes_queued: Gauge,
@@ -82,6 +85,8 @@ impl Default for ServerStats {
             connections_accepted: Counter::default(),
             connections_active: Gauge::default(),
             auth_requests: Counter::default(),
+            tls_connections: Counter::default(),
+            tls_handshake_failures: Counter::default(),
             protocol_errors: Counter::default(),
             response_bytes_queued: Gauge::default(),
             connections_paused: Counter::default(),
@@ -110,6 +115,8 @@ crate::named_stats!(ServerStats {
     connections_accepted => "pybkx_server_connections_accepted",
     connections_active => "pybkx_server_connections_active",
     auth_requests => "pybkx_server_auth_requests",
+    tls_connections => "pybkx_server_tls_connections",
+    tls_handshake_failures => "pybkx_server_tls_handshake_failures",
     protocol_errors => "pybkx_server_protocol_errors",
     response_bytes_queued => "pybkx_server_response_bytes_queued",
     connections_paused => "pybkx_server_connections_paused",

@@ -108,14 +108,31 @@ fn handle(req: pb::Request, outbox: &Outbox, received: Option<Instant>) {
             };
             send(outbox, msg(r), Timed::default());
         }
-        // TLS is not configured on a pybkx bookie: BookKeeper answers EBADREQ then.
-        Some(OperationType::StartTls) => {
-            log::debug!("START_TLS requested, but TLS is not configured");
-            send(outbox, bare(&header, Status::BadRequest), Timed::default());
-        }
+        Some(OperationType::StartTls) => start_tls(&header, outbox),
         // RANGE_*, BATCH_READ_ENTRY over V3, unknown operations.
         _ => send(outbox, bare(&header, Status::BadRequest), Timed::default()),
     }
+}
+
+/// As BookKeeper's processStartTLSRequestV3: without TLS configured EBADREQ; with it EOK,
+/// written in plaintext, then the server side of the handshake on the same socket (the
+/// connection does it once the answer is out). A connection already in TLS gets EBADREQ.
+fn start_tls(header: &BkPacketHeader, outbox: &Outbox) {
+    use std::sync::atomic::Ordering;
+    let usage = &outbox.usage;
+    if outbox.state().cfg.tls.is_none() || usage.in_tls.load(Ordering::Acquire) {
+        log::error!("START_TLS requested, but TLS is not configured (or already on)");
+        send(outbox, bare(header, Status::BadRequest), Timed::default());
+        return;
+    }
+    usage.start_tls.store(true, Ordering::Release);
+    let answer = msg(pb::Response {
+        header: response_header(header),
+        status: Status::Ok.v3_code() as i32,
+        start_tls_response: Some(pb::StartTlsResponse::default()),
+        ..Default::default()
+    });
+    outbox.send(Reply::StartTls(answer), Timed::default());
 }
 
 fn add_entry(

@@ -1,0 +1,144 @@
+"""BookKeeper's TLS keys (``tlsProviderFactoryClass``, ``tlsKeyStore*``, ``tlsTrustStore*``,
+``tlsCertificatePath``, ``tlsClientAuthentication``, ``tlsEnabledProtocols``,
+``tlsEnabledCipherSuites``, ``tlsCertFilesRefreshDurationSeconds``): their value parsers, and
+the bookie's TLS material read from its stores, ready for the Rust server. It reads the store
+files; it never opens a connection.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final
+
+from pybkx.config.keystores import STORE_TYPES, load_key_store, load_trust_store, read_password
+from pybkx.config.values import ConfigError, InvalidValue, optional_str
+
+if TYPE_CHECKING:
+    from pybkx.config.server import ServerConfig
+
+__all__ = [
+    "TLS_CONTEXT_FACTORY",
+    "ServerTlsMaterial",
+    "file_stamps",
+    "names",
+    "server_tls_material",
+    "store_type",
+    "tls_provider",
+    "tls_provider_factory",
+]
+
+TLS_CONTEXT_FACTORY: Final = "org.apache.bookkeeper.tls.TLSContextFactory"
+"""BookKeeper's TLS provider factory, the one ``tlsProviderFactoryClass`` may name."""
+
+_PROVIDERS: Final = ("OpenSSL", "JDK")
+
+
+def tls_provider_factory(value: object) -> str | None:
+    """``tlsProviderFactoryClass``: unset or blank (no TLS) or BookKeeper's TLSContextFactory;
+    any other class is refused, never ignored (security asked for must not silently vanish)."""
+    text = optional_str(value)
+    if text is None or text == TLS_CONTEXT_FACTORY:
+        return text
+    raise InvalidValue(
+        f"only {TLS_CONTEXT_FACTORY} is supported, got {text!r}: pybkx refuses to start "
+        "rather than run without the TLS that was asked for"
+    )
+
+
+def tls_provider(value: object) -> str:
+    """``tlsProvider``: OpenSSL or JDK, as BookKeeper accepts them (both mean rustls here)."""
+    text = optional_str(value) or "OpenSSL"
+    for name in _PROVIDERS:
+        if text.lower() == name.lower():
+            return name
+    raise InvalidValue(f"expected OpenSSL or JDK, got {text!r}")
+
+
+def store_type(value: object) -> str:
+    """A store type: PEM, PKCS12 or JKS (BookKeeper's default JKS)."""
+    text = (optional_str(value) or "JKS").upper()
+    if text not in STORE_TYPES:
+        raise InvalidValue(f"expected one of {', '.join(STORE_TYPES)}, got {value!r}")
+    return text
+
+
+def names(value: object) -> tuple[str, ...]:
+    """A comma-separated list of names (protocols, cipher suites); blank: none."""
+    if value is None:
+        return ()
+    items = value.split(",") if isinstance(value, str) else value
+    if not isinstance(items, list | tuple):
+        raise InvalidValue(f"expected comma-separated names, got {value!r}")
+    return tuple(str(item).strip() for item in items if str(item).strip())
+
+
+@dataclass(frozen=True)
+class ServerTlsMaterial:
+    """The bookie's TLS, read from its stores: its chain and key (DER), the roots a client
+    certificate must chain to (None: no client certificate asked), the enabled protocols and
+    suites, and the files whose change reloads it."""
+
+    chain: tuple[bytes, ...]
+    key: bytes
+    client_roots: tuple[bytes, ...] | None
+    protocols: tuple[str, ...]
+    cipher_suites: tuple[str, ...]
+    files: tuple[str, ...]
+
+    def stamps(self) -> tuple[float | None, ...]:
+        """The modification times of ``files`` now (None: unreadable)."""
+        return file_stamps(self.files)
+
+
+def file_stamps(files: tuple[str, ...]) -> tuple[float | None, ...]:
+    """The modification time of each file now (None: unreadable)."""
+    out: list[float | None] = []
+    for path in files:
+        try:
+            out.append(os.stat(path).st_mtime)
+        except OSError:
+            out.append(None)
+    return tuple(out)
+
+
+def server_tls_material(config: ServerConfig) -> ServerTlsMaterial | None:
+    """The bookie's TLS material when ``tlsProviderFactoryClass`` asks for TLS, else None.
+    Raises ConfigError naming the key for a missing store, a bad password or a store without
+    a key (the bookie then does not start)."""
+    if config.tls_provider_factory_class is None:
+        return None
+    password = read_password("tlsKeyStorePasswordPath", config.tls_key_store_password_path)
+    material = load_key_store(
+        config.tls_key_store_type,
+        config.tls_key_store,
+        password,
+        certificate_path=config.tls_certificate_path,
+    )
+    roots: tuple[bytes, ...] | None = None
+    if config.tls_client_authentication:
+        if not config.tls_trust_store:
+            raise ConfigError(
+                "tlsClientAuthentication=true needs tlsTrustStore: the certificates a client's "
+                "certificate must chain to"
+            )
+        roots = load_trust_store(
+            config.tls_trust_store_type,
+            config.tls_trust_store,
+            read_password("tlsTrustStorePasswordPath", config.tls_trust_store_password_path),
+        )
+    files = (
+        config.tls_key_store,
+        config.tls_key_store_password_path,
+        config.tls_certificate_path,
+        config.tls_trust_store if roots is not None else None,
+        config.tls_trust_store_password_path if roots is not None else None,
+    )
+    return ServerTlsMaterial(
+        chain=material.chain_der,
+        key=material.key_der,
+        client_roots=roots,
+        protocols=config.tls_enabled_protocols,
+        cipher_suites=config.tls_enabled_cipher_suites,
+        files=tuple(f for f in files if f),
+    )

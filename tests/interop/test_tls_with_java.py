@@ -1,0 +1,170 @@
+"""Apache BookKeeper's own ledger client (4.17.3) over TLS to pybkx bookies: START_TLS on every
+connection, V2 and V3 frames inside TLS, the bookies' stores in each format, a client
+certificate required and refused, and plaintext clients still served beside TLS ones
+(BookKeeper's rollout behaviour while no authentication is required).
+
+Certificates and stores are made by the test (openssl, keytool); the cluster is a pybkx
+Sandbox of 3 bookies in the session ZooKeeper; the Java side is java/.../LedgerClient.java.
+"""
+
+from __future__ import annotations
+
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support.certs import Issued, TestCA, need_tools
+from test_ledgers_with_java_client import Java
+
+from pybkx.client import BookKeeper
+from pybkx.tools.sandbox import Sandbox
+
+pytestmark = pytest.mark.interop
+
+TLS_FACTORY = "org.apache.bookkeeper.tls.TLSContextFactory"
+ENTRIES = 20
+PASSWORD_HEX = b"tls".hex()
+
+
+@pytest.fixture(scope="module")
+def ca(tmp_path_factory: pytest.TempPathFactory) -> TestCA:
+    need_tools()
+    return TestCA(tmp_path_factory.mktemp("ca"))
+
+
+@pytest.fixture(scope="module")
+def bookie_cert(ca: TestCA) -> Issued:
+    return ca.issue("pybkx-bookie")
+
+
+def bookie_tls(ca: TestCA, issued: Issued, kind: str, client_auth: bool = False) -> dict[str, Any]:
+    store = {"PEM": issued.key_pem, "PKCS12": issued.pkcs12, "JKS": issued.jks}[kind]
+    conf: dict[str, Any] = {
+        "tlsProviderFactoryClass": TLS_FACTORY,
+        "tlsKeyStoreType": kind,
+        "tlsKeyStore": str(store),
+        "tlsCertificatePath": str(issued.chain_pem),
+        "tlsKeyStorePasswordPath": "" if kind == "PEM" else str(issued.password_file),
+    }
+    if client_auth:
+        conf |= {
+            "tlsClientAuthentication": "true",
+            "tlsTrustStoreType": "PKCS12",
+            "tlsTrustStore": str(ca.trust_store("PKCS12")),
+            "tlsTrustStorePasswordPath": str(ca.password_file),
+        }
+    return conf
+
+
+def java_tls(ca: TestCA, client: Issued | None = None) -> tuple[str, ...]:
+    """BookKeeper client keys for TLS, trusting ``ca``; with ``client``, its JKS key store."""
+    keys = [
+        f"tlsProviderFactoryClass={TLS_FACTORY}",
+        "tlsTrustStoreType=PEM",
+        f"tlsTrustStore={ca.cert}",
+    ]
+    if client is not None:
+        keys += [
+            "tlsClientAuthentication=true",
+            "tlsKeyStoreType=JKS",
+            f"tlsKeyStore={client.jks}",
+            f"tlsKeyStorePasswordPath={client.password_file}",
+        ]
+    return tuple(keys)
+
+
+@pytest.fixture
+def cluster_of(zookeeper_server: str, tmp_path: Path) -> Iterator[Any]:
+    started: list[Sandbox] = []
+
+    def start(conf: dict[str, Any]) -> Sandbox:
+        uri = f"zk+hierarchical://{zookeeper_server}/tls-{uuid.uuid4().hex}/ledgers"
+        sandbox = Sandbox(
+            3, zk_uri=uri, directory=tmp_path / "sandbox", conf={"zkTimeout": 2000, **conf}
+        )
+        sandbox.start()
+        started.append(sandbox)
+        return sandbox
+
+    yield start
+    for sandbox in started:
+        sandbox.stop()
+
+
+def tls_connections(cluster: Sandbox) -> int:
+    """Connections the bookies upgraded to TLS, from their Prometheus endpoints."""
+    total = 0
+    for url in cluster.admin_urls:
+        with urllib.request.urlopen(f"{url}/metrics", timeout=10) as response:
+            for line in response.read().decode().splitlines():
+                if line.startswith("pybkx_server_tls_connections"):
+                    total += int(float(line.split()[-1]))
+    return total
+
+
+def write_and_read(java: Java, writer: str = "w") -> list[dict[str, Any]]:
+    payloads = [f"entry {i} over tls".encode().hex() for i in range(ENTRIES)]
+    return java.run(
+        [
+            {
+                "op": "create",
+                "writer": writer,
+                "ensemble": 3,
+                "write_quorum": 2,
+                "ack_quorum": 2,
+                "digest": "CRC32C",
+                "password_hex": PASSWORD_HEX,
+            },
+            {"op": "append", "writer": writer, "payloads_hex": payloads},
+            {"op": "close", "writer": writer},
+        ]
+    )
+
+
+@pytest.mark.parametrize(
+    ("kind", "protocol"), [("PEM", "V2"), ("PKCS12", "V2"), ("JKS", "V2"), ("JKS", "V3")]
+)
+def test_java_client_writes_over_tls_and_pybkx_reads_in_plaintext(
+    cluster_of: Any,
+    java_classpath: str,
+    tmp_path: Path,
+    ca: TestCA,
+    bookie_cert: Issued,
+    kind: str,
+    protocol: str,
+) -> None:
+    cluster = cluster_of(bookie_tls(ca, bookie_cert, kind))
+    settings = (*java_tls(ca), f"useV2WireProtocol={'true' if protocol == 'V2' else 'false'}")
+    created, appended, closed = write_and_read(Java(java_classpath, cluster, tmp_path, settings))
+    assert "error" not in created and "error" not in closed, (created, appended, closed)
+    assert closed["lac"] == ENTRIES - 1
+    assert tls_connections(cluster) >= 3, "every bookie of the ensemble served the client in TLS"
+    # A client without TLS (pybkx's, today) is still served by the same bookies.
+    with BookKeeper(cluster.metadata_uri, zkTimeout=2000) as bk:
+        handle = bk.open_ledger(created["ledger"], b"tls", recovery=False)
+        got = [bytes(e) for e in handle.read(0, ENTRIES - 1)]
+    assert got == [f"entry {i} over tls".encode() for i in range(ENTRIES)]
+
+
+def test_a_required_client_certificate_admits_only_clients_of_the_trusted_ca(
+    cluster_of: Any, java_classpath: str, tmp_path: Path, ca: TestCA, bookie_cert: Issued
+) -> None:
+    cluster = cluster_of(bookie_tls(ca, bookie_cert, "JKS", client_auth=True))
+    trusted = Java(java_classpath, cluster, tmp_path, java_tls(ca, ca.issue("java-client")))
+    created, _, closed = write_and_read(trusted)
+    assert closed["lac"] == ENTRIES - 1, closed
+    before = cluster.metadata_store.list_ledgers()
+    stranger_cert = TestCA(tmp_path / "other-ca", name="other-ca").issue("stranger")
+    for client in (None, stranger_cert):
+        refused = Java(java_classpath, cluster, tmp_path, java_tls(ca, client))
+        created, appended, _ = write_and_read(refused, writer="refused")
+        # BookKeeper's client fails the writes (no bookie accepts its TLS): nothing is written.
+        assert "error" in appended or "error" in created, (created, appended)
+        if "ledger" in created:
+            with BookKeeper(cluster.metadata_uri, zkTimeout=2000) as bk:
+                handle = bk.open_ledger(created["ledger"], b"tls", recovery=True)
+                assert handle.last_add_confirmed == -1
+    assert set(before) <= set(cluster.metadata_store.list_ledgers())
