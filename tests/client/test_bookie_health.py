@@ -1,0 +1,159 @@
+"""Bookie health with real bookie processes: quarantine of a bookie whose adds time out (left out
+of new ensembles while spares exist, used when none do, released after the quarantine time,
+with its metric and log lines) and sticky reads (one bookie serves a handle's reads, counted by
+the bookies' own ``/metrics``; another once it is stopped). Owns the client's side only.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from prometheus_client import REGISTRY
+from prometheus_client.parser import text_string_to_metric_families
+from support.wait import wait_until
+
+from pybkx.client import BookKeeper
+from pybkx.tools.sandbox import Sandbox
+
+pytestmark = pytest.mark.integration
+
+#: Metrics of a bookie that count the read requests it served.
+_READ_REQUESTS = (
+    "bookkeeper_server_READ_ENTRY_REQUEST_count",
+    "bookkeeper_server_BATCH_READ_ENTRY_REQUEST_count",
+)
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Sandbox]:
+    """Four bookie processes on the embedded store. A long session timeout keeps a paused
+    (SIGSTOPped) bookie registered, so only quarantine can keep it out of ensembles."""
+    with Sandbox(4, directory=tmp_path / "sandbox", conf={"zkTimeout": 60_000}) as sb:
+        yield sb
+
+
+def read_requests(cluster: Sandbox, index: int) -> float:
+    """Read requests bookie ``index`` served so far, from its own ``/metrics``."""
+    with urllib.request.urlopen(f"{cluster.admin_urls[index]}/metrics", timeout=10) as reply:
+        text = reply.read().decode()
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name in _READ_REQUESTS
+    )
+
+
+def client_metric(name: str) -> float:
+    return REGISTRY.get_sample_value(name) or 0.0
+
+
+def test_sticky_reads_go_to_one_bookie_and_to_another_once_it_stops(cluster: Sandbox) -> None:
+    with BookKeeper(cluster.metadata_uri, addEntryTimeoutSec=2, readEntryTimeoutSec=2) as bk:
+        lh = bk.create_ledger(3, 3, 2, password=b"pw")
+        lh.append_many([b"entry %d" % e for e in range(300)])
+        lh.close()
+        ensemble = list(lh.metadata.last_ensemble)
+    indexes = [cluster.bookie_addresses.index(b) for b in ensemble]
+
+    def served_by(read: object) -> dict[int, float]:
+        """Read requests each bookie of the ensemble served while ``read()`` ran."""
+        before = {i: read_requests(cluster, i) for i in indexes}
+        read()  # type: ignore[operator]
+        return {i: read_requests(cluster, i) - before[i] for i in indexes}
+
+    # Without sticky reads, entries go to the first bookie of their write set: all three.
+    with BookKeeper(cluster.metadata_uri) as bk:
+        rh = bk.open_ledger(lh.ledger_id, b"pw")
+        spread = served_by(lambda: [rh.read(e, e) for e in range(30)])
+    assert all(n > 0 for n in spread.values()), spread
+
+    with BookKeeper(cluster.metadata_uri, stickyReadSEnabled=True, readEntryTimeoutSec=2) as bk:
+        rh = bk.open_ledger(lh.ledger_id, b"pw")
+        sticky = served_by(lambda: [rh.read(e, e + 9) for e in range(0, 300, 10)])
+        busy = [i for i, n in sticky.items() if n > 0]
+        assert len(busy) == 1, sticky
+        assert sticky[busy[0]] >= 30
+        # Range reads and batch reads too.
+        again = served_by(lambda: (rh.read(0, 299), rh.batch_read(0, 300, 1 << 20)))
+        assert [i for i, n in again.items() if n > 0] == busy, again
+
+        cluster.kill_bookie(busy[0])
+        others = [i for i in indexes if i != busy[0]]
+        before = {i: read_requests(cluster, i) for i in others}
+        got = [rh.read(e, e)[0].payload for e in range(300)]
+        assert got == [b"entry %d" % e for e in range(300)]
+        after = {i: read_requests(cluster, i) - before[i] for i in others}
+        # Every read went on from the one bookie the handle moved to.
+        assert sorted(n > 0 for n in after.values()) == [False, True], after
+        assert max(after.values()) >= 300
+
+
+def test_a_bookie_whose_adds_time_out_is_quarantined_then_released(
+    cluster: Sandbox, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="pybkx.client.bookie_health")
+    quarantines = client_metric("bookkeeper_client_BOOKIE_QUARANTINE_total")
+    with BookKeeper(
+        cluster.metadata_uri,
+        bookieHealthCheckEnabled=True,
+        bookieHealthCheckIntervalSeconds=1,
+        bookieErrorThresholdPerInterval=1,
+        bookieQuarantineTimeSeconds=4,
+        addEntryTimeoutSec=1,
+        bookieReplacementTimeoutMs=0,
+    ) as bk:
+        # Every bookie holds this ledger; one pauses, so its adds time out (Qa=3 is still met
+        # by the others and no spare exists: the change is delayed, the writes go on).
+        lh = bk.create_ledger(4, 4, 3)
+        paused = cluster.bookie_addresses[2]
+        pid = cluster.pid(2)
+        assert pid is not None
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            lh.append_many([b"x"] * 5)
+            wait_until(lambda: paused in bk.health.quarantined(), "the paused bookie quarantined")
+        finally:
+            os.kill(pid, signal.SIGCONT)  # healthy and registered again: only quarantined
+        assert client_metric("bookkeeper_client_BOOKIE_QUARANTINE_total") == quarantines + 1
+        assert client_metric("bookkeeper_client_QUARANTINED_BOOKIES") == 1
+        assert any(
+            r.levelno == logging.WARNING
+            and paused in r.getMessage()
+            and "quarantined" in r.getMessage()
+            for r in caplog.records
+        )
+        assert paused in bk.registered_bookies
+
+        # While it is quarantined, new ensembles leave it out as long as three others exist...
+        for _ in range(10):
+            created = bk.create_ledger(3, 3, 2)
+            assert paused not in created.metadata.last_ensemble
+            created.close()
+        # ... and use it when no other will do.
+        everyone = bk.create_ledger(4, 4, 3)
+        assert paused in everyone.metadata.last_ensemble
+        assert everyone.append(b"on every bookie") == 0
+        everyone.close()
+
+        wait_until(lambda: not bk.health.quarantined(), "the quarantine to end", timeout_s=30)
+        assert client_metric("bookkeeper_client_QUARANTINED_BOOKIES") == 0
+        assert any(
+            "no longer quarantined" in r.getMessage() and paused in r.getMessage()
+            for r in caplog.records
+        )
+
+        def chosen_again() -> bool:
+            created = bk.create_ledger(3, 3, 2)
+            created.close()
+            return paused in created.metadata.last_ensemble
+
+        # With E=3 of 4 each new ensemble holds it with probability 3/4 once released.
+        wait_until(chosen_again, "a new ensemble with the released bookie", interval_s=0)
+        lh.close()
