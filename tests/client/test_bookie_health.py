@@ -105,7 +105,7 @@ def test_a_bookie_whose_adds_time_out_is_quarantined_then_released(
         bookieHealthCheckEnabled=True,
         bookieHealthCheckIntervalSeconds=1,
         bookieErrorThresholdPerInterval=1,
-        bookieQuarantineTimeSeconds=4,
+        bookieQuarantineTimeSeconds=10,
         addEntryTimeoutSec=1,
         bookieReplacementTimeoutMs=0,
     ) as bk:
@@ -141,6 +141,17 @@ def test_a_bookie_whose_adds_time_out_is_quarantined_then_released(
         assert paused in everyone.metadata.last_ensemble
         assert everyone.append(b"on every bookie") == 0
         everyone.close()
+
+        # A replacement leaves it out too: of the two bookies outside this ensemble, the
+        # quarantined one is passed over.
+        pair = bk.create_ledger(2, 2, 2)
+        assert paused not in pair.metadata.last_ensemble
+        failed = cluster.bookie_addresses.index(pair.metadata.last_ensemble[0])
+        cluster.kill_bookie(failed)
+        assert pair.append(b"after the kill") == 0
+        assert pair.metadata.last_ensemble[0] not in (paused, cluster.bookie_addresses[failed])
+        pair.close()
+        cluster.restart_bookie(failed)
 
         wait_until(lambda: not bk.health.quarantined(), "the quarantine to end", timeout_s=30)
         assert client_metric("bookkeeper_client_QUARANTINED_BOOKIES") == 0
