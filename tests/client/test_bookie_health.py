@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import threading
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -176,3 +177,5 @@ def test_a_bookie_whose_adds_time_out_is_quarantined_then_released(
         # With E=3 of 4 each new ensemble holds it with probability 3/4 once released.
         wait_until(chosen_again, "a new ensemble with the released bookie", interval_s=0)
         lh.close()
+    # close() stopped the health check's thread.
+    assert not any(t.name == "pybkx-bookie-health" for t in threading.enumerate())
