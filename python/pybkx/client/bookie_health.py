@@ -76,10 +76,10 @@ class BookieHealth:
     def quarantine(self, bookie_id: str) -> bool:
         """Quarantine ``bookie_id`` for ``bookieQuarantineTimeSeconds`` (BookKeeper's
         ``quarantineBookie``): True if it was not quarantined already (a quarantined bookie
-        keeps its end time)."""
+        keeps its end time). After ``close()`` it does nothing (False)."""
         end = time.monotonic() + self._config.bookie_quarantine_time_seconds
         with self._lock:
-            if bookie_id in self._until:
+            if self._closed or bookie_id in self._until:
                 return False
             self._until[bookie_id] = end
             count = len(self._until)
