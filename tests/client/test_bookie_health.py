@@ -1,8 +1,8 @@
-"""Bookie health with real bookie processes: quarantine of a bookie whose adds time out (left out
+"""Bookie health with real processes: quarantine of a bookie whose adds time out (left out
 of new ensembles while spares exist, used when none do, released after the quarantine time,
 with its metric and log lines) and sticky reads (one bookie serves a handle's reads, counted by
-the bookies' own ``/metrics``; another once it is quarantined or stopped). Owns the client's
-side only.
+the bookies' own ``/metrics``; another once it is quarantined or stopped); the check's
+threshold and ratio against a listener that never answers. Owns the client's side only.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import socket
 import threading
 import urllib.request
 from collections.abc import Iterator
@@ -20,7 +21,12 @@ from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 from support.wait import wait_until
 
+from pybkx import errors
+from pybkx._core import BookieClient
 from pybkx.client import BookKeeper
+from pybkx.client.bookie_health import BookieHealth
+from pybkx.client.metrics import ensure_registered
+from pybkx.config import ClientConfig
 from pybkx.tools.sandbox import Sandbox
 
 pytestmark = pytest.mark.integration
@@ -179,3 +185,35 @@ def test_a_bookie_whose_adds_time_out_is_quarantined_then_released(
         lh.close()
     # close() stopped the health check's thread.
     assert not any(t.name == "pybkx-bookie-health" for t in threading.enumerate())
+
+
+def test_the_check_quarantines_by_threshold_and_ratio_and_resets_the_counts() -> None:
+    """Against a listener that never answers (each read times out), with the check run by
+    hand: under the threshold nothing happens, at it the bookie is quarantined (by its address
+    when it is no registered bookie); with ratio 0 it is counted as skipped instead."""
+    ensure_registered()
+    with socket.create_server(("127.0.0.1", 0)) as silent:
+        address = f"127.0.0.1:{silent.getsockname()[1]}"
+        for ratio, quarantined in ((1.0, [address]), (0.0, [])):
+            config = ClientConfig.of(
+                readEntryTimeoutSec=0.2,
+                bookieErrorThresholdPerInterval=2,
+                bookieQuarantineRatio=ratio,
+            )
+            bookies = BookieClient(config)
+            health = BookieHealth(config, bookies, lambda b: b, frozenset)
+            try:
+                skipped = client_metric("bookkeeper_client_BOOKIE_QUARANTINE_SKIP_total")
+                timeouts = [bookies.read(address, 1, e) for e in range(2)]
+                for future in timeouts:
+                    with pytest.raises(errors.TimeoutException):
+                        future.result(timeout=10)
+                assert health.check() == quarantined
+                assert health.quarantined() == frozenset(quarantined)
+                assert client_metric("bookkeeper_client_BOOKIE_QUARANTINE_SKIP_total") == (
+                    skipped + (1 if ratio == 0.0 else 0)
+                )
+                assert health.check() == []  # the counts were reset
+            finally:
+                health.close()
+                bookies.close()
