@@ -444,6 +444,15 @@ class BookieClient:
         """V3 GET_LIST_OF_ENTRIES_OF_LEDGER. Result: the entries the bookie holds, as
         ascending inclusive runs ``[(first, last), ...]``."""
 
+    def take_error_counts(self) -> dict[str, int]:
+        """Each bookie address's failed requests since the last call that BookKeeper's client
+        counts toward quarantine (timeouts, answers other than no such entry/ledger, fenced,
+        read-only; not a refused connection), reset to 0; bookies with none left out."""
+
+    def failure_count(self, bookie: str) -> int:
+        """Every failed request to the bookie address (any cause but a request too large to
+        send or a closed client) since this client started; never reset."""
+
     def close(self) -> None:
         """Close all connections; pending requests fail. Idempotent."""
 

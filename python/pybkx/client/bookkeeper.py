@@ -14,6 +14,7 @@ from typing import Any
 from pybkx import errors
 from pybkx._core import BookieClient, FailureQueue, check_quorums
 from pybkx.client.aio import run_blocking
+from pybkx.client.bookie_health import BookieHealth
 from pybkx.client.failures import FailureDispatcher
 from pybkx.client.ledger_recovery import recover
 from pybkx.client.metrics import ensure_registered, timed
@@ -30,7 +31,12 @@ from pybkx.meta import (
     open_metadata_store,
 )
 from pybkx.meta.discovery import describe_default
-from pybkx.placement import EnsemblePlacementPolicy, PlacementPolicyAdherence, create_policy
+from pybkx.placement import (
+    EnsemblePlacementPolicy,
+    PlacementPolicyAdherence,
+    PlacementResult,
+    create_policy,
+)
 
 __all__ = ["BookKeeper"]
 
@@ -45,7 +51,8 @@ class BookKeeper:
     client keys (see :class:`pybkx.config.ClientConfig`: ``addEntryTimeoutSec``,
     ``readEntryTimeoutSec``, ``clientConnectTimeoutMillis``, ``nettyMaxFrameSizeBytes``,
     ``batchReadEnabled``, ``throttle``, ``zkTimeout``, ``bookieReplacementTimeoutMs``, ...) and
-    the placement policy's keys (``ensemblePlacementPolicy`` and its options).
+    the placement policy's keys (``ensemblePlacementPolicy`` and its options), bookie
+    quarantine (``bookieHealthCheckEnabled`` and its keys) and ``stickyReadSEnabled``.
 
     Raises ConfigError for a bad value or for security it does not implement yet
     (``tlsProviderFactoryClass``, ``clientAuthProviderFactoryClass``, ``zkEnableSecurity``: it
@@ -74,6 +81,10 @@ class BookKeeper:
             self.store.close()
             raise
         self.failures = FailureDispatcher(FailureQueue(), self.config.num_worker_threads)
+        # Quarantine of faulty bookies (a thread only with bookieHealthCheckEnabled).
+        self.health = BookieHealth(
+            self.config, self.bookies, self.address_of, lambda: self._registered
+        )
         # The *_async methods run metadata work here: a bounded pool, threads made on demand.
         self.executor: Executor = ThreadPoolExecutor(
             self.config.num_worker_threads, thread_name_prefix="pybkx-client"
@@ -156,8 +167,8 @@ class BookKeeper:
         digest = DigestType.parse(digest_type)
         check_quorums(ensemble_size, write_quorum_size, ack_quorum_size)
         try:
-            placed = self.placement.new_ensemble(
-                ensemble_size, write_quorum_size, ack_quorum_size, dict(custom_metadata or {}), ()
+            placed = self._new_ensemble(
+                ensemble_size, write_quorum_size, ack_quorum_size, dict(custom_metadata or {})
             )
         except errors.NotEnoughBookiesException as exc:
             raise errors.NotEnoughBookiesException(
@@ -188,6 +199,28 @@ class BookKeeper:
                 continue  # the id was taken (e.g. by another client's retried create)
             return LedgerHandle(self, ledger_id, versioned)
         raise errors.MetaStoreException("could not allocate a free ledger id")
+
+    def _new_ensemble(
+        self,
+        ensemble_size: int,
+        write_quorum_size: int,
+        ack_quorum_size: int,
+        custom: dict[str, bytes],
+    ) -> PlacementResult[list[str]]:
+        """The placement policy's ensemble without the quarantined bookies, or with them when
+        the others are too few (as BookKeeper's ``BookieWatcherImpl.newEnsemble``). Raises
+        NotEnoughBookiesException."""
+        quarantined = self.health.quarantined()
+        if quarantined:
+            try:
+                return self.placement.new_ensemble(
+                    ensemble_size, write_quorum_size, ack_quorum_size, custom, quarantined
+                )
+            except errors.NotEnoughBookiesException:
+                logger.debug("not enough healthy bookies; quarantined %s may be used", quarantined)
+        return self.placement.new_ensemble(
+            ensemble_size, write_quorum_size, ack_quorum_size, custom, ()
+        )
 
     def open_ledger(
         self, ledger_id: int, password: bytes = b"", recovery: bool = True
@@ -276,6 +309,7 @@ class BookKeeper:
             return
         self._closed = True
         self._unwatch()
+        self.health.close()
         self.failures.close()
         self.executor.shutdown(wait=False, cancel_futures=True)
         self.placement.uninitialize()

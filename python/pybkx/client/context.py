@@ -1,6 +1,7 @@
 """What the parts of the client (handles, ensemble changes, recovery) need from the client that
-owns them: its configuration, metadata store, placement policy, bookie connections and failure
-dispatcher. A protocol only, so those parts never import ``BookKeeper`` itself."""
+owns them: its configuration, metadata store, placement policy, bookie connections, failure
+dispatcher and bookie health (quarantine). A protocol only, so those parts never import
+``BookKeeper`` itself."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from concurrent.futures import Executor
 from typing import Protocol
 
 from pybkx._core import BookieClient
+from pybkx.client.bookie_health import BookieHealth
 from pybkx.client.failures import FailureDispatcher
 from pybkx.config import ClientConfig
 from pybkx.meta import MetadataStore
@@ -24,6 +26,8 @@ class ClientContext(Protocol):
     placement: EnsemblePlacementPolicy
     bookies: BookieClient
     failures: FailureDispatcher
+    health: BookieHealth
+    """The quarantined bookies (new ensembles and replacements avoid them)."""
     executor: Executor
     """Runs blocking control-plane calls for the ``*_async`` methods (bounded pool)."""
 

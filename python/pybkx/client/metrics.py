@@ -1,6 +1,7 @@
 """The client's metrics in the process's ``prometheus_client`` registry, under BookKeeper's
 client names (``bookkeeper_client_*``): add and read latency from the Rust core (every client of
-the process together), ledger create/open/delete/recover latency and ensemble changes from here.
+the process together), ledger create/open/delete/recover latency, ensemble changes and bookie
+quarantines from here.
 Registered once, when the first ``BookKeeper`` is made. It exports; it never decides anything.
 """
 
@@ -11,13 +12,20 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from prometheus_client import REGISTRY, Counter, Histogram
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from pybkx._core import client_metrics
 
-__all__ = ["count_ensemble_change", "ensure_registered", "timed"]
+__all__ = [
+    "count_ensemble_change",
+    "count_quarantine",
+    "count_quarantine_skip",
+    "ensure_registered",
+    "set_quarantined",
+    "timed",
+]
 
 # Powers of two microseconds, shown in milliseconds: 32 µs .. 67 s. The core's buckets split
 # every power of two exactly, so counts at these bounds are exact.
@@ -28,6 +36,11 @@ _lock = threading.Lock()
 _registered = False
 _ensemble_changes: Counter | None = None
 _ledger_ops: dict[str, Histogram] = {}
+_quarantines: Counter | None = None
+_quarantine_skips: Counter | None = None
+_quarantined: Gauge | None = None
+# Quarantined bookies by client (``id`` of its health check): the gauge is their sum.
+_quarantined_by: dict[int, int] = {}
 
 LEDGER_OPS = ("LEDGER_CREATE", "LEDGER_OPEN", "LEDGER_DELETE", "LEDGER_RECOVER")
 """BookKeeper's per-ledger client operations, timed here."""
@@ -72,7 +85,7 @@ def _cumulative(buckets: list[tuple[int | None, int]]) -> list[tuple[str, float]
 
 def ensure_registered() -> None:
     """Register the client's metrics in the default registry (once per process)."""
-    global _registered, _ensemble_changes
+    global _registered, _ensemble_changes, _quarantines, _quarantine_skips, _quarantined
     with _lock:
         if _registered:
             return
@@ -80,6 +93,18 @@ def ensure_registered() -> None:
         _ensemble_changes = Counter(
             "bookkeeper_client_NUM_ENSEMBLE_CHANGE",
             "Ensemble changes: failed bookies replaced in a ledger being written",
+        )
+        _quarantines = Counter(
+            "bookkeeper_client_BOOKIE_QUARANTINE",
+            "Bookies quarantined by the health check (too many errors in an interval)",
+        )
+        _quarantine_skips = Counter(
+            "bookkeeper_client_BOOKIE_QUARANTINE_SKIP",
+            "Faulty bookies the health check left out of quarantine (bookieQuarantineRatio)",
+        )
+        _quarantined = Gauge(
+            "bookkeeper_client_QUARANTINED_BOOKIES",
+            "Bookies quarantined now: new ensembles leave them out while others can serve",
         )
         for op in LEDGER_OPS:
             _ledger_ops[op] = Histogram(
@@ -94,6 +119,27 @@ def ensure_registered() -> None:
 def count_ensemble_change() -> None:
     if _ensemble_changes is not None:
         _ensemble_changes.inc()
+
+
+def count_quarantine() -> None:
+    if _quarantines is not None:
+        _quarantines.inc()
+
+
+def count_quarantine_skip() -> None:
+    if _quarantine_skips is not None:
+        _quarantine_skips.inc()
+
+
+def set_quarantined(count: int, owner: object) -> None:
+    """Sets how many bookies ``owner`` (one client's health check) holds in quarantine."""
+    with _lock:
+        if count:
+            _quarantined_by[id(owner)] = count
+        else:
+            _quarantined_by.pop(id(owner), None)
+        if _quarantined is not None:
+            _quarantined.set(sum(_quarantined_by.values()))
 
 
 @contextmanager

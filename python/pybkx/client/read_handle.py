@@ -20,6 +20,7 @@ from pybkx.client import arrow, lac
 from pybkx.client.aio import run_blocking
 from pybkx.client.context import ClientContext
 from pybkx.client.read_window import BatchReads, ReadWindow, check_range
+from pybkx.client.sticky_reads import StickyBookie
 from pybkx.meta import LedgerMetadata, LedgerState, Versioned
 
 if TYPE_CHECKING:
@@ -56,7 +57,8 @@ class ReadHandle:
         md = versioned.value
         self._lac = md.last_entry_id if md.is_closed else -1
         self._length = md.length if md.is_closed else 0
-        self._plan: tuple[Versioned[LedgerMetadata], ReadPlan] | None = None
+        self._plan: tuple[Versioned[LedgerMetadata], int | None, ReadPlan] | None = None
+        self._sticky = StickyBookie(bk, ledger_id)
         self._avoid: tuple[frozenset[str], list[str]] = (frozenset(), [])
 
     # --- state ------------------------------------------------------------------------------
@@ -105,11 +107,12 @@ class ReadHandle:
     # --- reads ------------------------------------------------------------------------------
 
     def _read_plan(self) -> ReadPlan:
-        """The plan of the current metadata version, built once."""
-        cached = self._plan
-        if cached is not None and cached[0] is self._versioned:
-            return cached[1]
+        """The plan of the current metadata version and sticky bookie, built once."""
         md = self.metadata
+        sticky = self._sticky.index(md)
+        cached = self._plan
+        if cached is not None and cached[0] is self._versioned and cached[1] == sticky:
+            return cached[2]
         plan = ReadPlan(
             self.bk.bookies,
             self.ledger_id,
@@ -120,15 +123,18 @@ class ReadHandle:
                 (first, [self.bk.address_of(b) for b in bookies])
                 for first, bookies in md.ensembles.items()
             ],
-            orders=self._read_orders(md),
+            orders=self._read_orders(md, sticky),
             max_batch_bytes=self.bk.config.netty_max_frame_size_bytes,
         )
-        self._plan = (self._versioned, plan)
+        self._plan = (self._versioned, sticky, plan)
         return plan
 
-    def _read_orders(self, md: LedgerMetadata) -> list[list[list[int]]]:
-        """Per segment, per write-set start: the replica order of the placement policy
+    def _read_orders(self, md: LedgerMetadata, sticky: int | None) -> list[list[list[int]]]:
+        """Per segment, per write-set start: the sticky bookie first, then the next ones
+        (``stickyReadSEnabled``, E == Qw); else the replica order of the placement policy
         (``reorderReadSequenceEnabled``, default on); empty for the write-set order."""
+        if sticky is not None:
+            return StickyBookie.orders(md, sticky)
         if not self.bk.config.reorder_read_sequence_enabled:
             return []
         return [

@@ -1,7 +1,7 @@
 """Choosing bookies to replace failed ones: the placement policy's choice for each failed index
-of a ledger's last ensemble, or, when the policy has none, the failed bookie itself once it is
-registered again (it restarted with its data). Used by writers and by ledger recovery alike.
-It decides; it never writes metadata."""
+of a ledger's last ensemble (quarantined bookies only when no other will do), or, when the
+policy has none, the failed bookie itself once it is registered again (it restarted with its
+data). Used by writers and by ledger recovery alike. It decides; it never writes metadata."""
 
 from __future__ import annotations
 
@@ -45,17 +45,9 @@ def replacement_ensemble(
         chosen: list[str] = []
         try:
             for index in failed:
-                result = bk.placement.replace_bookie(
-                    metadata.ensemble_size,
-                    metadata.write_quorum_size,
-                    metadata.ack_quorum_size,
-                    metadata.custom_metadata,
-                    ensemble,
-                    ensemble[index],
-                    chosen,
-                )
-                chosen.append(result.result)
-                ensemble[index] = result.result
+                bookie = _replacement(bk, metadata, ensemble, index, chosen)
+                chosen.append(bookie)
+                ensemble[index] = bookie
             break
         except errors.NotEnoughBookiesException as exc:
             writable = bk.store.writable_bookies()
@@ -81,6 +73,37 @@ def replacement_ensemble(
             ensemble[index],
         )
     return ensemble
+
+
+def _replacement(
+    bk: ClientContext,
+    metadata: LedgerMetadata,
+    ensemble: Sequence[str],
+    index: int,
+    chosen: Sequence[str],
+) -> str:
+    """The policy's bookie for ``ensemble[index]``, not one of ``chosen``: a quarantined one
+    only when no other will do (as BookKeeper's ``BookieWatcherImpl.replaceBookie``). Raises
+    NotEnoughBookiesException."""
+
+    def replace(exclude: Sequence[str]) -> str:
+        return bk.placement.replace_bookie(
+            metadata.ensemble_size,
+            metadata.write_quorum_size,
+            metadata.ack_quorum_size,
+            metadata.custom_metadata,
+            ensemble,
+            ensemble[index],
+            exclude,
+        ).result
+
+    quarantined = bk.health.quarantined()
+    if quarantined:
+        try:
+            return replace([*chosen, *quarantined])
+        except errors.NotEnoughBookiesException:
+            logger.debug("not enough healthy bookies; quarantined %s may be used", quarantined)
+    return replace(chosen)
 
 
 def _describe(

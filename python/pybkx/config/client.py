@@ -12,7 +12,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import Any, ClassVar
 
 from pybkx.config.values import MIB, KeyedConfig, boolean, integer, number, optional, setting
 
@@ -27,6 +27,12 @@ class ClientConfig(KeyedConfig):
 
     Every value is checked on construction (ConfigError).
     """
+
+    # BookKeeper's setter is setStickyReadsEnabled but the key it writes is
+    # "stickyReadSEnabled"; the setter's spelling is taken too (a real key wins over it).
+    LEGACY_KEYS: ClassVar[Mapping[str, str]] = MappingProxyType(
+        {"stickyReadsEnabled": "stickyReadSEnabled"}
+    )
 
     read_timeout_sec: float = setting("readTimeout", 5.0, number(0.001))
     """BookKeeper's older timeout: the default of both timeouts below."""
@@ -54,6 +60,21 @@ class ClientConfig(KeyedConfig):
     throttle: int = setting("throttle", 5000, integer(1))
     """Appends pending per ledger before ``append`` waits (BookKeeper's ``throttle``)."""
     reorder_read_sequence_enabled: bool = setting("reorderReadSequenceEnabled", True, boolean)
+    sticky_reads_enabled: bool = setting("stickyReadSEnabled", False, boolean)
+    """Reads of a ledger with E == Qw go first to one bookie of its ensemble, another after
+    that one fails (BookKeeper spells the key ``stickyReadSEnabled``)."""
+    bookie_health_check_enabled: bool = setting("bookieHealthCheckEnabled", False, boolean)
+    """Quarantine bookies with too many errors: new ensembles avoid them for a while."""
+    bookie_health_check_interval_seconds: int = setting(
+        "bookieHealthCheckIntervalSeconds", 60, integer(1)
+    )
+    bookie_error_threshold_per_interval: int = setting(
+        "bookieErrorThresholdPerInterval", 100, integer(1)
+    )
+    """Errors of one bookie within one interval that quarantine it."""
+    bookie_quarantine_time_seconds: int = setting("bookieQuarantineTimeSeconds", 1800, integer(1))
+    bookie_quarantine_ratio: float = setting("bookieQuarantineRatio", 1.0, number(0.0, 1.0))
+    """The chance that a bookie over the threshold is quarantined (1.0: always)."""
     bookie_replacement_timeout_ms: int = setting("bookieReplacementTimeoutMs", 10_000, integer(0))
     """How long an ensemble change waits for a bookie to replace a failed one (pybkx key)."""
     num_worker_threads: int = setting("numWorkerThreads", _DEFAULT_WORKERS, integer(1, 1024))

@@ -274,6 +274,16 @@ impl PyBookieClient {
         self.submit(py, request)
     }
 
+    /// Per-bookie error counts toward quarantine, taken and reset: see `_core.pyi`.
+    fn take_error_counts(&self) -> std::collections::HashMap<String, u64> {
+        self.inner.take_error_counts().into_iter().collect()
+    }
+
+    /// Every failed request to `bookie` so far: see `_core.pyi`.
+    fn failure_count(&self, bookie: &str) -> u64 {
+        self.inner.failure_count(bookie)
+    }
+
     fn close(&self) {
         self.inner.close();
     }

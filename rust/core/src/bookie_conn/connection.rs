@@ -15,6 +15,7 @@ use tokio::net::TcpStream;
 use tokio::runtime::Runtime;
 use tokio::sync::{mpsc, Notify};
 
+use super::health::BookieCounts;
 use super::reply::{ClientError, Reply, ReplyResult};
 use crate::config::ClientConfig;
 use crate::done::Done;
@@ -81,6 +82,8 @@ pub(super) struct Conn {
     /// What the peer did with a strided batch read: `STRIDES_*`. Per connection, since a
     /// restarted bookie may be another implementation.
     strides: AtomicU8,
+    /// The bookie's failure counts (outlive this connection).
+    counts: Arc<BookieCounts>,
 }
 
 const STRIDES_UNKNOWN: u8 = 0;
@@ -89,7 +92,12 @@ const STRIDES_IGNORED: u8 = 2;
 
 impl Conn {
     /// Creates the connection and starts its task on `rt`.
-    pub(super) fn start(rt: &Runtime, bookie: &str, cfg: &ClientConfig) -> Arc<Conn> {
+    pub(super) fn start(
+        rt: &Runtime,
+        bookie: &str,
+        cfg: &ClientConfig,
+        counts: Arc<BookieCounts>,
+    ) -> Arc<Conn> {
         // Bounded in bytes rather than frames: a frame is queued only once its bytes are
         // reserved against `clientWriteBufferHighWaterMark` (`queued`), so at most that many
         // bytes wait here, or one larger frame alone.
@@ -104,6 +112,7 @@ impl Conn {
             room: Condvar::new(),
             room_async: Notify::new(),
             strides: AtomicU8::new(STRIDES_UNKNOWN),
+            counts,
         });
         rt.spawn(run_connection(conn.clone(), out_rx, cfg.clone()));
         conn
@@ -209,7 +218,7 @@ impl Conn {
         self.room_async.notify_waiters();
         for (_, waiters) in pending {
             for w in waiters {
-                (w.done)(Err(err.clone()));
+                self.finish(w, Err(err.clone()));
             }
         }
     }
@@ -227,8 +236,14 @@ impl Conn {
             w
         };
         if let Some(w) = waiter {
-            (w.done)(result);
+            self.finish(w, result);
         }
+    }
+
+    /// Completes a request, counting a failure against the bookie first.
+    fn finish(&self, waiter: Waiter, result: ReplyResult) {
+        self.counts.record(&result);
+        (waiter.done)(result);
     }
 
     fn expire(&self, now: Instant) {
@@ -250,10 +265,11 @@ impl Conn {
             });
         }
         for (key, w) in expired {
-            (w.done)(Err(ClientError::Timeout {
+            let timeout = ClientError::Timeout {
                 bookie: self.bookie.clone(),
                 op: key.op(),
-            }));
+            };
+            self.finish(w, Err(timeout));
         }
     }
 

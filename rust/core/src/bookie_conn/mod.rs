@@ -11,10 +11,12 @@
 //! thread waits for room (up to the request timeout), an async sender awaits it.
 
 mod connection;
+mod health;
 mod reply;
 #[cfg(test)]
 mod tests;
 
+pub use health::counts_toward_quarantine;
 pub use reply::{ClientError, Reply, ReplyResult};
 
 use std::collections::HashMap;
@@ -33,6 +35,7 @@ use crate::protocol::v2::{
 use crate::protocol::{self, v3};
 use crate::runtime::runtime;
 use connection::{Conn, Key, Waiter};
+use health::FailureCounts;
 
 /// Connections to bookies, shared by all ledgers of a client.
 pub struct BookieClient {
@@ -42,6 +45,8 @@ pub struct BookieClient {
     next_request_id: AtomicI64,
     /// V3 transaction ids (echoed by the bookie; responses are matched by ledger and entry).
     next_txn_id: AtomicU64,
+    /// Failed requests per bookie, for the health check and sticky reads.
+    failures: FailureCounts,
 }
 
 /// One request ready to go: where, how it is matched, its frame and when it expires.
@@ -60,6 +65,7 @@ impl BookieClient {
             closed: AtomicBool::new(false),
             next_request_id: AtomicI64::new(1),
             next_txn_id: AtomicU64::new(1),
+            failures: FailureCounts::default(),
         }
     }
 
@@ -73,7 +79,7 @@ impl BookieClient {
     pub fn send(&self, out: Outgoing, done: Done<ReplyResult>) {
         let (conn, size) = match self.admit(&out) {
             Ok(c) => c,
-            Err(e) => return done(Err(e)),
+            Err(e) => return self.fail_unsent(&out.bookie, e, done),
         };
         let deadline = Instant::now() + out.timeout;
         let reserved = if tokio::runtime::Handle::try_current().is_ok() {
@@ -82,9 +88,30 @@ impl BookieClient {
             conn.reserve_blocking(size, deadline)
         };
         if !reserved {
-            return done(Err(conn.no_room_error(out.key)));
+            return self.fail_unsent(&out.bookie, conn.no_room_error(out.key), done);
         }
         conn.enqueue(out.key, out.chunks, size, Waiter::new(done, deadline));
+    }
+
+    /// Completes a request that was never sent, counting it against its bookie.
+    fn fail_unsent(&self, bookie: &str, err: ClientError, done: Done<ReplyResult>) {
+        let result = Err(err);
+        self.failures.record(bookie, &result);
+        done(result)
+    }
+
+    /// Each bookie's requests that failed in a way BookKeeper's client counts toward
+    /// quarantine (see [`counts_toward_quarantine`]) since the last call, reset to 0: what the
+    /// health check takes once per `bookieHealthCheckIntervalSeconds`. Bookies with none are
+    /// left out.
+    pub fn take_error_counts(&self) -> Vec<(String, u64)> {
+        self.failures.take_errors()
+    }
+
+    /// Every failed request to `bookie` (any cause) since this client started; never reset,
+    /// so a reader learns that a bookie failed by comparing it with a value seen before.
+    pub fn failure_count(&self, bookie: &str) -> u64 {
+        self.failures.failures(bookie)
     }
 
     /// Closes every connection; waiting requests fail with `Closed`. Idempotent.
@@ -402,10 +429,19 @@ impl BookieClient {
 
     /// Sends a request from async code: awaits room instead of blocking a thread.
     pub async fn send_async(&self, out: Outgoing) -> ReplyResult {
-        let (conn, size) = self.admit(&out)?;
+        let (conn, size) = match self.admit(&out) {
+            Ok(c) => c,
+            Err(e) => {
+                let result = Err(e);
+                self.failures.record(&out.bookie, &result);
+                return result;
+            }
+        };
         let deadline = Instant::now() + out.timeout;
         if !conn.reserve(size, deadline).await {
-            return Err(conn.no_room_error(out.key));
+            let result = Err(conn.no_room_error(out.key));
+            self.failures.record(&out.bookie, &result);
+            return result;
         }
         let (done, rx) = done::channel();
         conn.enqueue(out.key, out.chunks, size, Waiter::new(done, deadline));
@@ -423,7 +459,7 @@ impl BookieClient {
             bookie: bookie.to_string(),
             why: format!("no runtime: {e}"),
         })?;
-        let conn = Conn::start(&rt, bookie, &self.cfg);
+        let conn = Conn::start(&rt, bookie, &self.cfg, self.failures.of(bookie));
         conns.insert(bookie.to_string(), conn.clone());
         Ok(conn)
     }

@@ -278,3 +278,40 @@ fn oversized_requests_fail_at_once_and_a_full_queue_makes_senders_wait() {
     assert!(*client.connection(&addr).unwrap().queued.lock() <= (128 << 10) + (64 << 10));
     assert!(started.elapsed() < Duration::from_secs(60));
 }
+
+#[test]
+fn failures_are_counted_per_bookie_and_only_timeouts_and_bad_answers_toward_quarantine() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_storage, server) = test_bookie(dir.path());
+    let good = server.local_addr().to_string();
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let quiet = silent.local_addr().unwrap().to_string();
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let down = closed.local_addr().unwrap().to_string();
+    drop(closed);
+    let client = BookieClient::new(ClientConfig {
+        read_timeout: Duration::from_millis(200),
+        connect_timeout: Duration::from_millis(500),
+        ..client_config()
+    });
+    let read = |bookie: &str| wait(|d| client.send(client.read_request(bookie, 9, 0, 0, None), d));
+    // An expected answer (no such ledger), a refused connection, two timeouts.
+    assert_eq!(read(&good).unwrap_err().status(), Some(Status::NoLedger));
+    assert!(matches!(read(&down), Err(ClientError::Unavailable { .. })));
+    for _ in 0..2 {
+        assert!(matches!(read(&quiet), Err(ClientError::Timeout { .. })));
+    }
+    assert_eq!(client.failure_count(&good), 1);
+    assert_eq!(client.failure_count(&down), 1);
+    assert_eq!(client.failure_count(&quiet), 2);
+    assert_eq!(client.failure_count("127.0.0.1:1"), 0);
+    // Only the timeouts count toward quarantine, and taking them resets them.
+    assert_eq!(client.take_error_counts(), vec![(quiet.clone(), 2)]);
+    assert!(client.take_error_counts().is_empty());
+    assert_eq!(
+        client.failure_count(&quiet),
+        2,
+        "the running count is never reset"
+    );
+    server.stop(Duration::from_secs(1));
+}
