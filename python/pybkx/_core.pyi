@@ -323,13 +323,22 @@ class BookieServer:
 
     Given ``tls`` (a ``pybkx.config.tls.ServerTlsMaterial``), it answers START_TLS as
     BookKeeper's bookie does: EOK in plaintext, then the TLS handshake on the same socket.
+    Given ``authorized_roles`` (BookKeeper's BookieAuthZFactory), a connection is served only
+    once its TLS client certificate's first role is one of them; before that ADD and READ get
+    EUA and other requests close the connection (V2) or get EUA (V3).
 
     Raises OSError if the address cannot be bound, ValueError on limits that cannot work or TLS
     material that cannot be used.
     """
 
     def __init__(
-        self, storage: LedgerStorage, config: object, host: str, port: int, tls: object = None
+        self,
+        storage: LedgerStorage,
+        config: object,
+        host: str,
+        port: int,
+        tls: object = None,
+        authorized_roles: list[str] | tuple[str, ...] | None = None,
     ) -> None: ...
     def reload_tls(self, tls: object) -> None:
         """Replace the TLS material (a ``pybkx.config.tls.ServerTlsMaterial``) for the

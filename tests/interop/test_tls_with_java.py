@@ -168,3 +168,29 @@ def test_a_required_client_certificate_admits_only_clients_of_the_trusted_ca(
                 handle = bk.open_ledger(created["ledger"], b"tls", recovery=True)
                 assert handle.last_add_confirmed == -1
     assert set(before) <= set(cluster.metadata_store.list_ledgers())
+
+
+def test_authorized_roles_admit_only_clients_whose_certificate_carries_one(
+    cluster_of: Any, java_classpath: str, tmp_path: Path, ca: TestCA, bookie_cert: Issued
+) -> None:
+    """BookKeeper's BookieAuthZFactory on pybkx bookies: TLS becomes required (a plaintext
+    client is answered EUA) and the client certificate's first role must be authorized."""
+    conf = bookie_tls(ca, bookie_cert, "JKS", client_auth=True) | {
+        "bookieAuthProviderFactoryClass": "org.apache.bookkeeper.tls.BookieAuthZFactory",
+        "authorizedRoles": "writer,admin",
+    }
+    cluster = cluster_of(conf)
+    writer = ca.issue("java-writer", ou="0:writer;1:cluster")
+    created, _, closed = write_and_read(
+        Java(java_classpath, cluster, tmp_path, java_tls(ca, writer))
+    )
+    assert closed["lac"] == ENTRIES - 1, closed
+    reader = ca.issue("java-reader", ou="0:reader,writer")
+    for settings in ((), java_tls(ca, reader)):
+        refused = Java(java_classpath, cluster, tmp_path, settings)
+        created, appended, _ = write_and_read(refused, writer="refused")
+        assert "error" in appended or "error" in created, (created, appended)
+        if "ledger" in created:
+            with BookKeeper(cluster.metadata_uri, zkTimeout=2000) as bk:
+                # pybkx's client has no TLS yet: it can only look at the metadata here.
+                assert bk.store.read_ledger_metadata(created["ledger"]).value.last_entry_id < 0

@@ -279,3 +279,65 @@ def test_a_store_that_cannot_be_used_stops_the_start(
     bookie = start_bookie("--conf", str(write_conf(tmp_path, port, extra)))
     assert_one_line_failure(bookie, fragment)
     assert not accepts_tcp(port), "nothing may listen when TLS cannot be served"
+
+
+# --- authorization: BookKeeper's BookieAuthZFactory -------------------------------------------
+
+AUTHZ_FACTORY = "org.apache.bookkeeper.tls.BookieAuthZFactory"
+EUA_V2, EUA_V3, EIO_V3 = 102, 502, 501  # BookieProtocol.EUA; V3 StatusCode EUA, EIO
+
+
+def authz_keys(ca: TestCA, issued: Issued, roles: str) -> str:
+    return tls_keys(issued, "PEM") + (
+        f"tlsClientAuthentication=true\ntlsTrustStoreType=PEM\ntlsTrustStore={ca.cert}\n"
+        f"bookieAuthProviderFactoryClass={AUTHZ_FACTORY}\nauthorizedRoles={roles}\n"
+    )
+
+
+def _v3_request(operation: int, txn: int, body_field: int) -> bytes:
+    header = b"\x08\x03" + b"\x10" + _varint(operation) + b"\x18" + _varint(txn)
+    body = b"\x0a" + _varint(len(header)) + header + _varint(body_field << 3 | 2) + b"\x00"
+    return struct.pack(">i", len(body)) + body
+
+
+def test_without_an_authorized_role_a_connection_is_answered_as_bookkeeper_answers(
+    tmp_path: Path, start_bookie: Any, ca: TestCA, issued: Issued
+) -> None:
+    port = run_bookie(tmp_path, start_bookie, authz_keys(ca, issued, "writer,admin"))
+    # Plaintext: V2 ADD and READ get EUA, and nothing is written.
+    with socket.create_connection(("127.0.0.1", port), timeout=15) as plain:
+        plain.sendall(v2_wire.add_request(11, 0, b"not allowed"))
+        assert v2_wire.parse_response(_recv_frame(plain)).rc == EUA_V2
+        plain.sendall(v2_wire.read_request(11, 0))
+        assert v2_wire.parse_response(_recv_frame(plain)).rc == EUA_V2
+        # Any other V2 request closes the connection.
+        plain.sendall(v2_wire.batch_request(11, 0, 1, 10, 1 << 20))
+        with pytest.raises(ConnectionError):
+            _recv_frame(plain)
+    # V3 requests get EUA (GET_BOOKIE_INFO, field 107 of the request).
+    with socket.create_connection(("127.0.0.1", port), timeout=15) as plain:
+        plain.sendall(_v3_request(8, txn=3, body_field=107))
+        assert _v3_status(_recv_frame(plain)) == EUA_V3
+    # TLS with a certificate whose first role is not authorized: EIO for the START_TLS, then
+    # EUA; the role compared is the first one only.
+    for ou in ("0:reader,writer", None):
+        client = ca.issue(f"client-{ou or 'no-ou'}".replace(":", "-").replace(",", "-"), ou=ou)
+        with handshake(port, client_context(ca, client)) as tls:
+            assert _v3_status(_recv_frame(tls)) == EIO_V3
+            tls.sendall(v2_wire.add_request(11, 0, b"not allowed"))
+            assert v2_wire.parse_response(_recv_frame(tls)).rc == EUA_V2
+    # An authorized role: served.
+    with handshake(port, client_context(ca, ca.issue("writer-1", ou="0:admin;1:cluster"))) as tls:
+        add_and_read_back(tls, ledger=12)
+        tls.sendall(v2_wire.read_request(11, 0))
+        assert v2_wire.parse_response(_recv_frame(tls)).rc != 0, "a refused client wrote"
+
+
+def test_authorization_without_roles_stops_the_start(
+    tmp_path: Path, start_bookie: Any, ca: TestCA, issued: Issued
+) -> None:
+    port = free_port()
+    extra = authz_keys(ca, issued, "")
+    bookie = start_bookie("--conf", str(write_conf(tmp_path, port, extra)))
+    assert_one_line_failure(bookie, "authorizedRoles")
+    assert not accepts_tcp(port)

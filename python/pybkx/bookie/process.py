@@ -41,7 +41,11 @@ from pybkx.bookie.serving import (
 )
 from pybkx.bookie.tls_reload import TlsReloader
 from pybkx.config import ConfigError, ServerConfig
-from pybkx.config.security import BOOKIE_SECURITY_KEYS, refuse_unsupported_security
+from pybkx.config.security import (
+    BOOKIE_SECURITY_KEYS,
+    authorized_roles,
+    refuse_unsupported_security,
+)
 from pybkx.config.tls import ServerTlsMaterial, server_tls_material
 from pybkx.meta import Endpoint, MetadataStore
 
@@ -221,6 +225,7 @@ class Bookie:
             # Read the TLS stores before anything opens: a missing store or a bad password
             # stops the start here.
             tls = server_tls_material(config)
+            roles = authorized_roles(config)
         except ConfigError as exc:
             raise BookieError(str(exc)) from None
         self._note_what_is_not_implemented()
@@ -243,7 +248,7 @@ class Bookie:
                     "start interrupted by a stop request (cookie not checked)",
                 )
                 return
-        running = self._serve(host, port, store, bookie_id, tls)
+        running = self._serve(host, port, store, bookie_id, (tls, roles))
         if self._announce(running, wait):
             running.disks.start()
             self._log_serving(running, f"{host}:{running.server.port}", uri)
@@ -254,14 +259,15 @@ class Bookie:
         port: int,
         store: MetadataStore | None,
         bookie_id: str | None,
-        tls: ServerTlsMaterial | None,
+        security: tuple[ServerTlsMaterial | None, tuple[str, ...] | None],
     ) -> _Running:
-        """Open the storage, listen (with ``tls`` for START_TLS), check the disks, start the
-        collector; put it all in place. Raises BookieError (what was opened, ``store`` too, is
-        closed again)."""
+        """Open the storage, listen (with ``security``'s TLS material for START_TLS and its
+        authorized roles), check the disks, start the collector; put it all in place. Raises
+        BookieError (what was opened, ``store`` too, is closed again)."""
+        tls, roles = security
         try:
             storage = open_storage(self.config)
-            server = start_server(storage, self.config, host, port, tls)
+            server = start_server(storage, self.config, host, port, tls, roles)
         except BaseException:
             if store is not None:
                 close_store_quietly(store)

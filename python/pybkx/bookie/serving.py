@@ -71,11 +71,13 @@ def start_server(
     host: str,
     port: int,
     tls: ServerTlsMaterial | None = None,
+    authorized_roles: tuple[str, ...] | None = None,
 ) -> BookieServer:
-    """Listen on ``host:port`` (answering START_TLS with ``tls``); closes ``storage`` and raises
+    """Listen on ``host:port`` (answering START_TLS with ``tls``, serving only clients whose
+    certificate's role is in ``authorized_roles`` when given); closes ``storage`` and raises
     BookieError on failure."""
     try:
-        return BookieServer(storage, config, host, port, tls)
+        return BookieServer(storage, config, host, port, tls, authorized_roles)
     except Exception as exc:
         close_storage_after_failure(storage)
         if isinstance(exc, OSError):

@@ -147,16 +147,13 @@ _GROUPS: Final[tuple[tuple[str, tuple[str, ...]], ...]] = (
         "refused, not ignored: pybkx does not implement this security yet, so a bookie given "
         "it refuses to start (pybkx.config.security) rather than run without it",
         (
-            "bookieAuthProviderFactoryClass",
             "zkEnableSecurity",
             "httpServerTlsEnable",
         ),
     ),
     (
-        "authentication and authorization are not implemented; without "
-        "bookieAuthProviderFactoryClass (refused) this key has no effect",
+        "not implemented: the admin HTTP server has no TLS and the bookie no startup-user check",
         (
-            "authorizedRoles",
             "permittedStartupUsers",
             "httpServerKeyStorePath",
             "httpServerKeyStorePassword",

@@ -24,6 +24,7 @@ from typing import ClassVar, Final
 from pybkx.config.bookkeeper_keys import NOT_IMPLEMENTED
 from pybkx.config.network import interface_ipv4, interface_names, is_ip
 from pybkx.config.properties import read_file
+from pybkx.config.security import bookie_auth_provider
 from pybkx.config.tiers import (
     ALLOCATORS,
     ANNOTATORS,
@@ -130,6 +131,14 @@ class ServerConfig(KeyedConfig):
     )
     """How often the store files are checked for changes (0: never); a change reloads them for
     the handshakes that follow."""
+
+    # --- authorization (BookKeeper's BookieAuthZFactory: the role in a TLS client certificate)
+    bookie_auth_provider_factory_class: str | None = setting(
+        "bookieAuthProviderFactoryClass", None, bookie_auth_provider
+    )
+    """``org.apache.bookkeeper.tls.BookieAuthZFactory``: a connection is served only once its
+    TLS handshake shows a client certificate whose first role is in ``authorizedRoles``."""
+    authorized_roles: tuple[str, ...] = setting("authorizedRoles", (), names)
 
     # --- directories (``journalDirectory`` is the legacy single-directory key)
     journal_directories: tuple[str, ...] = setting(

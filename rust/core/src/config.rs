@@ -218,6 +218,10 @@ pub struct ServerConfig {
     /// With `tlsProviderFactoryClass`: what answers START_TLS. None: START_TLS is refused
     /// (EBADREQ), as a Java bookie without TLS refuses it.
     pub tls: Option<std::sync::Arc<crate::tls::ServerTls>>,
+    /// With `bookieAuthProviderFactoryClass=BookieAuthZFactory`: the `authorizedRoles` a
+    /// client certificate's first role must be one of; a connection is unauthenticated until
+    /// its TLS handshake shows one. None: every connection is authenticated (AuthDisabled).
+    pub authorized_roles: Option<Vec<String>>,
 }
 
 impl ServerConfig {

@@ -81,6 +81,7 @@ pub fn server_config() -> ServerConfig {
         response_buffer_total_bytes: 64 << 20,
         read_only: false,
         tls: None,
+        authorized_roles: None,
     }
 }
 

@@ -213,6 +213,7 @@ pub(crate) fn server_config(
         response_buffer_total_bytes: a.response_buffer_total,
         read_only: a.read_only,
         tls: None,
+        authorized_roles: None,
     })
 }
 

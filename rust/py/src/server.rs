@@ -22,10 +22,11 @@ pub(crate) struct PyBookieServer {
 impl PyBookieServer {
     /// Listens on `host:port` (0: any free port) with the limits of `config` (a
     /// `pybkx.config.ServerConfig`) and, given `tls` (a `pybkx.config.tls.ServerTlsMaterial`),
-    /// answers START_TLS. Raises OSError if it cannot listen, ValueError for limits that cannot
+    /// answers START_TLS; given `authorized_roles`, serves a connection only once its client
+    /// certificate's first role is one of them. Raises OSError if it cannot listen, ValueError for limits that cannot
     /// work or TLS material that cannot be used.
     #[new]
-    #[pyo3(signature = (storage, config, host, port, tls = None))]
+    #[pyo3(signature = (storage, config, host, port, tls = None, authorized_roles = None))]
     fn new(
         py: Python<'_>,
         storage: PyRef<'_, PyLedgerStorage>,
@@ -33,8 +34,10 @@ impl PyBookieServer {
         host: String,
         port: u16,
         tls: Option<&Bound<'_, PyAny>>,
+        authorized_roles: Option<Vec<String>>,
     ) -> PyResult<Self> {
         let mut cfg = server_config(config, host, port)?;
+        cfg.authorized_roles = authorized_roles;
         if let Some(material) = tls {
             let settings = tls_settings(material)?;
             let server_tls = ServerTls::new(&settings)

@@ -20,6 +20,8 @@ pub enum ProtocolError {
     BadV3Message(String),
     #[error("malformed auth message: {0}")]
     BadAuthMessage(&'static str),
+    #[error("V2 opcode {0} before the connection was authenticated")]
+    Unauthenticated(u8),
 }
 
 pub type Result<T> = std::result::Result<T, ProtocolError>;

@@ -17,7 +17,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadHalf, WriteHalf};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
@@ -28,7 +28,7 @@ use tokio_rustls::server::TlsStream;
 use super::outbox::{Outbox, Reply, Slot, Timed, Usage};
 use super::state::ServerState;
 use super::stats::ServerStats;
-use super::{v2, v3};
+use super::{auth, v2, v3};
 use crate::net::write_all_chunks;
 use crate::protocol::{self, OutFrames, ProtocolError};
 
@@ -72,6 +72,10 @@ pub(super) async fn serve_connection(
     let (mut reader, writer) = stream.into_split();
     let (tx, rx) = mpsc::unbounded_channel::<(Reply, Timed)>();
     let usage = Arc::new(Usage::default());
+    // Without an authorization provider every connection is authenticated (AuthDisabled).
+    usage
+        .authenticated
+        .store(state.cfg.authorized_roles.is_none(), Ordering::Release);
     let outbox = Outbox {
         tx,
         usage: usage.clone(),
@@ -125,6 +129,18 @@ async fn read_requests<R: AsyncRead + Unpin>(
             }
             match protocol::take_frame(buf, state.cfg.max_frame_size) {
                 Ok(Some(body)) => {
+                    let body = if outbox.usage.authenticated.load(Ordering::Acquire) {
+                        body
+                    } else {
+                        match gate(body, outbox, frames) {
+                            Ok(Some(body)) => body,
+                            Ok(None) => continue,
+                            Err(e) => {
+                                close_for(state, peer, &e);
+                                return End::Closed;
+                            }
+                        }
+                    };
                     let handled = if frames.v2_for_good {
                         v2::handle_frame(body, outbox, frames.received)
                     } else {
@@ -163,6 +179,21 @@ async fn read_requests<R: AsyncRead + Unpin>(
             _ = stop.changed() => return End::Stopping,
         }
     }
+}
+
+/// A frame of a connection not authenticated yet: answered as BookKeeper's AuthHandler does
+/// (Ok(None)), given back to be served (START_TLS), or a reason to close.
+fn gate(body: Bytes, outbox: &Outbox, frames: &mut Frames) -> Result<Option<Bytes>, ProtocolError> {
+    if !frames.v2_for_good {
+        match v3::unauthenticated(body, outbox) {
+            Ok(pass) => return Ok(pass),
+            Err(body) => {
+                frames.v2_for_good = true;
+                return v2::unauthenticated(body, outbox).map(|()| None);
+            }
+        }
+    }
+    v2::unauthenticated(body, outbox).map(|()| None)
 }
 
 /// Waits while the connection's responses are not being read; true if the server stops
@@ -221,9 +252,13 @@ async fn upgrade(
             state.stats.tls_connections.inc();
             outbox.usage.in_tls.store(true, Ordering::Release);
             outbox.usage.start_tls.store(false, Ordering::Release);
+            let chain: Option<Vec<Vec<u8>>> = session
+                .peer_certificates()
+                .map(|certs| certs.iter().map(|c| c.to_vec()).collect());
             let (r, w) = tokio::io::split(stream);
             let usage = outbox.usage.clone();
             let task = tokio::spawn(write_responses(w, rx, usage, state.clone(), peer));
+            authorize(chain.as_deref(), outbox, peer);
             Some((r, task))
         }
         Ok(Err(e)) => {
@@ -235,6 +270,29 @@ async fn upgrade(
             state.stats.tls_handshake_failures.inc();
             log::warn!("connection from {peer}: no TLS handshake within {TLS_HANDSHAKE_TIMEOUT:?}");
             None
+        }
+    }
+}
+
+/// With an authorization provider: the connection is authenticated if the client certificate's
+/// first role is authorized; if not it stays unauthenticated (every request answered EUA) and
+/// the START_TLS is answered again, EIO, as BookKeeper's bookie does.
+fn authorize(chain: Option<&[Vec<u8>]>, outbox: &Outbox, peer: SocketAddr) {
+    let state = outbox.state();
+    let Some(roles) = state.cfg.authorized_roles.as_ref() else {
+        return;
+    };
+    match auth::authorize(chain, roles) {
+        Ok(role) => {
+            outbox.usage.authenticated.store(true, Ordering::Release);
+            log::info!("connection from {peer}: authorized, role {role}");
+        }
+        Err(why) => {
+            state.stats.authorization_failures.inc();
+            log::error!("connection from {peer}: AuthZ failed: {why}");
+            if let Some(header) = outbox.usage.start_tls_header.lock().take() {
+                v3::refuse_after_start_tls(&header, outbox);
+            }
         }
     }
 }

@@ -13,6 +13,7 @@
 //!
 //! This file is the front: [`BookieServer`] starts the listener and stops it.
 
+mod auth;
 mod connection;
 mod dispatch;
 mod listener;

@@ -106,6 +106,12 @@ pub(super) struct Usage {
     pub(super) start_tls: AtomicBool,
     /// The connection runs inside TLS (a second START_TLS is refused).
     pub(super) in_tls: AtomicBool,
+    /// Whether requests are served (see [`auth`](super::auth)); set when the connection opens
+    /// without an authorization provider, else by an authorized TLS handshake.
+    pub(super) authenticated: AtomicBool,
+    /// The header of the START_TLS being answered: a refused authorization answers it again,
+    /// EIO, inside TLS (as BookKeeper's bookie does).
+    pub(super) start_tls_header: parking_lot::Mutex<Option<crate::protocol::v3::BkPacketHeader>>,
 }
 
 /// The sending side of a connection, cloned into every pending completion.

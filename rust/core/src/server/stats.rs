@@ -49,6 +49,8 @@ pub struct ServerStats {
     /// Connections upgraded to TLS by START_TLS, and handshakes that failed or timed out.
     pub tls_connections: Counter,
     pub tls_handshake_failures: Counter,
+    /// Clients whose certificate's role `authorizedRoles` does not hold (or that had none).
+    pub authorization_failures: Counter,
     pub protocol_errors: Counter,
     /// Response bytes waiting to be written, all connections together.
     pub response_bytes_queued: Gauge,
@@ -87,6 +89,7 @@ impl Default for ServerStats {
             auth_requests: Counter::default(),
             tls_connections: Counter::default(),
             tls_handshake_failures: Counter::default(),
+            authorization_failures: Counter::default(),
             protocol_errors: Counter::default(),
             response_bytes_queued: Gauge::default(),
             connections_paused: Counter::default(),
@@ -117,6 +120,7 @@ crate::named_stats!(ServerStats {
     auth_requests => "pybkx_server_auth_requests",
     tls_connections => "pybkx_server_tls_connections",
     tls_handshake_failures => "pybkx_server_tls_handshake_failures",
+    authorization_failures => "pybkx_server_authorization_failures",
     protocol_errors => "pybkx_server_protocol_errors",
     response_bytes_queued => "pybkx_server_response_bytes_queued",
     connections_paused => "pybkx_server_connections_paused",

@@ -52,6 +52,41 @@ pub(super) fn handle_frame(
     Ok(())
 }
 
+/// A V2 frame of a connection not authenticated yet, as BookKeeper's AuthHandler answers it:
+/// ADD and READ get EUA, an AUTH for `BookieAuthZFactory` is taken unanswered, anything else
+/// (a frame that does not decode too) closes the connection.
+pub(super) fn unauthenticated(body: Bytes, outbox: &Outbox) -> Result<(), ProtocolError> {
+    let eua = Status::Unauthorized.v2_code();
+    match decode_request(body)? {
+        Request::Add(add) => send(
+            outbox,
+            Response::Add {
+                version: add.header.version,
+                rc: eua,
+                ledger: add.ledger,
+                entry: add.entry,
+            },
+            Timed::default(),
+        ),
+        Request::Read(read) => send(
+            outbox,
+            Response::Read {
+                version: read.header.version,
+                rc: eua,
+                ledger: read.ledger,
+                entry: read.entry,
+                body: Bytes::new(),
+            },
+            Timed::default(),
+        ),
+        Request::Auth(auth) if auth.message.plugin_name == super::auth::AUTHZ_PLUGIN => {}
+        other => {
+            return Err(ProtocolError::Unauthenticated(other.header().opcode));
+        }
+    }
+    Ok(())
+}
+
 fn handle(req: Request, outbox: &Outbox, received: Option<Instant>) {
     match req {
         Request::Add(add) => add_entry(add, outbox, received),

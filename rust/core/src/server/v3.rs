@@ -126,6 +126,7 @@ fn start_tls(header: &BkPacketHeader, outbox: &Outbox) {
         return;
     }
     usage.start_tls.store(true, Ordering::Release);
+    *usage.start_tls_header.lock() = Some(*header);
     let answer = msg(pb::Response {
         header: response_header(header),
         status: Status::Ok.v3_code() as i32,
@@ -133,6 +134,45 @@ fn start_tls(header: &BkPacketHeader, outbox: &Outbox) {
         ..Default::default()
     });
     outbox.send(Reply::StartTls(answer), Timed::default());
+}
+
+/// A frame of a connection not authenticated yet, as BookKeeper's AuthHandler answers it if it
+/// is V3: START_TLS is given back to be served (Ok(Some)); an AUTH for `BookieAuthZFactory` is
+/// taken and never answered; anything else is answered EUA. Err gives back a frame that is
+/// not V3.
+pub(super) fn unauthenticated(body: Bytes, outbox: &Outbox) -> Result<Option<Bytes>, Bytes> {
+    if !crate::protocol::looks_like_v3(&body) {
+        return Err(body);
+    }
+    let Ok(req) = decode_request(body.clone()) else {
+        return Err(body);
+    };
+    let op = OperationType::try_from(req.header.operation).ok();
+    match op {
+        Some(OperationType::StartTls) if req.start_tls_request.is_some() => Ok(Some(body)),
+        Some(OperationType::Auth)
+            if req
+                .auth_request
+                .as_ref()
+                .is_some_and(|a| a.auth_plugin_name == super::auth::AUTHZ_PLUGIN) =>
+        {
+            Ok(None)
+        }
+        _ => {
+            send(
+                outbox,
+                bare(&req.header, Status::Unauthorized),
+                Timed::default(),
+            );
+            Ok(None)
+        }
+    }
+}
+
+/// The answer to a START_TLS whose handshake succeeded but whose client is not authorized:
+/// EIO with the START_TLS header, sent inside TLS, as BookKeeper's bookie sends it.
+pub(super) fn refuse_after_start_tls(header: &BkPacketHeader, outbox: &Outbox) {
+    send(outbox, bare(header, Status::Io), Timed::default());
 }
 
 fn add_entry(
