@@ -377,9 +377,13 @@ class BookieClient:
     Requests over the frame limit fail at once (IncorrectParameterException); when a
     connection has ``clientWriteBufferHighWaterMark`` bytes queued, senders wait (up to the
     request's timeout, then TimeoutException).
+    Given ``tls`` (a ``pybkx.config.tls.ClientTlsMaterial``) every connection sends START_TLS
+    and runs TLS before any request, never plaintext; a bookie that refuses it, a failed
+    handshake or none within ``startTLSTimeoutSecs`` fail the requests with SecurityException.
+    Raises ValueError for settings or TLS material that cannot be used.
     """
 
-    def __init__(self, config: object) -> None: ...
+    def __init__(self, config: object, tls: object = None) -> None: ...
     def add(
         self,
         bookie: str,

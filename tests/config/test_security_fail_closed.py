@@ -57,7 +57,8 @@ def test_empty_or_false_security_keys_ask_for_nothing_as_in_bookkeeper(tmp_path:
 @pytest.mark.parametrize(
     ("key", "value"),
     [
-        ("tlsProviderFactoryClass", TLS_FACTORY),
+        # TLSContextFactory is served (tests/client/test_client_tls.py); another is refused.
+        ("tlsProviderFactoryClass", "com.example.OtherTLSFactory"),
         ("clientAuthProviderFactoryClass", "org.apache.bookkeeper.sasl.SASLClientProviderFactory"),
         ("zkEnableSecurity", True),
     ],
@@ -66,6 +67,14 @@ def test_a_client_asked_for_security_it_lacks_is_not_created(
     tmp_path: Path, key: str, value: object
 ) -> None:
     store = tmp_path / "metadata"
-    with pytest.raises(ConfigError, match=f"{key}=.*refuses to start"):
+    with pytest.raises(ConfigError, match=f"{key}.*refuses to start"):
         BookKeeper(f"embedded://{store}", **{key: value})
+    assert not store.exists(), "the client opened its metadata store before refusing"
+
+
+def test_a_client_asked_for_tls_without_a_trust_store_is_not_created(tmp_path: Path) -> None:
+    """A bookie's certificate is always verified: no trust store, no client."""
+    store = tmp_path / "metadata"
+    with pytest.raises(ConfigError, match="clientTrustStore"):
+        BookKeeper(f"embedded://{store}", tlsProviderFactoryClass=TLS_FACTORY)
     assert not store.exists(), "the client opened its metadata store before refusing"

@@ -22,6 +22,7 @@ from pybkx.client.read_handle import ReadHandle
 from pybkx.client.write_handle import LedgerHandle
 from pybkx.config import ClientConfig
 from pybkx.config.security import CLIENT_SECURITY_KEYS, refuse_unsupported_security
+from pybkx.config.tls import ClientTlsMaterial, client_tls_material
 from pybkx.meta import (
     MAX_METADATA_RETRIES,
     BookieServiceInfo,
@@ -54,15 +55,24 @@ class BookKeeper:
     the placement policy's keys (``ensemblePlacementPolicy`` and its options), bookie
     quarantine (``bookieHealthCheckEnabled`` and its keys) and ``stickyReadSEnabled``.
 
-    Raises ConfigError for a bad value or for security it does not implement yet
-    (``tlsProviderFactoryClass``, ``clientAuthProviderFactoryClass``, ``zkEnableSecurity``: it
-    refuses rather than run without them), ValueError for an unsupported URI,
-    MetaStoreException if the store cannot be reached.
+    With ``tlsProviderFactoryClass=org.apache.bookkeeper.tls.TLSContextFactory`` every bookie
+    connection sends START_TLS and runs TLS (BookKeeper's ``clientTrustStore*``/``tlsTrustStore*``
+    to verify the bookies, ``clientKeyStore*``/``tlsKeyStore*`` with
+    ``tlsClientAuthentication``, ``tlsHostnameVerificationEnabled``, ``startTLSTimeoutSecs``),
+    never plaintext: a bookie that refuses it fails its requests with SecurityException.
+
+    Raises ConfigError for a bad value, a TLS store that cannot be read (naming the key), or
+    security it does not implement yet (``clientAuthProviderFactoryClass``,
+    ``zkEnableSecurity``: it refuses rather than run without them), ValueError for an
+    unsupported URI, MetaStoreException if the store cannot be reached.
     """
 
     def __init__(self, metadata_service_uri: str | None = None, **conf: Any) -> None:
         self.config = ClientConfig.of(**conf)
         refuse_unsupported_security(self.config, CLIENT_SECURITY_KEYS, "the client")
+        # Read before anything opens: a missing store or a bad password stops here.
+        self.tls_material: ClientTlsMaterial | None = client_tls_material(self.config)
+        """The TLS every bookie connection of this client uses (None: plaintext)."""
         self._uri_given = metadata_service_uri is not None
         ensure_registered()
         self.store: MetadataStore = open_metadata_store(
@@ -76,7 +86,7 @@ class BookKeeper:
             )
             self._registered: frozenset[str] = frozenset()
             self._unwatch = self.store.watch_bookies(self._on_bookies_changed)
-            self.bookies = BookieClient(self.config)
+            self.bookies = BookieClient(self.config, self.tls_material)
         except BaseException:
             self.store.close()
             raise

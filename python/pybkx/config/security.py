@@ -45,8 +45,9 @@ BOOKIE_SECURITY_KEYS: tuple[str, ...] = (
     "zkEnableSecurity",
     "httpServerTlsEnable",
 )
+# The client's `tlsProviderFactoryClass` is typed (pybkx.config.client): TLSContextFactory turns
+# TLS on, any other class is refused by its parser.
 CLIENT_SECURITY_KEYS: tuple[str, ...] = (
-    "tlsProviderFactoryClass",
     "clientAuthProviderFactoryClass",
     "zkEnableSecurity",
 )

@@ -15,11 +15,14 @@ from pybkx.config.keystores import STORE_TYPES, load_key_store, load_trust_store
 from pybkx.config.values import ConfigError, InvalidValue, optional_str
 
 if TYPE_CHECKING:
+    from pybkx.config.client import ClientConfig
     from pybkx.config.server import ServerConfig
 
 __all__ = [
     "TLS_CONTEXT_FACTORY",
+    "ClientTlsMaterial",
     "ServerTlsMaterial",
+    "client_tls_material",
     "file_stamps",
     "names",
     "server_tls_material",
@@ -141,4 +144,62 @@ def server_tls_material(config: ServerConfig) -> ServerTlsMaterial | None:
         protocols=config.tls_enabled_protocols,
         cipher_suites=config.tls_enabled_cipher_suites,
         files=tuple(f for f in files if f),
+    )
+
+
+@dataclass(frozen=True)
+class ClientTlsMaterial:
+    """A client's TLS, read from its stores: the roots a bookie's chain must reach, its own
+    chain and key when it authenticates (None otherwise), host-name checks, protocols and
+    suites."""
+
+    roots: tuple[bytes, ...]
+    identity: tuple[tuple[bytes, ...], bytes] | None
+    verify_hostname: bool
+    protocols: tuple[str, ...]
+    cipher_suites: tuple[str, ...]
+
+
+def client_tls_material(config: ClientConfig) -> ClientTlsMaterial | None:
+    """The client's TLS material when ``tlsProviderFactoryClass`` asks for TLS, else None.
+    BookKeeper's ``client*`` store keys win over the ``tls*`` ones. Raises ConfigError naming
+    the key for a missing trust store (a bookie's chain is always verified), a missing key
+    store with ``tlsClientAuthentication``, a bad password or an unreadable file."""
+    if config.tls_provider_factory_class is None:
+        return None
+    trust_keys = ("clientTrustStoreType", "clientTrustStore")
+    trust_path = config.client_trust_store or config.tls_trust_store
+    if not trust_path:
+        raise ConfigError(
+            "tlsProviderFactoryClass needs clientTrustStore (or tlsTrustStore): the CA "
+            "certificates a bookie's certificate must chain to"
+        )
+    roots = load_trust_store(
+        config.client_trust_store_type or config.tls_trust_store_type,
+        trust_path,
+        read_password(
+            "clientTrustStorePasswordPath",
+            config.client_trust_store_password_path or config.tls_trust_store_password_path,
+        ),
+        names=trust_keys,
+    )
+    identity = None
+    if config.tls_client_authentication:
+        material = load_key_store(
+            config.client_key_store_type or config.tls_key_store_type,
+            config.client_key_store or config.tls_key_store,
+            read_password(
+                "clientKeyStorePasswordPath",
+                config.client_key_store_password_path or config.tls_key_store_password_path,
+            ),
+            certificate_path=config.tls_certificate_path,
+            names=("clientKeyStoreType", "clientKeyStore", "tlsCertificatePath"),
+        )
+        identity = (material.chain_der, material.key_der)
+    return ClientTlsMaterial(
+        roots=roots,
+        identity=identity,
+        verify_hostname=config.tls_hostname_verification_enabled,
+        protocols=config.tls_enabled_protocols,
+        cipher_suites=config.tls_enabled_cipher_suites,
     )

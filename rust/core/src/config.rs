@@ -276,6 +276,11 @@ pub struct ClientConfig {
     /// BATCH_READ_ENTRY exists only in V2, and a bookie reads a connection as V2 for good after
     /// its first V2 frame: a V3 client does not batch (the binding refuses it).
     pub use_v2_wire_protocol: bool,
+    /// With `tlsProviderFactoryClass`: every connection sends START_TLS and runs the handshake
+    /// before any request, never falling back to plaintext. None: plaintext.
+    pub tls: Option<std::sync::Arc<crate::tls::ClientTls>>,
+    /// `startTLSTimeoutSecs`: the most START_TLS and the handshake may take together.
+    pub start_tls_timeout: Duration,
 }
 
 impl ClientConfig {

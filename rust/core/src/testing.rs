@@ -93,6 +93,8 @@ pub fn client_config() -> ClientConfig {
         max_frame_size: 5 << 20,
         write_buffer_high_water_mark: 512 << 10,
         use_v2_wire_protocol: true,
+        tls: None,
+        start_tls_timeout: Duration::from_secs(10),
     }
 }
 

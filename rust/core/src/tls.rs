@@ -1,18 +1,24 @@
 //! TLS settings turned into rustls configurations: the bookie's side of START_TLS (its key and
-//! chain, and the roots a client certificate must chain to when one is required), with the
-//! protocol versions and cipher suites BookKeeper's `tlsEnabledProtocols` and
-//! `tlsEnabledCipherSuites` name. The key material arrives as DER bytes: reading key stores
+//! chain, and the roots a client certificate must chain to when one is required) and the
+//! client's (the roots a bookie's chain must reach, its own certificate when asked, host-name
+//! checks on or off), with the protocol versions and cipher suites BookKeeper's
+//! `tlsEnabledProtocols` and `tlsEnabledCipherSuites` name. The key material arrives as DER bytes: reading key stores
 //! (PEM, PKCS12, JKS) and their passwords is the control plane's job. It never touches a socket.
 
 use std::fmt;
 use std::sync::Arc;
 
 use parking_lot::RwLock;
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::client::WebPkiServerVerifier;
 use rustls::crypto::CryptoProvider;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName, UnixTime};
 use rustls::server::WebPkiClientVerifier;
-use rustls::{RootCertStore, SupportedCipherSuite, SupportedProtocolVersion};
-use tokio_rustls::TlsAcceptor;
+use rustls::{
+    CertificateError, DigitallySignedStruct, RootCertStore, SignatureScheme, SupportedCipherSuite,
+    SupportedProtocolVersion,
+};
+use tokio_rustls::{TlsAcceptor, TlsConnector};
 
 /// A TLS configuration that cannot be used, named by BookKeeper's key where one is at fault.
 #[derive(Debug, thiserror::Error)]
@@ -99,6 +105,17 @@ fn certificates(ders: &[Vec<u8>]) -> Vec<CertificateDer<'static>> {
         .collect()
 }
 
+/// The root store of `ders`; `key` names the configuration key in errors.
+fn root_store(ders: &[Vec<u8>], key: &str) -> Result<RootCertStore, TlsError> {
+    let mut store = RootCertStore::empty();
+    for root in certificates(ders) {
+        store
+            .add(root)
+            .map_err(|e| TlsError::Settings(format!("{key}: a certificate is unusable: {e}")))?;
+    }
+    Ok(store)
+}
+
 /// The rustls server configuration of `settings`.
 pub fn server_config(settings: &ServerTlsSettings) -> Result<Arc<rustls::ServerConfig>, TlsError> {
     if settings.chain.is_empty() {
@@ -112,12 +129,7 @@ pub fn server_config(settings: &ServerTlsSettings) -> Result<Arc<rustls::ServerC
     let config = match &settings.client_roots {
         None => builder.with_no_client_auth().with_single_cert(chain, key)?,
         Some(roots) => {
-            let mut store = RootCertStore::empty();
-            for root in certificates(roots) {
-                store.add(root).map_err(|e| {
-                    TlsError::Settings(format!("tlsTrustStore: a certificate is unusable: {e}"))
-                })?;
-            }
+            let store = root_store(roots, "tlsTrustStore")?;
             let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(store), provider)
                 .build()
                 .map_err(|e| TlsError::Settings(format!("tlsTrustStore: {e}")))?;
@@ -161,6 +173,128 @@ impl ServerTls {
 impl fmt::Debug for ServerTls {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("ServerTls")
+    }
+}
+
+/// What a client's TLS needs, already read from its stores.
+#[derive(Clone, Default)]
+pub struct ClientTlsSettings {
+    /// The certificates (DER) a bookie's chain must reach (`clientTrustStore`, else
+    /// `tlsTrustStore`).
+    pub roots: Vec<Vec<u8>>,
+    /// With `tlsClientAuthentication`: the client's chain and PKCS#8 key.
+    pub identity: Option<(Vec<Vec<u8>>, Vec<u8>)>,
+    /// `tlsHostnameVerificationEnabled`: the bookie's certificate must name the host dialled.
+    /// Off (BookKeeper's default): the chain is still verified, the name is not.
+    pub verify_hostname: bool,
+    pub protocols: Vec<String>,
+    pub cipher_suites: Vec<String>,
+}
+
+/// Verifies a bookie's chain against the roots and, unless asked, not its name (BookKeeper's
+/// client checks the name only with `tlsHostnameVerificationEnabled`).
+#[derive(Debug)]
+struct ChainOnly(Arc<WebPkiServerVerifier>);
+
+impl ServerCertVerifier for ChainOnly {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp_response: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        match self
+            .0
+            .verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
+        {
+            Err(rustls::Error::InvalidCertificate(
+                CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
+            )) => Ok(ServerCertVerified::assertion()),
+            other => other,
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.0.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.0.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.supported_verify_schemes()
+    }
+}
+
+/// The client's TLS: the connector every connection's START_TLS uses.
+pub struct ClientTls {
+    connector: TlsConnector,
+}
+
+impl ClientTls {
+    /// Checks `settings` and builds the connector. A client without roots is refused: the
+    /// bookie's chain is always verified.
+    pub fn new(settings: &ClientTlsSettings) -> Result<ClientTls, TlsError> {
+        if settings.roots.is_empty() {
+            return Err(TlsError::Settings(
+                "clientTrustStore (or tlsTrustStore): no certificate to verify bookies with".into(),
+            ));
+        }
+        let provider = Arc::new(provider(&settings.cipher_suites)?);
+        let roots = Arc::new(root_store(&settings.roots, "clientTrustStore")?);
+        let webpki = WebPkiServerVerifier::builder_with_provider(roots, provider.clone())
+            .build()
+            .map_err(|e| TlsError::Settings(format!("clientTrustStore: {e}")))?;
+        let builder = rustls::ClientConfig::builder_with_provider(provider)
+            .with_protocol_versions(&versions(&settings.protocols)?)?;
+        let builder = if settings.verify_hostname {
+            builder.with_webpki_verifier(webpki)
+        } else {
+            builder
+                .dangerous()
+                .with_custom_certificate_verifier(Arc::new(ChainOnly(webpki)))
+        };
+        let config = match &settings.identity {
+            None => builder.with_no_client_auth(),
+            Some((chain, key)) => builder.with_client_auth_cert(
+                certificates(chain),
+                PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.clone())),
+            )?,
+        };
+        Ok(ClientTls {
+            connector: TlsConnector::from(Arc::new(config)),
+        })
+    }
+
+    pub fn connector(&self) -> &TlsConnector {
+        &self.connector
+    }
+
+    /// The name a bookie at `address` (`host:port`) is checked against.
+    pub fn server_name(address: &str) -> Result<ServerName<'static>, TlsError> {
+        let host = address.rsplit_once(':').map_or(address, |(h, _)| h);
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        ServerName::try_from(host.to_string())
+            .map_err(|e| TlsError::Settings(format!("bookie address {address}: {e}")))
+    }
+}
+
+impl fmt::Debug for ClientTls {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ClientTls")
     }
 }
 

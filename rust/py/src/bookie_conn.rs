@@ -9,6 +9,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
 
 use pybkx_core::bookie_conn::{BookieClient, Outgoing, Reply};
+use pybkx_core::tls::{ClientTls, ClientTlsSettings};
 
 use crate::config::client_config;
 use crate::future::{Future, ToPy};
@@ -114,10 +115,20 @@ impl PyBookieClient {
 #[pymethods]
 impl PyBookieClient {
     /// Connections configured by `config` (a `pybkx.config.ClientConfig`).
+    /// Connections configured by `config` (a `pybkx.config.ClientConfig`), over TLS when
+    /// given `tls` (a `pybkx.config.tls.ClientTlsMaterial`). Raises ValueError for settings or
+    /// TLS material that cannot be used.
     #[new]
-    fn new(config: &Bound<'_, PyAny>) -> PyResult<Self> {
+    #[pyo3(signature = (config, tls = None))]
+    fn new(config: &Bound<'_, PyAny>, tls: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
+        let mut cfg = client_config(config)?;
+        if let Some(material) = tls {
+            let client_tls = ClientTls::new(&client_tls_settings(material)?)
+                .map_err(|e| PyValueError::new_err(format!("TLS: {e}")))?;
+            cfg.tls = Some(Arc::new(client_tls));
+        }
         Ok(PyBookieClient {
-            inner: Arc::new(BookieClient::new(client_config(config)?)),
+            inner: Arc::new(BookieClient::new(cfg)),
         })
     }
 
@@ -287,4 +298,30 @@ impl PyBookieClient {
     fn close(&self) {
         self.inner.close();
     }
+}
+
+/// The attributes of a `pybkx.config.tls.ClientTlsMaterial`.
+#[derive(FromPyObject)]
+struct ClientTlsAttrs {
+    #[pyo3(attribute("roots"))]
+    roots: Vec<Vec<u8>>,
+    #[pyo3(attribute("identity"))]
+    identity: Option<(Vec<Vec<u8>>, Vec<u8>)>,
+    #[pyo3(attribute("verify_hostname"))]
+    verify_hostname: bool,
+    #[pyo3(attribute("protocols"))]
+    protocols: Vec<String>,
+    #[pyo3(attribute("cipher_suites"))]
+    cipher_suites: Vec<String>,
+}
+
+fn client_tls_settings(material: &Bound<'_, PyAny>) -> PyResult<ClientTlsSettings> {
+    let a: ClientTlsAttrs = material.extract()?;
+    Ok(ClientTlsSettings {
+        roots: a.roots,
+        identity: a.identity,
+        verify_hostname: a.verify_hostname,
+        protocols: a.protocols,
+        cipher_suites: a.cipher_suites,
+    })
 }

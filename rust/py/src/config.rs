@@ -232,6 +232,8 @@ struct ClientAttrs {
     high_water_mark: usize,
     #[pyo3(attribute("use_v2_wire_protocol"))]
     use_v2_wire_protocol: bool,
+    #[pyo3(attribute("start_tls_timeout_secs"))]
+    start_tls_timeout_s: f64,
 }
 
 fn seconds(what: &str, v: f64) -> PyResult<Duration> {
@@ -254,6 +256,8 @@ pub(crate) fn client_config(obj: &Bound<'_, PyAny>) -> PyResult<ClientConfig> {
         max_frame_size: a.max_frame_size,
         write_buffer_high_water_mark: a.high_water_mark,
         use_v2_wire_protocol: a.use_v2_wire_protocol,
+        tls: None,
+        start_tls_timeout: seconds("startTLSTimeoutSecs", a.start_tls_timeout_s)?,
     };
     cfg.validate().map_err(PyValueError::new_err)?;
     Ok(cfg)

@@ -27,6 +27,7 @@ pyo3::import_exception!(pybkx.errors, NoSuchEntryException);
 pyo3::import_exception!(pybkx.errors, NoSuchLedgerExistsException);
 pyo3::import_exception!(pybkx.errors, ProtocolVersionException);
 pyo3::import_exception!(pybkx.errors, ReadException);
+pyo3::import_exception!(pybkx.errors, SecurityException);
 pyo3::import_exception!(pybkx.errors, TimeoutException);
 pyo3::import_exception!(pybkx.errors, TooManyRequestsException);
 pyo3::import_exception!(pybkx.errors, UnauthorizedAccessException);
@@ -50,6 +51,7 @@ pub(crate) fn classes(py: Python<'_>) -> Vec<Bound<'_, PyType>> {
         py.get_type::<NoSuchLedgerExistsException>(),
         py.get_type::<ProtocolVersionException>(),
         py.get_type::<ReadException>(),
+        py.get_type::<SecurityException>(),
         py.get_type::<TimeoutException>(),
         py.get_type::<TooManyRequestsException>(),
         py.get_type::<UnauthorizedAccessException>(),
@@ -197,6 +199,7 @@ fn client(e: &ClientError) -> PyErr {
         ClientError::Unavailable { .. } => BookieHandleNotAvailableException::new_err(message),
         ClientError::TooLarge { .. } => IncorrectParameterException::new_err(message),
         ClientError::Closed => ClientClosedException::new_err(message),
+        ClientError::Security { .. } => SecurityException::new_err(message),
     }
 }
 

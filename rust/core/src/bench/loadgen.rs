@@ -317,6 +317,8 @@ pub fn run_with(
                 // Enough for the window of any run: the generator is bounded by `in_flight`.
                 write_buffer_high_water_mark: 64 << 20,
                 use_v2_wire_protocol: !opts.v3,
+                tls: None,
+                start_tls_timeout: Duration::from_secs(10),
             })
         })
         .collect();

@@ -9,14 +9,14 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use parking_lot::{Condvar, Mutex};
-use tokio::io::AsyncReadExt;
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::runtime::Runtime;
 use tokio::sync::{mpsc, Notify};
 
 use super::health::BookieCounts;
 use super::reply::{ClientError, Reply, ReplyResult};
+use super::start_tls::start_tls;
 use crate::config::ClientConfig;
 use crate::done::Done;
 use crate::net::write_all_chunks;
@@ -385,12 +385,45 @@ async fn run_connection(
         Err(_) => return shut(&conn, &mut out_rx, unavailable("connect timed out".into())),
     };
     let _ = stream.set_nodelay(true);
-    let (reader, writer) = stream.into_split();
-
-    let mut reader_task = tokio::spawn(read_responses(conn.clone(), reader, cfg.max_frame_size));
+    let max_frame = cfg.max_frame_size;
     // Writes run in their own task, so a peer that stops reading (a full socket) never stops
     // the expiry of pending requests.
-    let mut writer_task = tokio::spawn(write_frames(conn.clone(), writer, out_rx));
+    let (mut reader_task, mut writer_task) = match &cfg.tls {
+        None => {
+            let (reader, writer) = stream.into_split();
+            (
+                tokio::spawn(read_responses(conn.clone(), reader, max_frame)),
+                tokio::spawn(write_frames(conn.clone(), writer, out_rx)),
+            )
+        }
+        Some(tls) => {
+            let upgrade = start_tls(stream, &conn.bookie, tls, max_frame);
+            match tokio::time::timeout(cfg.start_tls_timeout, upgrade).await {
+                Ok(Ok(stream)) => {
+                    let (reader, writer) = tokio::io::split(stream);
+                    (
+                        tokio::spawn(read_responses(conn.clone(), reader, max_frame)),
+                        tokio::spawn(write_frames(conn.clone(), writer, out_rx)),
+                    )
+                }
+                failed => {
+                    let why = match failed {
+                        Ok(Err(why)) => why,
+                        _ => format!(
+                            "no TLS within startTLSTimeoutSecs ({:?})",
+                            cfg.start_tls_timeout
+                        ),
+                    };
+                    let security = ClientError::Security {
+                        bookie: conn.bookie.clone(),
+                        why,
+                    };
+                    log::warn!("{security}");
+                    return shut(&conn, &mut out_rx, security);
+                }
+            }
+        }
+    };
 
     let mut ticker = tokio::time::interval(EXPIRY_TICK);
     let why = loop {
@@ -421,7 +454,11 @@ async fn run_connection(
 }
 
 /// Cuts the bookie's responses from the socket and completes their requests; why it stopped.
-async fn read_responses(conn: Arc<Conn>, mut reader: OwnedReadHalf, max_frame: usize) -> String {
+async fn read_responses<R: AsyncRead + Unpin>(
+    conn: Arc<Conn>,
+    mut reader: R,
+    max_frame: usize,
+) -> String {
     let mut buf = BytesMut::with_capacity(64 * 1024);
     loop {
         loop {
@@ -450,9 +487,9 @@ async fn read_responses(conn: Arc<Conn>, mut reader: OwnedReadHalf, max_frame: u
 
 /// Writes queued frames, up to [`MAX_FRAMES_PER_WRITE`] at once, giving their bytes back as
 /// they go; why it stopped, and the queue (whose frames' bytes are still reserved).
-async fn write_frames(
+async fn write_frames<W: AsyncWrite + Unpin>(
     conn: Arc<Conn>,
-    mut writer: OwnedWriteHalf,
+    mut writer: W,
     mut out_rx: mpsc::UnboundedReceiver<Frame>,
 ) -> (String, mpsc::UnboundedReceiver<Frame>) {
     let mut chunks: Vec<Bytes> = Vec::new();
@@ -474,7 +511,11 @@ async fn write_frames(
                 Err(_) => break,
             }
         }
-        let written = write_all_chunks(&mut writer, &chunks).await;
+        let written = match write_all_chunks(&mut writer, &chunks).await {
+            // A TLS stream holds records until flushed; a plain socket's flush is free.
+            Ok(()) => writer.flush().await,
+            Err(e) => Err(e),
+        };
         conn.release(size);
         if let Err(e) = written {
             return (format!("write failed: {e}"), out_rx);

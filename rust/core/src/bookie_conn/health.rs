@@ -47,7 +47,9 @@ impl BookieCounts {
 /// `EXPECTED_BK_OPERATION_ERRORS`, and nothing the bookie never saw).
 pub fn counts_toward_quarantine(err: &ClientError) -> bool {
     match err {
-        ClientError::Timeout { .. } => true,
+        // A bookie whose TLS fails serves this client nothing: BookKeeper counts its
+        // SecurityException as any other error.
+        ClientError::Timeout { .. } | ClientError::Security { .. } => true,
         ClientError::Bookie { status, .. } => !matches!(
             status,
             Status::NoEntry | Status::NoLedger | Status::Fenced | Status::ReadOnly

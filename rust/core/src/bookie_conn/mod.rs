@@ -13,6 +13,7 @@
 mod connection;
 mod health;
 mod reply;
+mod start_tls;
 #[cfg(test)]
 mod tests;
 

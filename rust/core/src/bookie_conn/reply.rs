@@ -28,6 +28,10 @@ pub enum ClientError {
     },
     #[error("bookie client is closed")]
     Closed,
+    /// TLS was asked for and could not be set up (START_TLS refused, a failed or timed-out
+    /// handshake): the connection never carries a request in plaintext.
+    #[error("TLS to bookie {bookie} failed: {why}")]
+    Security { bookie: String, why: String },
 }
 
 impl ClientError {

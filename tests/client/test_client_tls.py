@@ -1,0 +1,155 @@
+"""The pybkx client over TLS to real pybkx bookies, with BookKeeper's client keys: START_TLS on
+every connection (V2 and V3), never plaintext; the bookie's chain verified; a client
+certificate whose role the bookies authorize; ledger recovery (fencing reads) over TLS; and the
+failures BookKeeper's client reports: SecurityException from a bookie without TLS or with a
+certificate from another CA, UnauthorizedAccessException from a bookie that requires an
+authorized role the client lacks."""
+
+from __future__ import annotations
+
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support.bookies import needs_server
+from support.certs import Issued, TestCA, need_tools
+
+from pybkx import errors
+from pybkx.client import BookKeeper
+from pybkx.tools.sandbox import Sandbox
+
+pytestmark = [pytest.mark.integration, needs_server]
+
+TLS_FACTORY = "org.apache.bookkeeper.tls.TLSContextFactory"
+AUTHZ_FACTORY = "org.apache.bookkeeper.tls.BookieAuthZFactory"
+
+
+@pytest.fixture(scope="module")
+def ca(tmp_path_factory: pytest.TempPathFactory) -> TestCA:
+    need_tools()
+    return TestCA(tmp_path_factory.mktemp("ca"))
+
+
+def bookie_keys(ca: TestCA, issued: Issued, *, roles: str | None = None) -> dict[str, Any]:
+    keys: dict[str, Any] = {
+        "tlsProviderFactoryClass": TLS_FACTORY,
+        "tlsKeyStoreType": "PKCS12",
+        "tlsKeyStore": str(issued.pkcs12),
+        "tlsKeyStorePasswordPath": str(issued.password_file),
+    }
+    if roles is not None:
+        keys |= {
+            "tlsClientAuthentication": "true",
+            "tlsTrustStoreType": "PEM",
+            "tlsTrustStore": str(ca.cert),
+            "bookieAuthProviderFactoryClass": AUTHZ_FACTORY,
+            "authorizedRoles": roles,
+        }
+    return keys
+
+
+def client_keys(ca: TestCA, client: Issued | None = None, **extra: Any) -> dict[str, Any]:
+    keys: dict[str, Any] = {
+        "tlsProviderFactoryClass": TLS_FACTORY,
+        "clientTrustStoreType": "JKS",
+        "clientTrustStore": str(ca.trust_store("JKS")),
+        "clientTrustStorePasswordPath": str(ca.password_file),
+        "zkTimeout": 2000,
+        **extra,
+    }
+    if client is not None:
+        keys |= {
+            "tlsClientAuthentication": True,
+            "clientKeyStoreType": "JKS",
+            "clientKeyStore": str(client.jks),
+            "clientKeyStorePasswordPath": str(client.password_file),
+        }
+    return keys
+
+
+@pytest.fixture
+def sandbox_of(tmp_path: Path) -> Iterator[Any]:
+    started: list[Sandbox] = []
+
+    def start(conf: dict[str, Any], name: str = "sandbox") -> Sandbox:
+        sandbox = Sandbox(3, directory=tmp_path / name, conf=conf)
+        sandbox.start()
+        started.append(sandbox)
+        return sandbox
+
+    yield start
+    for sandbox in started:
+        sandbox.stop()
+
+
+def tls_connections(cluster: Sandbox) -> int:
+    total = 0
+    for url in cluster.admin_urls:
+        with urllib.request.urlopen(f"{url}/metrics", timeout=10) as response:
+            for line in response.read().decode().splitlines():
+                if line.startswith("pybkx_server_tls_connections"):
+                    total += int(float(line.split()[-1]))
+    return total
+
+
+def write(bk: BookKeeper, entries: int = 10) -> int:
+    with bk.create_ledger(3, 2, 2, password=b"tls") as handle:
+        for i in range(entries):
+            handle.append(f"tls entry {i}".encode())
+        return handle.ledger_id
+
+
+@pytest.mark.parametrize("v2", [True, False], ids=["V2", "V3"])
+def test_ledgers_written_and_read_over_tls(sandbox_of: Any, ca: TestCA, v2: bool) -> None:
+    cluster = sandbox_of(bookie_keys(ca, ca.issue("bookie")))
+    with BookKeeper(cluster.metadata_uri, **client_keys(ca, useV2WireProtocol=v2)) as bk:
+        ledger = write(bk)
+        handle = bk.open_ledger(ledger, b"tls")
+        assert [bytes(e) for e in handle.read(0, 9)] == [
+            f"tls entry {i}".encode() for i in range(10)
+        ]
+    assert tls_connections(cluster) >= 3
+
+
+def test_a_tls_client_refuses_plaintext_and_foreign_certificates(
+    sandbox_of: Any, ca: TestCA, tmp_path: Path
+) -> None:
+    """As BookKeeper's client: a bookie whose TLS fails is a failed bookie (SecurityException
+    on its requests, then an ensemble change that finds no bookie): nothing is written, never
+    in plaintext."""
+    other = TestCA(tmp_path / "other-ca", name="other-ca")
+    plain = sandbox_of({}, name="plain")
+    foreign = sandbox_of(bookie_keys(other, other.issue("bookie")), name="foreign")
+    for cluster, why in ((plain, "START_TLS with EBADREQ"), (foreign, "UnknownIssuer")):
+        with BookKeeper(cluster.metadata_uri, **client_keys(ca)) as bk:
+            address = cluster.bookie_addresses[0]
+            with pytest.raises(errors.SecurityException, match=why):
+                bk.bookies.read(address, 1, 0).result()
+            handle = bk.create_ledger(3, 2, 2)
+            with pytest.raises(errors.BKException):
+                handle.append(b"must not go out")
+            assert handle.last_add_confirmed == -1
+
+
+def test_roles_the_bookies_authorize_and_recovery_over_tls(sandbox_of: Any, ca: TestCA) -> None:
+    cluster = sandbox_of(bookie_keys(ca, ca.issue("bookie"), roles="writer"))
+    writer = ca.issue("pybkx-writer", ou="0:writer;1:cluster")
+    with BookKeeper(cluster.metadata_uri, **client_keys(ca, writer)) as bk:
+        ledger = write(bk)
+        # Recovery (fencing reads, recovery adds) over TLS: an open ledger recovered by another
+        # client of the same role.
+        open_handle = bk.create_ledger(3, 2, 2, password=b"tls")
+        for i in range(5):
+            open_handle.append(b"open %d" % i)
+        with BookKeeper(cluster.metadata_uri, **client_keys(ca, writer)) as other:
+            recovered = other.open_ledger(open_handle.ledger_id, b"tls")
+            assert recovered.is_closed and recovered.last_add_confirmed == 4
+            assert len(other.open_ledger(ledger, b"tls").read(0, 9)) == 10
+    reader = ca.issue("pybkx-reader", ou="0:reader")
+    for keys in (client_keys(ca, reader), {"zkTimeout": 2000}):
+        with BookKeeper(cluster.metadata_uri, **keys) as bk:
+            handle = bk.create_ledger(3, 2, 2)
+            with pytest.raises(errors.BKException):
+                handle.append(b"not authorized")
