@@ -28,6 +28,8 @@ use crate::protocol::{self, Status, MASTER_KEY_LEN};
 
 mod adv;
 mod explicit_lac;
+#[cfg(test)]
+mod tests;
 
 /// Flags of a ledger-recovery add (as the Java client sends them).
 pub const RECOVERY_ADD_FLAGS: u16 = protocol::FLAG_RECOVERY_ADD | protocol::FLAG_HIGH_PRIORITY;
