@@ -9,6 +9,7 @@ import logging
 from collections.abc import Iterator
 
 import pytest
+from prometheus_client import REGISTRY
 from support.wait import wait_until
 
 from pybkx import errors
@@ -29,7 +30,19 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
         yield sandbox
 
 
+def metric(name: str) -> float:
+    """The sum of a client metric's samples named ``name`` in the process's registry."""
+    return sum(
+        sample.value
+        for family in REGISTRY.collect()
+        for sample in family.samples
+        if sample.name == name and sample.labels.get("success", "true") == "true"
+    )
+
+
 def test_an_idle_writers_last_entry_reaches_readers_with_explicit_lac(sandbox: Sandbox) -> None:
+    flushes = metric("bookkeeper_client_WRITE_LAC_count")
+    lac_reads = metric("bookkeeper_client_READ_LAC_count")
     with (
         BookKeeper(sandbox.metadata_uri, explicitLacInterval=100, **V3) as writer_bk,
         BookKeeper(sandbox.metadata_uri, **V3) as reader_bk,
@@ -43,6 +56,12 @@ def test_an_idle_writers_last_entry_reaches_readers_with_explicit_lac(sandbox: S
         assert [e.payload for e in rh.read(0, N - 1)] == [f"e{i}".encode() for i in range(N)]
         lh.close()
         assert reader_bk.open_ledger(lh.ledger_id, b"pw").last_add_confirmed == N - 1
+    # The flush's WRITE_LACs (counted as bookies answer) and the reads, under BookKeeper's names.
+    wait_until(
+        lambda: metric("bookkeeper_client_WRITE_LAC_count") - flushes >= 1,
+        "a WRITE_LAC answered and counted",
+    )
+    assert metric("bookkeeper_client_READ_LAC_count") - lac_reads >= 2
 
 
 def test_without_explicit_lac_readers_see_one_entry_less(sandbox: Sandbox) -> None:

@@ -29,8 +29,8 @@ _registered = False
 _ensemble_changes: Counter | None = None
 _ledger_ops: dict[str, Histogram] = {}
 
-LEDGER_OPS = ("LEDGER_CREATE", "LEDGER_OPEN", "LEDGER_DELETE", "LEDGER_RECOVER")
-"""BookKeeper's per-ledger client operations, timed here."""
+LEDGER_OPS = ("LEDGER_CREATE", "LEDGER_OPEN", "LEDGER_DELETE", "LEDGER_RECOVER", "READ_LAC")
+"""BookKeeper's per-ledger client operations, timed here (READ_LAC: an explicit-LAC read)."""
 
 
 class _CoreCollector(Collector):

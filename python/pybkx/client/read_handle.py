@@ -19,6 +19,7 @@ from pybkx._core import MAX_READ_ENTRIES, Future, LedgerEntry, ReadPlan, Verifie
 from pybkx.client import arrow, explicit_lac, lac
 from pybkx.client.aio import run_blocking
 from pybkx.client.context import ClientContext
+from pybkx.client.metrics import timed
 from pybkx.client.read_window import BatchReads, ReadWindow, check_range
 from pybkx.meta import LedgerMetadata, LedgerState, Versioned
 
@@ -410,9 +411,10 @@ class ReadHandle:
         ReadException (too few answers), UnauthorizedAccessException."""
         if self.is_closed:
             return self._lac
-        found, length = explicit_lac.explicit_lac_from_bookies(
-            self.bk, self.ledger_id, self.metadata, self.verify_entry
-        )
+        with timed("READ_LAC"):
+            found, length = explicit_lac.explicit_lac_from_bookies(
+                self.bk, self.ledger_id, self.metadata, self.verify_entry
+            )
         if found > self._lac:
             self._lac = found
             if length is not None:

@@ -9,12 +9,13 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::LedgerWriter;
 use crate::bookie_conn::ReplyResult;
 use crate::done::Done;
 use crate::ledger::error::LedgerError;
+use crate::ledger::stats::client_stats;
 
 /// What the flush last did, as BookKeeper's policy keeps it: the LAC it last sent or saw carried.
 struct FlushState {
@@ -88,7 +89,11 @@ impl LedgerWriter {
                 body.clone(),
             );
             let ledger = self.ledger;
+            let started = crate::metrics::start();
             let done: Done<ReplyResult> = Box::new(move |result| {
+                client_stats()
+                    .write_lac
+                    .record_between(result.is_ok(), started, Instant::now());
                 // As BookKeeper's: a failed WRITE_LAC is only logged; the next add or turn
                 // carries the LAC again.
                 if let Err(e) = result {
