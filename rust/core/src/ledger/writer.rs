@@ -139,6 +139,9 @@ pub struct LedgerWriter {
     /// The LAC the last released entry carried on the wire (BookKeeper's piggy-backed LAC):
     /// the explicit-LAC flush sends WRITE_LAC only when the LAC got past it.
     piggybacked_lac: AtomicI64,
+    /// The last entry id released (BookKeeper's `pendingAddsSequenceHead`): the next release
+    /// must be the id after it. Kept apart from the LAC, which a write flag may hold back.
+    sequence_head: AtomicI64,
     /// Stops the explicit-LAC flush task, if one runs.
     lac_flush_stop: Arc<tokio::sync::Notify>,
 }
@@ -205,6 +208,7 @@ impl LedgerWriter {
             me: me.clone(),
             adv,
             piggybacked_lac: AtomicI64::new(spec.next_entry - 1),
+            sequence_head: AtomicI64::new(spec.next_entry - 1),
             lac_flush_stop: Arc::new(tokio::sync::Notify::new()),
         }))
     }
@@ -449,13 +453,17 @@ impl LedgerWriter {
         let mut now = None;
         let stats = client_stats();
         while let Some(front) = st.pending.front() {
-            if front.acked.iter().filter(|a| **a).count() < self.qa || front.entry != st.lac + 1 {
+            let next_in_sequence = self.sequence_head.load(Ordering::Relaxed) + 1;
+            if front.acked.iter().filter(|a| **a).count() < self.qa
+                || front.entry != next_in_sequence
+            {
                 break; // not yet at Qa, or (adv) a lower entry id has not been added yet
             }
             let Some(mut p) = st.pending.pop_front() else {
                 break;
             };
             self.piggybacked_lac.store(st.lac, Ordering::Relaxed);
+            self.sequence_head.store(p.entry, Ordering::Relaxed);
             st.lac = p.entry;
             st.lac_length = p.length;
             stats.pending_adds.dec();
