@@ -136,8 +136,8 @@ pub struct LedgerWriter {
     me: Weak<LedgerWriter>,
     /// Appends name their entry ids (BookKeeper's `LedgerHandleAdv`).
     adv: bool,
-    /// The LAC the last released entry carried on the wire (BookKeeper's piggy-backed LAC):
-    /// the explicit-LAC flush sends WRITE_LAC only when the LAC got past it.
+    /// The LAC just before the last release (BookKeeper's piggy-backed LAC: at most what the
+    /// entries sent since carry): the explicit-LAC flush sends WRITE_LAC only past it.
     piggybacked_lac: AtomicI64,
     /// The last entry id released (BookKeeper's `pendingAddsSequenceHead`): the next release
     /// must be the id after it. Kept apart from the LAC, which a write flag may hold back.
