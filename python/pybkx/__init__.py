@@ -3,7 +3,8 @@
 The public API, all importable from here:
 
 - ``BookKeeper(metadata_service_uri=None, **conf)``: a client of one cluster; ``create_ledger``
-  gives a ``LedgerHandle``, ``open_ledger`` a ``ReadHandle``.
+  gives a ``LedgerHandle``, ``create_ledger_adv`` a ``LedgerHandleAdv`` (appends name their
+  entry ids), ``open_ledger`` a ``ReadHandle``.
 - ``LedgerHandle.append`` / ``append_async`` / ``append_many``; ``ReadHandle.read`` /
   ``read_async`` / ``batch_read`` / ``read_last_add_confirmed``; each returns or raises as its
   docstring says.
@@ -21,7 +22,7 @@ import logging
 from importlib.metadata import PackageNotFoundError, version
 
 from pybkx import errors
-from pybkx.client import BookKeeper, Future, LedgerEntry, LedgerHandle, ReadHandle
+from pybkx.client import BookKeeper, Future, LedgerEntry, LedgerHandle, LedgerHandleAdv, ReadHandle
 from pybkx.config import ClientConfig, ConfigError, ServerConfig
 from pybkx.meta import DigestType
 
@@ -41,6 +42,7 @@ __all__ = [
     "Future",
     "LedgerEntry",
     "LedgerHandle",
+    "LedgerHandleAdv",
     "ReadHandle",
     "ServerConfig",
     "__version__",

@@ -517,6 +517,15 @@ class DigestManager:
 
         Raises DigestMatchException."""
 
+    def package_lac(self, lac: int) -> bytes:
+        """A WRITE_LAC body: ledger id and ``lac`` followed by their digest (BookKeeper's
+        ``computeDigestAndPackageForSendingLac``)."""
+
+    def verify_lac(self, body: bytes) -> int:
+        """The LAC an explicit-LAC body holds, once its digest and ledger id check.
+
+        Raises DigestMatchException."""
+
 class VerifiedEntry:
     """A stored entry whose digest (and id, if asked) checked out."""
 
@@ -619,10 +628,16 @@ class LedgerWriter:
         length: int = 0,
         recovery: bool = False,
         throttle: int = 5000,
+        adv: bool = False,
+        explicit_lac_interval_ms: int = 0,
     ) -> None:
         """``ensemble``: bookie addresses. ``recovery``: send recovery adds (fenced ledgers).
-        ``throttle``: most appends outstanding (BookKeeper's ``throttle``).
-        Raises IncorrectParameterException, ValueError (digest type)."""
+        ``throttle``: most appends outstanding (BookKeeper's ``throttle``). ``adv``: appends
+        name their entry ids (``append_adv``; ``append`` refuses). ``explicit_lac_interval_ms``
+        > 0: send WRITE_LAC to the ensemble at that interval when the LAC got past what the
+        last add carried (BookKeeper's ``explicitLacInterval``; V3 clients only).
+        Raises IncorrectParameterException (quorums; explicit LAC on a V2 client), ValueError
+        (digest type)."""
 
     @property
     def writer_id(self) -> int: ...
@@ -638,6 +653,12 @@ class LedgerWriter:
 
     def append_many(self, payloads: Sequence[Buffer]) -> int:
         """Append pipelined; wait until all are confirmed; return the last id."""
+
+    def append_adv(self, entry_id: int, payload: Buffer) -> Future:
+        """Start an append of entry ``entry_id`` (an adv writer only); the future gives the id
+        once it and every lower id are confirmed. Waits while ``throttle`` appends are
+        outstanding. An id at or below the LAC or already pending fails the future with
+        DuplicateEntryIdException."""
 
     def begin_change(self) -> int:
         """Freeze the LAC for an ensemble change (appends stop completing) and return LAC + 1,

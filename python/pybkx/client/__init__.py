@@ -3,8 +3,17 @@ with ensemble changes, ledger recovery and one failure dispatcher per client; th
 of its futures is ``aio``. It decides per ledger; the Rust core moves every entry."""
 
 from pybkx._core import MAX_READ_ENTRIES, Future, LedgerEntry
+from pybkx.client.adv_handle import LedgerHandleAdv
 from pybkx.client.bookkeeper import BookKeeper
 from pybkx.client.read_handle import ReadHandle
 from pybkx.client.write_handle import LedgerHandle
 
-__all__ = ["MAX_READ_ENTRIES", "BookKeeper", "Future", "LedgerEntry", "LedgerHandle", "ReadHandle"]
+__all__ = [
+    "MAX_READ_ENTRIES",
+    "BookKeeper",
+    "Future",
+    "LedgerEntry",
+    "LedgerHandle",
+    "LedgerHandleAdv",
+    "ReadHandle",
+]

@@ -13,6 +13,7 @@ from typing import Any
 
 from pybkx import errors
 from pybkx._core import BookieClient, FailureQueue, check_quorums
+from pybkx.client.adv_handle import LedgerHandleAdv
 from pybkx.client.aio import run_blocking
 from pybkx.client.bookie_health import BookieHealth
 from pybkx.client.failures import FailureDispatcher
@@ -102,6 +103,14 @@ class BookKeeper:
         self._addresses: dict[str, str] = {}
         self._addresses_lock = threading.Lock()
         self._closed = False
+        if self.config.explicit_lac_interval_ms > 0 and self.config.use_v2_wire_protocol:
+            # BookKeeper's client sends WRITE_LAC as a V3 frame on its V2 connection, which a
+            # bookie that already read V2 there cannot decode; pybkx does not send it at all.
+            logger.warning(
+                "explicitLacInterval=%d is off: WRITE_LAC is a V3 request and this client "
+                "speaks V2 (set useV2WireProtocol=false)",
+                self.config.explicit_lac_interval_ms,
+            )
 
     # --- bookies ----------------------------------------------------------------------------
 
@@ -173,6 +182,9 @@ class BookKeeper:
         digest_type: str,
         password: bytes,
         custom_metadata: Mapping[str, bytes] | None,
+        *,
+        adv: bool = False,
+        ledger_id: int | None = None,
     ) -> LedgerHandle:
         digest = DigestType.parse(digest_type)
         check_quorums(ensemble_size, write_quorum_size, ack_quorum_size)
@@ -201,13 +213,18 @@ class BookKeeper:
             custom_metadata=dict(custom_metadata or {}),
             c_token=random.getrandbits(62),
         )
+        handle_class = LedgerHandleAdv if adv else LedgerHandle
+        if ledger_id is not None:
+            # The caller's id (BookKeeper's createLedgerAdv(ledgerId, ...)): taken is an error.
+            versioned = self.store.create_ledger_metadata(ledger_id, metadata)
+            return handle_class(self, ledger_id, versioned)
         for _ in range(MAX_METADATA_RETRIES):
-            ledger_id = self.store.generate_ledger_id()
+            new_id = self.store.generate_ledger_id()
             try:
-                versioned = self.store.create_ledger_metadata(ledger_id, metadata)
+                versioned = self.store.create_ledger_metadata(new_id, metadata)
             except errors.LedgerExistException:
                 continue  # the id was taken (e.g. by another client's retried create)
-            return LedgerHandle(self, ledger_id, versioned)
+            return handle_class(self, new_id, versioned)
         raise errors.MetaStoreException("could not allocate a free ledger id")
 
     def _new_ensemble(
@@ -230,6 +247,65 @@ class BookKeeper:
                 logger.debug("not enough healthy bookies; quarantined %s may be used", quarantined)
         return self.placement.new_ensemble(
             ensemble_size, write_quorum_size, ack_quorum_size, custom, ()
+        )
+
+    def create_ledger_adv(
+        self,
+        ensemble_size: int = 3,
+        write_quorum_size: int = 2,
+        ack_quorum_size: int = 2,
+        digest_type: str = "CRC32C",
+        password: bytes = b"",
+        custom_metadata: Mapping[str, bytes] | None = None,
+        ledger_id: int | None = None,
+    ) -> LedgerHandleAdv:
+        """Create a ledger whose appends name their entry ids (BookKeeper's
+        ``createLedgerAdv``), with the id ``ledger_id`` if given (else a generated one).
+
+        Raises LedgerExistException (``ledger_id`` taken), IncorrectParameterException
+        (quorums, a negative ``ledger_id``), NotEnoughBookiesException, ValueError (digest
+        type), MetaStoreException, ClientClosedException.
+        """
+        self._check_open()
+        if ledger_id is not None and ledger_id < 0:
+            raise errors.IncorrectParameterException(
+                f"invalid ledger id {ledger_id} < 0: leave it out to have one generated"
+            )
+        with timed("LEDGER_CREATE"):
+            handle = self._create_ledger(
+                ensemble_size,
+                write_quorum_size,
+                ack_quorum_size,
+                digest_type,
+                password,
+                custom_metadata,
+                adv=True,
+                ledger_id=ledger_id,
+            )
+        assert isinstance(handle, LedgerHandleAdv)
+        return handle
+
+    async def create_ledger_adv_async(
+        self,
+        ensemble_size: int = 3,
+        write_quorum_size: int = 2,
+        ack_quorum_size: int = 2,
+        digest_type: str = "CRC32C",
+        password: bytes = b"",
+        custom_metadata: Mapping[str, bytes] | None = None,
+        ledger_id: int | None = None,
+    ) -> LedgerHandleAdv:
+        """``create_ledger_adv`` for asyncio code (on the client's worker pool)."""
+        return await run_blocking(
+            self.executor,
+            self.create_ledger_adv,
+            ensemble_size,
+            write_quorum_size,
+            ack_quorum_size,
+            digest_type,
+            password,
+            custom_metadata,
+            ledger_id,
         )
 
     def open_ledger(

@@ -42,8 +42,8 @@ _quarantined: Gauge | None = None
 # Quarantined bookies by client (``id`` of its health check): the gauge is their sum.
 _quarantined_by: dict[int, int] = {}
 
-LEDGER_OPS = ("LEDGER_CREATE", "LEDGER_OPEN", "LEDGER_DELETE", "LEDGER_RECOVER")
-"""BookKeeper's per-ledger client operations, timed here."""
+LEDGER_OPS = ("LEDGER_CREATE", "LEDGER_OPEN", "LEDGER_DELETE", "LEDGER_RECOVER", "READ_LAC")
+"""BookKeeper's per-ledger client operations, timed here (READ_LAC: an explicit-LAC read)."""
 
 
 class _CoreCollector(Collector):

@@ -16,9 +16,10 @@ from typing import TYPE_CHECKING, Any
 
 from pybkx import errors
 from pybkx._core import MAX_READ_ENTRIES, Future, LedgerEntry, ReadPlan, VerifiedEntry
-from pybkx.client import arrow, lac
+from pybkx.client import arrow, explicit_lac, lac
 from pybkx.client.aio import run_blocking
 from pybkx.client.context import ClientContext
+from pybkx.client.metrics import timed
 from pybkx.client.read_window import BatchReads, ReadWindow, check_range
 from pybkx.client.sticky_reads import StickyBookie
 from pybkx.meta import LedgerMetadata, LedgerState, Versioned
@@ -395,14 +396,40 @@ class ReadHandle:
         )
 
     def read_last_add_confirmed(self) -> int:
-        """Ask the bookies of the last ensemble for the LAC (READ of entry -1, coverage rule)
-        and update ``last_add_confirmed``. Raises ReadException, UnauthorizedAccessException."""
+        """Ask the bookies of the last ensemble for the LAC and update
+        ``last_add_confirmed``: over V2 a READ of entry -1 (coverage rule); over V3 READ_LAC,
+        as BookKeeper's ``readLastAddConfirmed`` does, so an explicit LAC counts too (see
+        ``read_explicit_lac``). Raises ReadException, UnauthorizedAccessException."""
         if self.is_closed:
             return self._lac
+        if not self.bk.config.use_v2_wire_protocol:
+            return self.read_explicit_lac()
         found, length = self.lac_from_bookies(fence=False)
         if found > self._lac:
             self._lac, self._length = found, length
         return self._lac
+
+    def read_explicit_lac(self) -> int:
+        """BookKeeper's ``readExplicitLastConfirmed``: READ_LAC to the last ensemble, the
+        highest of the explicit LACs writers flushed (``explicitLacInterval``) and of the LACs
+        the bookies' last entries carry; updates ``last_add_confirmed`` if higher. A closed
+        ledger answers its last entry id. Raises IncorrectParameterException (a V2 client),
+        ReadException (too few answers), UnauthorizedAccessException."""
+        if self.is_closed:
+            return self._lac
+        with timed("READ_LAC"):
+            found, length = explicit_lac.explicit_lac_from_bookies(
+                self.bk, self.ledger_id, self.metadata, self.verify_entry
+            )
+        if found > self._lac:
+            self._lac = found
+            if length is not None:
+                self._length = max(self._length, length)
+        return self._lac
+
+    async def read_explicit_lac_async(self) -> int:
+        """``read_explicit_lac`` for asyncio code."""
+        return await run_blocking(self.bk.executor, self.read_explicit_lac)
 
     def wait_for_last_add_confirmed(self, previous: int, timeout: float) -> int:
         """Wait until the LAC passes ``previous`` or ``timeout`` seconds end; the LAC then

@@ -32,9 +32,15 @@ def new_writer(
     next_entry_id: int,
     length: int,
     recovery: bool,
+    adv: bool = False,
 ) -> LedgerWriter:
     """A Rust writer for the last ensemble of ``metadata`` (a recovery writer sends recovery
-    adds). Its failures go to ``bk.failures``."""
+    adds; an ``adv`` one takes the entry id of each append). Its failures go to
+    ``bk.failures``. A client's writer (not a recovery's) flushes explicit LACs every
+    ``explicitLacInterval`` ms when that is on and the client speaks V3."""
+    explicit_lac_ms = bk.config.explicit_lac_interval_ms
+    if recovery or bk.config.use_v2_wire_protocol:
+        explicit_lac_ms = 0  # BookKeeper.__init__ warned once about V2
     return LedgerWriter(
         bk.bookies,
         ledger_id,
@@ -48,16 +54,21 @@ def new_writer(
         length=length,
         recovery=recovery,
         throttle=bk.config.throttle,
+        adv=adv,
+        explicit_lac_interval_ms=explicit_lac_ms,
     )
 
 
 class LedgerHandle(ReadHandle):
     """A ledger open for writing (see ``BookKeeper.create_ledger``). Thread-safe."""
 
+    _ADV = False
+    """Whether appends name their entry ids (``LedgerHandleAdv``)."""
+
     def __init__(self, bk: ClientContext, ledger_id: int, versioned: Versioned[LedgerMetadata]):
         super().__init__(bk, ledger_id, versioned)
         self._writer = new_writer(
-            bk, ledger_id, self.metadata, next_entry_id=0, length=0, recovery=False
+            bk, ledger_id, self.metadata, next_entry_id=0, length=0, recovery=False, adv=self._ADV
         )
         self._lock = threading.Lock()
         self._closing = False

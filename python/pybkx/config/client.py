@@ -69,6 +69,11 @@ class ClientConfig(KeyedConfig):
     V2: a V3 client reads entry by entry, as BookKeeper's does."""
     throttle: int = setting("throttle", 5000, integer(1))
     """Appends pending per ledger before ``append`` waits (BookKeeper's ``throttle``)."""
+    explicit_lac_interval_ms: int = setting("explicitLacInterval", 0, integer(0))
+    """Milliseconds between a writer's WRITE_LAC flushes, sent when its LAC got past what its
+    last add carried, so readers of an idle ledger see its last entries (BookKeeper's
+    ``explicitLacInterval``; 0, the default, is off). V3 clients only
+    (``useV2WireProtocol=false``): WRITE_LAC has no V2 form."""
     reorder_read_sequence_enabled: bool = setting("reorderReadSequenceEnabled", True, boolean)
     sticky_reads_enabled: bool = setting("stickyReadSEnabled", False, boolean)
     """Reads of a ledger with E == Qw go first to one bookie of its ensemble, another after

@@ -263,7 +263,52 @@ impl DigestManager {
             payload: entry,
         })
     }
+
+    /// A WRITE_LAC body, as BookKeeper's `computeDigestAndPackageForSendingLac`: ledger id and
+    /// LAC (big-endian) followed by their digest.
+    pub fn package_lac(&self, lac: i64) -> Bytes {
+        let mut header = [0u8; LAC_HEADER_LEN];
+        header[0..8].copy_from_slice(&self.ledger.to_be_bytes());
+        header[8..16].copy_from_slice(&lac.to_be_bytes());
+        let mut digest = [0u8; 20];
+        let d = &mut digest[..self.kind.digest_len()];
+        self.digest(&header, &[], d);
+        let mut out = BytesMut::with_capacity(LAC_HEADER_LEN + d.len());
+        out.put_slice(&header);
+        out.put_slice(d);
+        out.freeze()
+    }
+
+    /// The LAC of a READ_LAC answer's explicit-LAC body, once its digest and ledger id check
+    /// (BookKeeper's `verifyDigestAndReturnLac`).
+    pub fn verify_lac(&self, body: &[u8]) -> Result<i64, DigestError> {
+        let dlen = self.kind.digest_len();
+        if body.len() < LAC_HEADER_LEN + dlen {
+            return Err(DigestError::TooShort(body.len()));
+        }
+        let field = |i: usize| {
+            let mut a = [0u8; 8];
+            a.copy_from_slice(&body[i * 8..i * 8 + 8]);
+            i64::from_be_bytes(a)
+        };
+        let (ledger, lac) = (field(0), field(1));
+        let mut digest = [0u8; 20];
+        self.digest(&body[..LAC_HEADER_LEN], &[], &mut digest[..dlen]);
+        if digest[..dlen] != body[LAC_HEADER_LEN..LAC_HEADER_LEN + dlen] {
+            return Err(DigestError::Mismatch { ledger, entry: -1 });
+        }
+        if ledger != self.ledger {
+            return Err(DigestError::WrongLedger {
+                expected: self.ledger,
+                got: ledger,
+            });
+        }
+        Ok(lac)
+    }
 }
+
+/// Bytes of an explicit LAC's header (ledger id, LAC) before its digest.
+pub const LAC_HEADER_LEN: usize = 16;
 
 #[cfg(test)]
 mod tests {
@@ -301,6 +346,22 @@ mod tests {
                 .len(),
             37
         );
+    }
+
+    #[test]
+    fn explicit_lac_round_trips_and_catches_corruption() {
+        for kind in [DigestType::Crc32, DigestType::Crc32c, DigestType::Hmac] {
+            let dm = DigestManager::new(7, b"pw", kind);
+            let body = dm.package_lac(41);
+            assert_eq!(body.len(), LAC_HEADER_LEN + kind.digest_len());
+            assert_eq!(dm.verify_lac(&body).ok(), Some(41));
+            let mut bad = body.to_vec();
+            bad[15] ^= 1;
+            assert!(dm.verify_lac(&bad).is_err());
+            assert!(DigestManager::new(8, b"pw", kind)
+                .verify_lac(&body)
+                .is_err());
+        }
     }
 
     #[test]

@@ -67,6 +67,16 @@ impl PyDigestManager {
     ) -> BkResult<PyVerifiedEntry> {
         verify(py, &self.inner, entry, entry_id)
     }
+
+    /// A WRITE_LAC body for `lac`: see `_core.pyi`.
+    fn package_lac<'py>(&self, py: Python<'py>, lac: i64) -> Bound<'py, PyBytes> {
+        PyBytes::new(py, &self.inner.package_lac(lac))
+    }
+
+    /// The LAC of an explicit-LAC body, its digest checked: see `_core.pyi`.
+    fn verify_lac(&self, body: &[u8]) -> BkResult<i64> {
+        Ok(self.inner.verify_lac(body)?)
+    }
 }
 
 /// What `verify` found in a stored entry: see `_core.pyi`.

@@ -20,6 +20,7 @@ pyo3::import_exception!(pybkx.errors, BookieIOException);
 pyo3::import_exception!(pybkx.errors, ClientClosedException);
 pyo3::import_exception!(pybkx.errors, DataUnknownException);
 pyo3::import_exception!(pybkx.errors, DigestMatchException);
+pyo3::import_exception!(pybkx.errors, DuplicateEntryIdException);
 pyo3::import_exception!(pybkx.errors, IncorrectParameterException);
 pyo3::import_exception!(pybkx.errors, LedgerClosedException);
 pyo3::import_exception!(pybkx.errors, LedgerFencedException);
@@ -44,6 +45,7 @@ pub(crate) fn classes(py: Python<'_>) -> Vec<Bound<'_, PyType>> {
         py.get_type::<ClientClosedException>(),
         py.get_type::<DataUnknownException>(),
         py.get_type::<DigestMatchException>(),
+        py.get_type::<DuplicateEntryIdException>(),
         py.get_type::<IncorrectParameterException>(),
         py.get_type::<LedgerClosedException>(),
         py.get_type::<LedgerFencedException>(),
@@ -211,6 +213,7 @@ fn ledger(e: &LedgerError) -> PyErr {
         LedgerError::Fenced(_) => LedgerFencedException::new_err(message),
         LedgerError::WriterFailed(_) => WriteException::new_err(message),
         LedgerError::Closed => LedgerClosedException::new_err(message),
+        LedgerError::DuplicateEntryId { .. } => DuplicateEntryIdException::new_err(message),
         LedgerError::ReadFailed { missing: true, .. } => NoSuchEntryException::new_err(message),
         LedgerError::ReadFailed { .. } => ReadException::new_err(message),
         LedgerError::Digest { .. } => DigestMatchException::new_err(message),

@@ -15,6 +15,10 @@ pub enum LedgerError {
     WriterFailed(String),
     #[error("ledger writer is closed")]
     Closed,
+    /// An adv ledger's add named an entry id at or below the LAC, or one already pending
+    /// (BookKeeper's `DuplicateEntryIdException`).
+    #[error("entry {entry} of ledger {ledger} was already added (or is at or below the LAC)")]
+    DuplicateEntryId { ledger: i64, entry: i64 },
     #[error("entry {entry} of ledger {ledger} could not be read from any bookie ({last})")]
     ReadFailed {
         ledger: i64,

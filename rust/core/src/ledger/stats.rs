@@ -16,12 +16,15 @@ pub struct ClientStats {
     pub read_entry: OpStats,
     /// Appends handed to a writer and not completed yet.
     pub pending_adds: Gauge,
+    /// Explicit-LAC flushes: one WRITE_LAC sent to a bookie -> its answer.
+    pub write_lac: OpStats,
 }
 
 crate::named_stats!(ClientStats {
     add_entry => "bookkeeper_client_ADD_ENTRY",
     read_entry => "bookkeeper_client_READ_ENTRY",
     pending_adds => "bookkeeper_client_NUM_PENDING_ADD",
+    write_lac => "bookkeeper_client_WRITE_LAC",
 });
 
 static STATS: OnceLock<ClientStats> = OnceLock::new();
@@ -32,5 +35,6 @@ pub fn client_stats() -> &'static ClientStats {
         add_entry: OpStats::latency(),
         read_entry: OpStats::latency(),
         pending_adds: Gauge::default(),
+        write_lac: OpStats::latency(),
     })
 }

@@ -3,10 +3,15 @@
 //! piggy-backed in every entry). It never chooses bookies: a failed slot is reported through the
 //! [`FailureSink`], and releases stop until the control plane calls [`LedgerWriter::change_ensemble`].
 //!
+//! An adv writer (BookKeeper's `LedgerHandleAdv`) takes the entry id of each append from the
+//! caller: pending adds are kept ordered by id and complete only once every lower id has, so
+//! the LAC still moves contiguously.
+//!
 //! Bounds: at most `throttle` appends pending per ledger (BookKeeper's `throttle`; the blocking
 //! entry points wait for room), and no entry larger than the client's frame limit.
 
 use std::collections::{HashSet, VecDeque};
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -20,6 +25,11 @@ use crate::bookie_conn::{BookieClient, ClientError, ReplyResult};
 use crate::digest::{DigestManager, ENTRY_HEADER_LEN};
 use crate::done::Done;
 use crate::protocol::{self, Status, MASTER_KEY_LEN};
+
+mod adv;
+mod explicit_lac;
+#[cfg(test)]
+mod tests;
 
 /// Flags of a ledger-recovery add (as the Java client sends them).
 pub const RECOVERY_ADD_FLAGS: u16 = protocol::FLAG_RECOVERY_ADD | protocol::FLAG_HIGH_PRIORITY;
@@ -124,6 +134,16 @@ pub struct LedgerWriter {
     /// Largest payload an entry may carry: the frame limit minus add and entry headers.
     max_payload: usize,
     me: Weak<LedgerWriter>,
+    /// Appends name their entry ids (BookKeeper's `LedgerHandleAdv`).
+    adv: bool,
+    /// The LAC just before the last release (BookKeeper's piggy-backed LAC: at most what the
+    /// entries sent since carry): the explicit-LAC flush sends WRITE_LAC only past it.
+    piggybacked_lac: AtomicI64,
+    /// The last entry id released (BookKeeper's `pendingAddsSequenceHead`): the next release
+    /// must be the id after it. Kept apart from the LAC, which a write flag may hold back.
+    sequence_head: AtomicI64,
+    /// Stops the explicit-LAC flush task, if one runs.
+    lac_flush_stop: Arc<tokio::sync::Notify>,
 }
 
 /// How long blocking waits sleep between checks of their interrupt.
@@ -135,6 +155,24 @@ impl LedgerWriter {
         client: Arc<BookieClient>,
         spec: WriterSpec,
         on_failure: FailureSink,
+    ) -> Result<Arc<LedgerWriter>, LedgerError> {
+        Self::build(client, spec, on_failure, false)
+    }
+
+    /// An adv writer: every append names its entry id ([`append_adv`](Self::append_adv)).
+    pub fn new_adv(
+        client: Arc<BookieClient>,
+        spec: WriterSpec,
+        on_failure: FailureSink,
+    ) -> Result<Arc<LedgerWriter>, LedgerError> {
+        Self::build(client, spec, on_failure, true)
+    }
+
+    fn build(
+        client: Arc<BookieClient>,
+        spec: WriterSpec,
+        on_failure: FailureSink,
+        adv: bool,
     ) -> Result<Arc<LedgerWriter>, LedgerError> {
         let e = spec.ensemble.len();
         check_quorums(e as i64, spec.qw as i64, spec.qa as i64)?;
@@ -168,6 +206,10 @@ impl LedgerWriter {
             flags: spec.flags,
             max_payload,
             me: me.clone(),
+            adv,
+            piggybacked_lac: AtomicI64::new(spec.next_entry - 1),
+            sequence_head: AtomicI64::new(spec.next_entry - 1),
+            lac_flush_stop: Arc::new(tokio::sync::Notify::new()),
         }))
     }
 
@@ -202,6 +244,11 @@ impl LedgerWriter {
 
     /// Appends with a given entry id (recovery rewrites entries at known ids, in order).
     pub fn append_with_id(&self, entry_id: Option<i64>, payload: Bytes, done: AppendDone) {
+        if self.adv {
+            return done(Err(LedgerError::InvalidArgument(
+                "an adv ledger's appends name their entry id (append_adv)".into(),
+            )));
+        }
         if payload.len() > self.max_payload {
             return done(Err(LedgerError::InvalidArgument(format!(
                 "an entry of {} bytes exceeds the largest entry the bookies accept ({} bytes: \
@@ -355,13 +402,10 @@ impl LedgerWriter {
             }
             match result {
                 Ok(_) => {
-                    // Pending adds hold consecutive entry ids, so the position is an offset.
-                    let position = st
-                        .pending
-                        .front()
-                        .and_then(|front| usize::try_from(entry - front.entry).ok());
+                    // Pending adds are ordered by entry id (consecutive, but for an adv
+                    // writer's gaps).
+                    let position = st.pending.binary_search_by_key(&entry, |p| p.entry).ok();
                     if let Some(p) = position.and_then(|i| st.pending.get_mut(i)) {
-                        debug_assert_eq!(p.entry, entry);
                         p.acked[index] = true;
                     }
                     self.release(&mut st, &mut done);
@@ -409,12 +453,17 @@ impl LedgerWriter {
         let mut now = None;
         let stats = client_stats();
         while let Some(front) = st.pending.front() {
-            if front.acked.iter().filter(|a| **a).count() < self.qa {
-                break;
+            let next_in_sequence = self.sequence_head.load(Ordering::Relaxed) + 1;
+            if front.acked.iter().filter(|a| **a).count() < self.qa
+                || front.entry != next_in_sequence
+            {
+                break; // not yet at Qa, or (adv) a lower entry id has not been added yet
             }
             let Some(mut p) = st.pending.pop_front() else {
                 break;
             };
+            self.piggybacked_lac.store(st.lac, Ordering::Relaxed);
+            self.sequence_head.store(p.entry, Ordering::Relaxed);
             st.lac = p.entry;
             st.lac_length = p.length;
             stats.pending_adds.dec();
@@ -554,6 +603,7 @@ impl LedgerWriter {
     /// Refuses further appends; pending ones still complete.
     pub fn close(&self) {
         self.state.lock().closed = true;
+        explicit_lac::stop_flush(&self.lac_flush_stop);
     }
 
     pub fn fatal(&self) -> Option<LedgerError> {

@@ -82,7 +82,13 @@ impl JournalApplier {
                 idx.touch_meta(*ledger);
             }
             JournalOp::Lac { ledger, lac } => {
-                idx.get_or_create(*ledger, no_key).explicit_lac = Some(lac.clone());
+                let st = idx.get_or_create(*ledger, no_key);
+                // As BookKeeper's bookie (`TransientLedgerInfo.setExplicitLac`): the explicit
+                // LAC raises the LAC the bookie reports, so long-poll reads see it too.
+                if let Some(value) = explicit_lac_value(lac) {
+                    st.max_lac = st.max_lac.max(value);
+                }
+                st.explicit_lac = Some(lac.clone());
                 idx.touch_meta(*ledger);
             }
             JournalOp::Delete { ledger } => {
@@ -122,6 +128,14 @@ impl Applier for JournalApplier {
         }
         self.checkpointer.wait_for_room()
     }
+}
+
+/// The LAC of a WRITE_LAC body (ledger id, LAC, digest), if it is long enough.
+fn explicit_lac_value(body: &[u8]) -> Option<i64> {
+    let field = body.get(8..16)?;
+    let mut lac = [0u8; 8];
+    lac.copy_from_slice(field);
+    Some(i64::from_be_bytes(lac))
 }
 
 /// The LAC an entry carries in its header (ledger id, entry id, LAC, ...), if it has one.

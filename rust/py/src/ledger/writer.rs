@@ -4,7 +4,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use crossbeam_channel::{Receiver, Sender};
@@ -147,7 +147,8 @@ impl PyLedgerWriter {
     #[new]
     #[pyo3(signature = (
         client, ledger_id, write_quorum_size, ack_quorum_size, password, digest_type, ensemble,
-        failures, *, next_entry_id = 0, length = 0, recovery = false, throttle = 5000
+        failures, *, next_entry_id = 0, length = 0, recovery = false, throttle = 5000,
+        adv = false, explicit_lac_interval_ms = 0
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -163,6 +164,8 @@ impl PyLedgerWriter {
         length: i64,
         recovery: bool,
         throttle: usize,
+        adv: bool,
+        explicit_lac_interval_ms: u64,
     ) -> BkResult<Self> {
         let spec = WriterSpec {
             ledger: ledger_id,
@@ -180,8 +183,16 @@ impl PyLedgerWriter {
                 FLAG_NONE
             },
         };
+        let inner = if adv {
+            LedgerWriter::new_adv(client.inner.clone(), spec, failures.sink())?
+        } else {
+            LedgerWriter::new(client.inner.clone(), spec, failures.sink())?
+        };
+        if explicit_lac_interval_ms > 0 {
+            inner.start_explicit_lac_flush(Duration::from_millis(explicit_lac_interval_ms))?;
+        }
         Ok(PyLedgerWriter {
-            inner: LedgerWriter::new(client.inner.clone(), spec, failures.sink())?,
+            inner,
             throttle: throttle.max(1),
         })
     }
@@ -215,6 +226,26 @@ impl PyLedgerWriter {
         Self::interruptible(py, move |interrupt| {
             inner.wait_for_room(throttle, interrupt)?;
             inner.append_with_id(entry_id, data, completer.into_done());
+            Ok(())
+        })?;
+        Ok(fut)
+    }
+
+    /// Starts an adv append of entry `entry_id` (an adv writer only); the future gives the id
+    /// once it and every lower id are acknowledged. Waits (interruptibly) while `throttle`
+    /// appends are pending.
+    fn append_adv(
+        &self,
+        py: Python<'_>,
+        entry_id: i64,
+        payload: &Bound<'_, PyAny>,
+    ) -> PyResult<Py<Future>> {
+        let data = crate::util::payload(payload)?;
+        let (fut, completer) = Future::pending(py)?;
+        let (inner, throttle) = (self.inner.clone(), self.throttle);
+        Self::interruptible(py, move |interrupt| {
+            inner.wait_for_room(throttle, interrupt)?;
+            inner.append_adv(entry_id, data, completer.into_done());
             Ok(())
         })?;
         Ok(fut)

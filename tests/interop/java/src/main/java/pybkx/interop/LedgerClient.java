@@ -30,6 +30,7 @@ import org.apache.bookkeeper.client.api.LedgerEntries;
 import org.apache.bookkeeper.client.api.LedgerEntry;
 import org.apache.bookkeeper.client.api.LedgerMetadata;
 import org.apache.bookkeeper.client.api.ReadHandle;
+import org.apache.bookkeeper.client.api.WriteAdvHandle;
 import org.apache.bookkeeper.client.api.WriteHandle;
 import org.apache.bookkeeper.conf.ClientConfiguration;
 import org.apache.bookkeeper.net.BookieId;
@@ -56,6 +57,14 @@ import org.apache.bookkeeper.net.BookieId;
  * {"op":"batch_read","ledger":L,"start":S,"max_count":N,"max_size":B}
  *     -> {"entries":[..],"fell_back_to_single_reads":false}
  * {"op":"read_lac","ledger":L}               -> {"lac": readLastAddConfirmed(),"length":..}
+ * {"op":"read_explicit_lac","ledger":L}      -> {"lac": readExplicitLastConfirmed()}
+ * </pre>
+ *
+ * <p>A {@code create} with {@code "adv":true} makes a ledger through {@code makeAdv()} (with
+ * its {@code "ledger_id"} if given); its {@code append} takes {@code "entry_ids"}, one per
+ * payload, sent in the order given with {@code writeAsync(entryId, ..)}.
+ *
+ * <pre>
  * {"op":"metadata","ledger":L}               -> {"metadata":{..}}
  * {"op":"halt"}            -> {"acked":{W:[entry ids]}}, then the JVM halts: nothing is closed
  * </pre>
@@ -75,6 +84,7 @@ public final class LedgerClient {
 
     private final BookKeeper bk;
     private final Map<String, WriteHandle> writers = new HashMap<>();
+    private final Map<String, WriteAdvHandle> advWriters = new HashMap<>();
     private final Map<String, List<CompletableFuture<Long>>> appends = new HashMap<>();
     private final Map<Long, ReadHandle> readers = new HashMap<>();
     private final PrintStream out = new PrintStream(System.out, true, StandardCharsets.UTF_8);
@@ -131,6 +141,9 @@ public final class LedgerClient {
                 case "read" -> read(op, result);
                 case "batch_read" -> batchRead(op, result);
                 case "read_lac" -> readLac(op, result);
+                case "read_explicit_lac" -> result.put("lac",
+                        ((LedgerHandle) readers.get(op.get("ledger").asLong()))
+                                .readExplicitLastConfirmed());
                 case "metadata" -> result.set("metadata",
                         metadata(get(bk.getLedgerMetadata(op.get("ledger").asLong()))));
                 case "halt" -> {
@@ -149,6 +162,10 @@ public final class LedgerClient {
     }
 
     private void create(JsonNode op, ObjectNode result) throws Exception {
+        if (op.path("adv").asBoolean(false)) {
+            createAdv(op, result);
+            return;
+        }
         WriteHandle writer = get(bk.newCreateLedgerOp()
                 .withEnsembleSize(op.get("ensemble").asInt())
                 .withWriteQuorumSize(op.get("write_quorum").asInt())
@@ -162,7 +179,48 @@ public final class LedgerClient {
         result.set("metadata", metadata(writer.getLedgerMetadata()));
     }
 
+    private void createAdv(JsonNode op, ObjectNode result) throws Exception {
+        var builder = bk.newCreateLedgerOp()
+                .withEnsembleSize(op.get("ensemble").asInt())
+                .withWriteQuorumSize(op.get("write_quorum").asInt())
+                .withAckQuorumSize(op.get("ack_quorum").asInt())
+                .withDigestType(DigestType.valueOf(op.get("digest").asText()))
+                .withPassword(HEX.parseHex(op.path("password_hex").asText("")))
+                .makeAdv();
+        if (op.has("ledger_id")) {
+            builder = builder.withLedgerId(op.get("ledger_id").asLong());
+        }
+        WriteAdvHandle writer = get(builder.execute());
+        advWriters.put(op.get("writer").asText(), writer);
+        appends.put(op.get("writer").asText(), new ArrayList<>());
+        result.put("ledger", writer.getId());
+        result.set("metadata", metadata(writer.getLedgerMetadata()));
+    }
+
+    private void appendAdv(JsonNode op, ObjectNode result) throws Exception {
+        WriteAdvHandle writer = advWriters.get(op.get("writer").asText());
+        List<CompletableFuture<Long>> all = appends.get(op.get("writer").asText());
+        List<CompletableFuture<Long>> sent = new ArrayList<>();
+        JsonNode ids = op.get("entry_ids");
+        JsonNode payloads = op.get("payloads_hex");
+        for (int i = 0; i < payloads.size(); i++) {
+            sent.add(writer.writeAsync(ids.get(i).asLong(), HEX.parseHex(payloads.get(i).asText())));
+        }
+        all.addAll(sent);
+        for (CompletableFuture<Long> ack : sent.subList(0, op.path("wait_for").asInt(sent.size()))) {
+            get(ack);
+        }
+        result.put("ledger", writer.getId());
+        result.set("acked", acked(all));
+        result.put("lac", writer.getLastAddConfirmed());
+        result.put("length", writer.getLength());
+    }
+
     private void append(JsonNode op, ObjectNode result) throws Exception {
+        if (advWriters.containsKey(op.get("writer").asText())) {
+            appendAdv(op, result);
+            return;
+        }
         WriteHandle writer = writers.get(op.get("writer").asText());
         List<CompletableFuture<Long>> all = appends.get(op.get("writer").asText());
         List<CompletableFuture<Long>> sent = new ArrayList<>();
@@ -191,6 +249,14 @@ public final class LedgerClient {
     }
 
     private void close(JsonNode op, ObjectNode result) throws Exception {
+        WriteAdvHandle adv = advWriters.get(op.get("writer").asText());
+        if (adv != null) {
+            get(adv.closeAsync());
+            result.put("ledger", adv.getId());
+            result.put("lac", adv.getLastAddConfirmed());
+            result.put("length", adv.getLength());
+            return;
+        }
         WriteHandle writer = writers.get(op.get("writer").asText());
         get(writer.closeAsync());
         result.put("ledger", writer.getId());

@@ -1,0 +1,80 @@
+//! Appends of an adv writer (BookKeeper's `LedgerHandleAdv.asyncAddEntry(entryId, ...)`): the
+//! caller names each entry id; the add is kept in the pending queue at its id's place, so
+//! completions (and the LAC) still go in id order. It never picks ids itself.
+
+use bytes::Bytes;
+
+use super::{AppendDone, LedgerWriter, PendingAdd};
+use crate::ledger::error::LedgerError;
+use crate::ledger::quorum::write_set;
+use crate::ledger::stats::client_stats;
+
+impl LedgerWriter {
+    /// Appends `payload` as entry `entry_id`; `done` gets the id once Qa bookies hold it and
+    /// every lower id completed. An id at or below the LAC, or one already pending, fails with
+    /// [`LedgerError::DuplicateEntryId`] (a negative id is below the initial LAC of -1, as in
+    /// BookKeeper). The ledger length grows in the order adds are made, as BookKeeper's
+    /// `doAsyncAddEntry` counts it. Never blocks (see `wait_for_room`).
+    pub fn append_adv(&self, entry_id: i64, payload: Bytes, done: AppendDone) {
+        if !self.adv {
+            return done(Err(LedgerError::InvalidArgument(
+                "only an adv ledger's appends name their entry id".into(),
+            )));
+        }
+        if payload.len() > self.max_payload {
+            return done(Err(LedgerError::InvalidArgument(format!(
+                "an entry of {} bytes exceeds the largest entry the bookies accept ({} bytes: \
+                 nettyMaxFrameSizeBytes minus headers)",
+                payload.len(),
+                self.max_payload
+            ))));
+        }
+        let sends = {
+            let mut st = self.state.lock();
+            if let Some(err) = &st.fatal {
+                let err = err.clone();
+                drop(st);
+                return done(Err(err));
+            }
+            if st.closed {
+                drop(st);
+                return done(Err(LedgerError::Closed));
+            }
+            // Already pending (found) or at or below the LAC: a duplicate.
+            let place = match st.pending.binary_search_by_key(&entry_id, |p| p.entry) {
+                Err(place) if entry_id > st.lac => Some(place),
+                _ => None,
+            };
+            let Some(place) = place else {
+                drop(st);
+                return done(Err(LedgerError::DuplicateEntryId {
+                    ledger: self.ledger,
+                    entry: entry_id,
+                }));
+            };
+            st.next_entry = st.next_entry.max(entry_id + 1);
+            st.length += payload.len() as i64;
+            let body = self.digest.package(entry_id, st.lac, st.length, &payload);
+            let length = st.length;
+            st.pending.insert(
+                place,
+                PendingAdd {
+                    entry: entry_id,
+                    body: body.clone(),
+                    length,
+                    acked: vec![false; self.e],
+                    done: Some(done),
+                    started: crate::metrics::start(),
+                },
+            );
+            client_stats().pending_adds.inc();
+            write_set(entry_id, self.e, self.qw)
+                .filter(|i| !st.failed.contains(i))
+                .map(|i| (i, st.generations[i], st.ensemble[i].clone(), body.clone()))
+                .collect::<Vec<_>>()
+        };
+        for (index, generation, bookie, body) in sends {
+            self.send(index, generation, bookie, entry_id, body);
+        }
+    }
+}
