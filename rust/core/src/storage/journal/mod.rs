@@ -8,6 +8,13 @@
 //! `journalAdaptiveGroupWrites`, ends a group as soon as no sync is in flight
 //! ([`sync_progress`]); it writes a group with as few syscalls as possible, syncs it once, hands
 //! it to the [`Applier`] and then completes callers.
+//!
+//! Deferred sync (BookKeeper's `WriteFlag.DEFERRED_SYNC`, its journal's `ackBeforeSync`): such an
+//! entry is acknowledged once its group is written to the file, before the sync; it becomes
+//! durable (and is applied) with that group's sync as any other. A force ([`Journal::force`],
+//! the bookie's FORCE_LEDGER) joins the group being formed without writing a record and is
+//! completed by the sync thread with that group, after the fdatasync that covers every record
+//! queued before it.
 
 mod failure;
 mod file;
@@ -65,10 +72,14 @@ struct Request {
     key: Option<Arc<[u8]>>,
     enqueued: Instant,
     done: Completion,
+    /// Deferred sync: `done` is called once the record is written, before its sync.
+    ack_when_written: bool,
 }
 
 enum Msg {
     Req(Request),
+    /// A force of a ledger: completed once everything queued before it is durable.
+    Force(u64, Completion, Instant),
     /// From the sync thread: the device went idle while a formed group waited for it.
     Wake,
     Shutdown,
@@ -103,6 +114,9 @@ struct Group {
     entries: u64,
     /// When the group was handed to the sync thread (None with metrics off).
     handed: Option<Instant>,
+    /// Deferred-sync completions still to call once the group is written (direct mode: the
+    /// sync thread writes it; with page-cache writes the journal thread calls them itself).
+    written_acks: Vec<Completion>,
 }
 
 /// Bounds the groups written but not yet synced; the writer waits when the sync thread lags.
@@ -163,6 +177,9 @@ impl Journal {
             to_sync: Some(to_sync),
             syncer: Some(syncer),
             progress,
+            written_acks: Vec::new(),
+            unforced: std::collections::HashMap::new(),
+            lost: Arc::new(Mutex::new(HashSet::new())),
             old_files: old_files.clone(),
             failure,
             stats: stats.clone(),
@@ -201,15 +218,7 @@ impl Journal {
     /// Enqueues a request; blocks while the queue is full (`journalQueueSize`).
     /// `key` is the ledger's master key, journalled once per ledger before its first record.
     pub fn submit(&self, op: JournalOp, key: Option<Arc<[u8]>>, done: Completion) -> Result<()> {
-        let req = Request {
-            op,
-            key,
-            enqueued: Instant::now(),
-            done,
-        };
-        self.tx
-            .send(Msg::Req(req))
-            .map_err(|_| StorageError::Closed)
+        self.send_request(Self::request(op, key, done, false), true)
     }
 
     /// Like [`submit`](Self::submit) but never blocks: with the queue full it returns
@@ -220,12 +229,56 @@ impl Journal {
         key: Option<Arc<[u8]>>,
         done: Completion,
     ) -> Result<()> {
-        let req = Request {
+        self.send_request(Self::request(op, key, done, false), false)
+    }
+
+    /// Deferred sync (BookKeeper's `ackBeforeSync`): like [`submit`](Self::submit) (or
+    /// [`try_submit`](Self::try_submit) when `blocking` is false), but `done` is called once the
+    /// record is written to the journal file, before it is synced; it becomes durable with its
+    /// group's sync, or by a later [`force`](Self::force).
+    pub fn submit_deferred_sync(
+        &self,
+        op: JournalOp,
+        key: Option<Arc<[u8]>>,
+        done: Completion,
+        blocking: bool,
+    ) -> Result<()> {
+        self.send_request(Self::request(op, key, done, true), blocking)
+    }
+
+    /// Calls `done` once every record queued before this call is durable (BookKeeper's
+    /// FORCE_LEDGER journal entry): after the fdatasync that covers them, with its outcome.
+    /// Blocks while the queue is full.
+    /// Fails if a journal failure since `ledger`'s last force may have lost one of its
+    /// deferred-sync records that were acknowledged (then every later force of it fails too).
+    pub fn force(&self, ledger: u64, done: Completion) -> Result<()> {
+        self.tx
+            .send(Msg::Force(ledger, done, Instant::now()))
+            .map_err(|_| StorageError::Closed)
+    }
+
+    fn request(
+        op: JournalOp,
+        key: Option<Arc<[u8]>>,
+        done: Completion,
+        ack_when_written: bool,
+    ) -> Request {
+        Request {
             op,
             key,
             enqueued: Instant::now(),
             done,
-        };
+            ack_when_written,
+        }
+    }
+
+    fn send_request(&self, req: Request, blocking: bool) -> Result<()> {
+        if blocking {
+            return self
+                .tx
+                .send(Msg::Req(req))
+                .map_err(|_| StorageError::Closed);
+        }
         self.tx.try_send(Msg::Req(req)).map_err(|e| match e {
             crate::queue::TrySendError::Full(_) => StorageError::QueueFull,
             crate::queue::TrySendError::Disconnected(_) => StorageError::Closed,

@@ -107,9 +107,15 @@ impl Syncer {
             offset: last.end,
         };
         let newest = live.iter().map(|g| g.file.id).max().unwrap_or(mark.file_id);
-        let made_durable = self
-            .write_chunks(&mut live)
-            .and_then(|_| self.make_durable(&live));
+        let written = self.write_chunks(&mut live);
+        // Deferred-sync records are acknowledged once written, before the sync (direct mode;
+        // with page-cache writes the journal thread acknowledged them already).
+        for g in &mut live {
+            for done in g.written_acks.drain(..) {
+                done(written.clone());
+            }
+        }
+        let made_durable = written.and_then(|_| self.make_durable(&live));
         // The device is free before these groups are applied and acknowledged: the journal
         // thread may write and hand over its next group meanwhile.
         self.device_done(handed);
@@ -163,7 +169,7 @@ impl Syncer {
         for g in groups {
             let now = self.time_entries(&g.enqueued, false);
             metrics::with_now(now, || {
-                for done in g.dones {
+                for done in g.dones.into_iter().chain(g.written_acks) {
                     done(Err(e.clone()));
                 }
             });
