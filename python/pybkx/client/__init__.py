@@ -5,6 +5,14 @@ of its futures is ``aio``. It decides per ledger; the Rust core moves every entr
 from pybkx._core import MAX_READ_ENTRIES, Future, LedgerEntry
 from pybkx.client.bookkeeper import BookKeeper
 from pybkx.client.read_handle import ReadHandle
-from pybkx.client.write_handle import LedgerHandle
+from pybkx.client.write_handle import LedgerHandle, WriteFlag
 
-__all__ = ["MAX_READ_ENTRIES", "BookKeeper", "Future", "LedgerEntry", "LedgerHandle", "ReadHandle"]
+__all__ = [
+    "MAX_READ_ENTRIES",
+    "BookKeeper",
+    "Future",
+    "LedgerEntry",
+    "LedgerHandle",
+    "ReadHandle",
+    "WriteFlag",
+]

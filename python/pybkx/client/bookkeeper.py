@@ -18,7 +18,7 @@ from pybkx.client.failures import FailureDispatcher
 from pybkx.client.ledger_recovery import recover
 from pybkx.client.metrics import ensure_registered, timed
 from pybkx.client.read_handle import ReadHandle
-from pybkx.client.write_handle import LedgerHandle
+from pybkx.client.write_handle import LedgerHandle, WriteFlag, parse_write_flags
 from pybkx.config import ClientConfig
 from pybkx.config.security import CLIENT_SECURITY_KEYS, refuse_unsupported_security
 from pybkx.meta import (
@@ -127,13 +127,19 @@ class BookKeeper:
         digest_type: str = "CRC32C",
         password: bytes = b"",
         custom_metadata: Mapping[str, bytes] | None = None,
+        write_flags: Iterable[WriteFlag | str] = (),
     ) -> LedgerHandle:
         """Create a ledger on ``ensemble_size`` writable bookies and open it for writing.
+        ``write_flags``: BookKeeper's ``WriteFlag``s (or their names), e.g.
+        ``{WriteFlag.DEFERRED_SYNC}`` (V3 protocol only; see ``LedgerHandle.force``).
 
-        Raises IncorrectParameterException (quorums), NotEnoughBookiesException, ValueError
-        (digest type), MetaStoreException, ClientClosedException.
+        Raises IncorrectParameterException (quorums, write flags), NotEnoughBookiesException,
+        ValueError (digest type), MetaStoreException, ClientClosedException.
         """
         self._check_open()
+        flags = parse_write_flags(
+            write_flags, use_v2_wire_protocol=self.config.use_v2_wire_protocol
+        )
         with timed("LEDGER_CREATE"):
             return self._create_ledger(
                 ensemble_size,
@@ -142,6 +148,7 @@ class BookKeeper:
                 digest_type,
                 password,
                 custom_metadata,
+                flags,
             )
 
     def _create_ledger(
@@ -152,6 +159,7 @@ class BookKeeper:
         digest_type: str,
         password: bytes,
         custom_metadata: Mapping[str, bytes] | None,
+        write_flags: frozenset[WriteFlag] = frozenset(),
     ) -> LedgerHandle:
         digest = DigestType.parse(digest_type)
         check_quorums(ensemble_size, write_quorum_size, ack_quorum_size)
@@ -186,7 +194,7 @@ class BookKeeper:
                 versioned = self.store.create_ledger_metadata(ledger_id, metadata)
             except errors.LedgerExistException:
                 continue  # the id was taken (e.g. by another client's retried create)
-            return LedgerHandle(self, ledger_id, versioned)
+            return LedgerHandle(self, ledger_id, versioned, write_flags)
         raise errors.MetaStoreException("could not allocate a free ledger id")
 
     def open_ledger(
@@ -246,6 +254,7 @@ class BookKeeper:
         digest_type: str = "CRC32C",
         password: bytes = b"",
         custom_metadata: Mapping[str, bytes] | None = None,
+        write_flags: Iterable[WriteFlag | str] = (),
     ) -> LedgerHandle:
         """``create_ledger`` for asyncio code."""
         return await run_blocking(
@@ -257,6 +266,7 @@ class BookKeeper:
             digest_type,
             password,
             custom_metadata,
+            write_flags,
         )
 
     async def open_ledger_async(
