@@ -13,6 +13,7 @@ import java.nio.file.Files;
 import java.nio.file.Path;
 import java.security.MessageDigest;
 import java.util.ArrayList;
+import java.util.EnumSet;
 import java.util.Enumeration;
 import java.util.HashMap;
 import java.util.HexFormat;
@@ -30,6 +31,7 @@ import org.apache.bookkeeper.client.api.LedgerEntries;
 import org.apache.bookkeeper.client.api.LedgerEntry;
 import org.apache.bookkeeper.client.api.LedgerMetadata;
 import org.apache.bookkeeper.client.api.ReadHandle;
+import org.apache.bookkeeper.client.api.WriteFlag;
 import org.apache.bookkeeper.client.api.WriteHandle;
 import org.apache.bookkeeper.conf.ClientConfiguration;
 import org.apache.bookkeeper.net.BookieId;
@@ -56,6 +58,9 @@ import org.apache.bookkeeper.net.BookieId;
  * {"op":"batch_read","ledger":L,"start":S,"max_count":N,"max_size":B}
  *     -> {"entries":[..],"fell_back_to_single_reads":false}
  * {"op":"read_lac","ledger":L}               -> {"lac": readLastAddConfirmed(),"length":..}
+ * {"op":"create_with_write_flags", ...create's fields, "write_flags":["DEFERRED_SYNC"]}
+ *                                            -> as create (BookKeeper's WriteFlag set)
+ * {"op":"force","writer":W}                  -> {"lac":..,"length":..} after WriteHandle.force()
  * {"op":"metadata","ledger":L}               -> {"metadata":{..}}
  * {"op":"halt"}            -> {"acked":{W:[entry ids]}}, then the JVM halts: nothing is closed
  * </pre>
@@ -131,6 +136,8 @@ public final class LedgerClient {
                 case "read" -> read(op, result);
                 case "batch_read" -> batchRead(op, result);
                 case "read_lac" -> readLac(op, result);
+                case "create_with_write_flags" -> createWithWriteFlags(op, result);
+                case "force" -> force(op, result);
                 case "metadata" -> result.set("metadata",
                         metadata(get(bk.getLedgerMetadata(op.get("ledger").asLong()))));
                 case "halt" -> {
@@ -160,6 +167,35 @@ public final class LedgerClient {
         appends.put(op.get("writer").asText(), new ArrayList<>());
         result.put("ledger", writer.getId());
         result.set("metadata", metadata(writer.getLedgerMetadata()));
+    }
+
+    /** As {@code create}, with the {@code write_flags} named (BookKeeper's WriteFlag names). */
+    private void createWithWriteFlags(JsonNode op, ObjectNode result) throws Exception {
+        EnumSet<WriteFlag> flags = EnumSet.noneOf(WriteFlag.class);
+        for (JsonNode flag : op.path("write_flags")) {
+            flags.add(WriteFlag.valueOf(flag.asText()));
+        }
+        WriteHandle writer = get(bk.newCreateLedgerOp()
+                .withEnsembleSize(op.get("ensemble").asInt())
+                .withWriteQuorumSize(op.get("write_quorum").asInt())
+                .withAckQuorumSize(op.get("ack_quorum").asInt())
+                .withDigestType(DigestType.valueOf(op.get("digest").asText()))
+                .withPassword(HEX.parseHex(op.path("password_hex").asText("")))
+                .withWriteFlags(flags)
+                .execute());
+        writers.put(op.get("writer").asText(), writer);
+        appends.put(op.get("writer").asText(), new ArrayList<>());
+        result.put("ledger", writer.getId());
+        result.set("metadata", metadata(writer.getLedgerMetadata()));
+    }
+
+    /** WriteHandle.force(): FORCE_LEDGER to the ensemble; the LAC it advanced to. */
+    private void force(JsonNode op, ObjectNode result) throws Exception {
+        WriteHandle writer = writers.get(op.get("writer").asText());
+        get(writer.force());
+        result.put("ledger", writer.getId());
+        result.put("lac", writer.getLastAddConfirmed());
+        result.put("length", writer.getLength());
     }
 
     private void append(JsonNode op, ObjectNode result) throws Exception {
