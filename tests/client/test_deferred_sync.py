@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from prometheus_client import REGISTRY
 
 from pybkx import WriteFlag, errors
 from pybkx.client import BookKeeper
@@ -92,12 +93,18 @@ def test_a_bookie_failure_fails_a_deferred_sync_ledger_without_an_ensemble_chang
             lh.force()
 
 
+def forces_counted() -> float:
+    return REGISTRY.get_sample_value("bookkeeper_client_FORCE_count", {"success": "true"}) or 0.0
+
+
 def test_a_normal_ledger_forces_too_and_its_lac_follows_its_adds(sandbox: Sandbox) -> None:
     with BookKeeper(sandbox.metadata_uri, **V3) as bk:
         lh = bk.create_ledger(3, 2, 2)
         lh.append_many(payloads(7, "plain"))
         assert lh.last_add_confirmed == 6
+        before = forces_counted()
         assert lh.force() == 6
+        assert forces_counted() == before + 1
 
 
 def test_deferred_sync_is_refused_over_v2_and_unknown_flags_are_refused(

@@ -16,12 +16,16 @@ pub struct ClientStats {
     pub read_entry: OpStats,
     /// Appends handed to a writer and not completed yet.
     pub pending_adds: Gauge,
+    /// `force()`: started -> every bookie of the ensemble answered FORCE_LEDGER (or one failed).
+    /// BookKeeper registers this name and never records it.
+    pub force: OpStats,
 }
 
 crate::named_stats!(ClientStats {
     add_entry => "bookkeeper_client_ADD_ENTRY",
     read_entry => "bookkeeper_client_READ_ENTRY",
     pending_adds => "bookkeeper_client_NUM_PENDING_ADD",
+    force => "bookkeeper_client_FORCE",
 });
 
 static STATS: OnceLock<ClientStats> = OnceLock::new();
@@ -32,5 +36,6 @@ pub fn client_stats() -> &'static ClientStats {
         add_entry: OpStats::latency(),
         read_entry: OpStats::latency(),
         pending_adds: Gauge::default(),
+        force: OpStats::latency(),
     })
 }

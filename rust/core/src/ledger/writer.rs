@@ -589,6 +589,8 @@ pub type ForceDone = Done<Result<i64, LedgerError>>;
 struct ForceProgress {
     waiting: usize,
     done: Option<ForceDone>,
+    /// When the force began (None with metrics off), for `bookkeeper_client_FORCE`.
+    started: Option<Instant>,
 }
 
 impl LedgerWriter {
@@ -668,6 +670,7 @@ impl LedgerWriter {
         let progress = Arc::new(Mutex::new(ForceProgress {
             waiting: ensemble.len(),
             done: Some(done),
+            started: crate::metrics::start(),
         }));
         for bookie in ensemble {
             let Some(me) = self.me.upgrade() else {
@@ -691,9 +694,9 @@ impl LedgerWriter {
         pushed: i64,
         pushed_length: i64,
     ) {
-        let done = {
+        let (done, started) = {
             let mut p = progress.lock();
-            match result {
+            let done = match result {
                 Err(e) => p.done.take().map(|d| (d, Err(LedgerError::Bookie(e)))),
                 Ok(_) => {
                     p.waiting -= 1;
@@ -702,11 +705,13 @@ impl LedgerWriter {
                     }
                     p.done.take().map(|d| (d, Ok(pushed)))
                 }
-            }
+            };
+            (done, p.started)
         };
         let Some((done, outcome)) = done else {
             return;
         };
+        client_stats().force.record_since(outcome.is_ok(), started);
         if outcome.is_ok() {
             let mut st = self.state.lock();
             if pushed > st.lac {
