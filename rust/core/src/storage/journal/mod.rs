@@ -16,6 +16,7 @@
 //! completed by the sync thread with that group, after the fdatasync that covers every record
 //! queued before it.
 
+mod deferred;
 mod failure;
 mod file;
 mod old_files;
@@ -43,6 +44,7 @@ use crate::config::JournalConfig;
 use crate::done::Done;
 use crate::error::{IoContext, Result, StorageError};
 use crate::metrics::Metric;
+use deferred::LostDeferred;
 use failure::Failure;
 use file::{JournalFile, OpenJournal};
 use old_files::{OldFiles, Removal};
@@ -117,6 +119,9 @@ struct Group {
     /// Deferred-sync completions still to call once the group is written (direct mode: the
     /// sync thread writes it; with page-cache writes the journal thread calls them itself).
     written_acks: Vec<Completion>,
+    /// The ledgers of the group's deferred-sync records (each once per run): lost if the group
+    /// fails after they were acknowledged (`written_acks` then empty).
+    deferred_ledgers: Vec<u64>,
 }
 
 /// Bounds the groups written but not yet synced; the writer waits when the sync thread lags.
@@ -150,6 +155,7 @@ impl Journal {
         let failure = Arc::new(Failure::default());
         let sync_queue = sync_rx.gauge();
         let progress = Arc::new(SyncProgress::default());
+        let lost = Arc::new(LostDeferred::default());
         let syncer = Syncer {
             index,
             sync_data: cfg.sync_data,
@@ -162,6 +168,7 @@ impl Journal {
             unsynced: None,
             last_sync: std::time::Instant::now(),
             progress: progress.clone(),
+            lost: lost.clone(),
             // Kept only to wake the journal thread: a full queue drops the wake, and then the
             // journal thread has requests to take and looks at the device again by itself.
             wake: cfg.adaptive_group_writes.then(|| tx.clone()),
@@ -178,8 +185,8 @@ impl Journal {
             syncer: Some(syncer),
             progress,
             written_acks: Vec::new(),
-            unforced: std::collections::HashMap::new(),
-            lost: Arc::new(Mutex::new(HashSet::new())),
+            deferred_ledgers: Vec::new(),
+            lost: lost.clone(),
             old_files: old_files.clone(),
             failure,
             stats: stats.clone(),
@@ -249,8 +256,8 @@ impl Journal {
     /// Calls `done` once every record queued before this call is durable (BookKeeper's
     /// FORCE_LEDGER journal entry): after the fdatasync that covers them, with its outcome.
     /// Blocks while the queue is full.
-    /// Fails if a journal failure since `ledger`'s last force may have lost one of its
-    /// deferred-sync records that were acknowledged (then every later force of it fails too).
+    /// Fails if a journal failure lost deferred-sync records of `ledger` that were acknowledged
+    /// (then every later force of it fails too, until the ledger is deleted).
     pub fn force(&self, ledger: u64, done: Completion) -> Result<()> {
         self.tx
             .send(Msg::Force(ledger, done, Instant::now()))

@@ -4,7 +4,7 @@
 //! It never syncs, and acknowledges only deferred-sync records (once written, as BookKeeper's
 //! `ackBeforeSync`).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -14,6 +14,7 @@ use crate::queue::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 
 use parking_lot::Mutex;
 
+use super::deferred::LostDeferred;
 use super::failure::Failure;
 use super::file::{list_journal_ids, Chunk, OpenJournal};
 use super::old_files::OldFiles;
@@ -62,14 +63,11 @@ pub(super) struct Writer {
     pub(super) progress: Arc<SyncProgress>,
     /// Deferred-sync completions of the current group: called once it is written.
     pub(super) written_acks: Vec<Completion>,
-    /// Per ledger with deferred-sync records not yet forced: the failure epoch when the first of
-    /// them was taken. A force fails if the epoch moved since (a failed write or sync may have
-    /// lost such a record after it was acknowledged). One entry per ledger written with
-    /// deferred sync and not forced since; a deletion removes it.
-    pub(super) unforced: HashMap<u64, u64>,
-    /// Ledgers a force found such a loss for: their later forces fail too (the entries stay
-    /// lost). One id per such ledger, removed by its deletion.
-    pub(super) lost: Arc<Mutex<HashSet<u64>>>,
+    /// The ledgers of the current group's deferred-sync records.
+    pub(super) deferred_ledgers: Vec<u64>,
+    /// Ledgers whose acknowledged deferred-sync records a failure lost (shared with the sync
+    /// thread, which finds most of them).
+    pub(super) lost: Arc<LostDeferred>,
     /// The files a checkpoint let go, for a rollover to reuse (`journalReuseFiles`).
     pub(super) old_files: Arc<Mutex<OldFiles>>,
     pub(super) failure: Arc<Failure>,
@@ -264,8 +262,7 @@ impl Writer {
         let ledger = req.op.ledger();
         if let JournalOp::Delete { .. } = req.op {
             self.keyed.remove(&ledger);
-            self.unforced.remove(&ledger);
-            self.lost.lock().remove(&ledger);
+            self.lost.forget(ledger);
         } else if let Some(key) = req.key {
             if self.keyed.insert(ledger) {
                 let op = JournalOp::Key { ledger, key };
@@ -284,9 +281,9 @@ impl Writer {
         self.bytes_since_flush += self.file.pending() - before;
         self.ops.push(req.op);
         if req.ack_when_written {
-            self.unforced
-                .entry(ledger)
-                .or_insert_with(|| self.failure.epoch());
+            if self.deferred_ledgers.last() != Some(&ledger) {
+                self.deferred_ledgers.push(ledger);
+            }
             self.written_acks.push(req.done);
         } else {
             self.dones.push(req.done);
@@ -306,34 +303,19 @@ impl Writer {
     /// A force joins the group being formed (an empty one too) without a record: the sync
     /// thread completes it with the group, after the sync that covers every record before it.
     fn add_force(&mut self, ledger: u64, done: Completion, enqueued: Instant) {
-        let since = self.unforced.remove(&ledger);
         if self.failure.get().is_some() && !self.failure.is_fatal() && self.group_is_empty() {
             self.last_retry = None;
             self.retry();
         }
         if let Some(err) = self.failure.get() {
-            if since.is_some() {
-                self.lost.lock().insert(ledger);
-            }
             return done(Err(err));
         }
-        if self.lost.lock().contains(&ledger) {
-            return done(Err(deferred_sync_lost(ledger)));
+        if self.lost.contains(ledger) {
+            return done(Err(super::deferred::lost_error(ledger)));
         }
-        let (failure, lost) = (self.failure.clone(), self.lost.clone());
-        let done: Completion = Box::new(move |synced| {
-            let moved = since.is_some_and(|epoch| failure.epoch() != epoch);
-            if synced.is_err() || moved {
-                lost.lock().insert(ledger);
-            }
-            done(synced.and_then(|()| {
-                if moved {
-                    Err(deferred_sync_lost(ledger))
-                } else {
-                    Ok(())
-                }
-            }));
-        });
+        // The sync thread marks a loss before it completes any later group: checked then.
+        let lost = self.lost.clone();
+        let done: Completion = Box::new(move |synced| done(lost.force_outcome(ledger, synced)));
         if self.group_is_empty() {
             self.group_start = self.file.written;
         }
@@ -342,10 +324,14 @@ impl Writer {
         self.oldest.get_or_insert(enqueued);
     }
 
-    /// Deferred-sync completions of a group that was written (`Ok`) or could not be.
+    /// Deferred-sync completions of a group that was written (`Ok`) or could not be (then
+    /// nothing was acknowledged, so nothing can be lost).
     fn complete_written(&mut self, outcome: &Result<(), StorageError>) {
         for done in self.written_acks.drain(..) {
             done(outcome.clone());
+        }
+        if outcome.is_err() {
+            self.deferred_ledgers.clear();
         }
     }
 
@@ -458,6 +444,7 @@ impl Writer {
             handed,
             // Direct mode: the sync thread writes the group, then calls these.
             written_acks: std::mem::take(&mut self.written_acks),
+            deferred_ledgers: std::mem::take(&mut self.deferred_ledgers),
         };
         self.hand_over(group);
         self.oldest = None;
@@ -476,6 +463,9 @@ impl Writer {
                 // The sync thread is gone (it panicked): nothing can be acknowledged any more.
                 let e = StorageError::Closed;
                 self.failure.set_fatal(e.clone());
+                if returned.written_acks.is_empty() {
+                    self.lost.mark(&returned.deferred_ledgers);
+                }
                 for done in returned.dones.into_iter().chain(returned.written_acks) {
                     done(Err(e.clone()));
                 }
@@ -634,6 +624,7 @@ impl Writer {
             entries: held.entries,
             handed: metrics::start(),
             written_acks: Vec::new(),
+            deferred_ledgers: Vec::new(),
         };
         self.recovered();
         self.hand_over(group);
@@ -646,16 +637,5 @@ impl Writer {
             "journal {}: writing again after a failure",
             self.dir.display()
         );
-    }
-}
-
-/// A force's answer when a journal failure may have lost deferred-sync records it acknowledged.
-fn deferred_sync_lost(ledger: u64) -> StorageError {
-    StorageError::Io {
-        context: format!("forcing ledger {ledger}"),
-        source: std::io::Error::other(
-            "a journal write or sync failed after deferred-sync entries of this ledger were \
-             acknowledged: they may not be durable",
-        ),
     }
 }
