@@ -100,6 +100,9 @@ def test_a_java_deferred_sync_ledger_forced_on_pybkx_bookies_survives_kill_9(
 def test_pybkx_deferred_sync_on_a_java_bookie(java_bookie: str, zookeeper: str) -> None:
     uri = f"zk+hierarchical://{zookeeper}/ledgers"
     with BookKeeper(uri, useV2WireProtocol=False, zkTimeout=2000) as bk:
+        # The session's Java bookie serves other tests that read ledger 0 expecting nothing
+        # there: an empty ledger (metadata only, nothing on the bookie) takes the first id.
+        bk.create_ledger(1, 1, 1).close()
         lh = bk.create_ledger(1, 1, 1, password=PASSWORD, write_flags={WriteFlag.DEFERRED_SYNC})
         data = payloads(40, "pybkx-deferred")
         lh.append_many(data)
