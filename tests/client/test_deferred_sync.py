@@ -5,6 +5,7 @@ changing its ensemble; the V2 protocol refuses the flag, as BookKeeper's client 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -105,6 +106,12 @@ def test_a_normal_ledger_forces_too_and_its_lac_follows_its_adds(sandbox: Sandbo
         before = forces_counted()
         assert lh.force() == 6
         assert forces_counted() == before + 1
+
+        async def force_in_asyncio() -> int:
+            lac: int = await lh.force_async()
+            return lac
+
+        assert asyncio.run(force_in_asyncio()) == 6
 
 
 def test_deferred_sync_is_refused_over_v2_and_unknown_flags_are_refused(
