@@ -10,7 +10,8 @@ The public API, all importable from here:
   docstring says.
 - ``Future``: what every ``*_async`` call returns: ``result(timeout)``, ``add_done_callback``,
   and ``await future`` in asyncio code.
-- ``LedgerEntry`` (``ledger_id``, ``entry_id``, ``payload``), ``DigestType``.
+- ``LedgerEntry`` (``ledger_id``, ``entry_id``, ``payload``), ``DigestType``, ``WriteFlag``
+  (``create_ledger(write_flags={WriteFlag.DEFERRED_SYNC})``, then ``LedgerHandle.force``).
 - ``errors``: one exception class per BookKeeper result code (``errors.BKException`` is the
   base); ``ClientConfig`` / ``ServerConfig`` / ``ConfigError``: configuration by BookKeeper's key
   names.
@@ -22,7 +23,15 @@ import logging
 from importlib.metadata import PackageNotFoundError, version
 
 from pybkx import errors
-from pybkx.client import BookKeeper, Future, LedgerEntry, LedgerHandle, LedgerHandleAdv, ReadHandle
+from pybkx.client import (
+    BookKeeper,
+    Future,
+    LedgerEntry,
+    LedgerHandle,
+    LedgerHandleAdv,
+    ReadHandle,
+    WriteFlag,
+)
 from pybkx.config import ClientConfig, ConfigError, ServerConfig
 from pybkx.meta import DigestType
 
@@ -45,6 +54,7 @@ __all__ = [
     "LedgerHandleAdv",
     "ReadHandle",
     "ServerConfig",
+    "WriteFlag",
     "__version__",
     "errors",
 ]

@@ -692,6 +692,18 @@ class LedgerWriter:
     def next_entry_id(self) -> int: ...
     @property
     def ensemble(self) -> list[str]: ...
+    def enable_deferred_sync(self) -> None:
+        """Make every later add carry BookKeeper's ``WriteFlag.DEFERRED_SYNC`` (bookies answer
+        before their sync; the LAC advances only by ``force``). Before the first append.
+        Raises IncorrectParameterException over V2 (``useV2WireProtocol=true``) or after an
+        append."""
+
+    @property
+    def deferred_sync(self) -> bool: ...
+    def force(self) -> Future:
+        """FORCE_LEDGER to every bookie of the ensemble; the future gives the LAC confirmed
+        (the last entry acknowledged in order when the force began), or raises the first
+        bookie's error, LedgerClosedException, IncorrectParameterException over V2."""
 
 class ReadPlan:
     """How to read one version of a ledger's metadata, checked once: ``segments`` are

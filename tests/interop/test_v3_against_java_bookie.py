@@ -1,7 +1,8 @@
 """The V3 (protobuf) protocol byte for byte: the same V3 requests sent to a real Apache
 BookKeeper 4.17 bookie and to a pybkx bookie get responses that are equal, byte for byte (the
 disk figures of GET_BOOKIE_INFO apart): adds (plain and recovery), reads (an entry, the last
-entry, a missing entry and ledger, fencing), READ_LAC and WRITE_LAC, FORCE_LEDGER,
+entry, a missing entry and ledger, fencing), READ_LAC and WRITE_LAC, FORCE_LEDGER, adds with
+WriteFlag.DEFERRED_SYNC or unknown write-flag bits and the FORCE_LEDGER after them,
 GET_LIST_OF_ENTRIES_OF_LEDGER, START_TLS without TLS, long-poll reads that time out and that
 are answered by an add, and an operation the protocol does not serve."""
 
@@ -47,10 +48,19 @@ def crc32c(data: bytes) -> bytes:
     return struct.pack(">I", crc ^ 0xFFFFFFFF)
 
 
-def add(ledger: int, entry: int, lac: int, payload: bytes, recovery: bool = False) -> bytes:
+def add(
+    ledger: int,
+    entry: int,
+    lac: int,
+    payload: bytes,
+    recovery: bool = False,
+    write_flags: int | None = None,
+) -> bytes:
     body = DigestManager(ledger, PASSWORD, "CRC32C").package(entry, lac, 0, payload)
     msg = field_varint(1, ledger) + field_varint(2, entry) + field_bytes(3, KEY)
     msg += field_bytes(4, body)
+    if write_flags is not None:
+        msg += field_varint(5, write_flags)
     if recovery:
         msg += field_varint(100, 1)
     return msg
@@ -115,6 +125,12 @@ def script(ledger: int) -> list[tuple[str, bytes]]:
     step("write lac", WRITE_LAC, 103, wl)
     step("read lac after write lac", READ_LAC, 104, field_varint(1, ledger))
     step("force ledger", FORCE_LEDGER, 107, field_varint(1, ledger))
+    # WriteFlag.DEFERRED_SYNC (writeFlags bit 0): answered once journalled; other bits ignored.
+    for e, flags in ((6, 1), (7, 1), (8, 6)):
+        step(f"add {e}, writeFlags {flags}", ADD_ENTRY, 101, add(ledger, e, 5, b"ds", False, flags))
+    step("force ledger after deferred adds", FORCE_LEDGER, 107, field_varint(1, ledger))
+    step("read 7 after force", READ_ENTRY, 100, read(ledger, 7))
+    step("force ledger, missing ledger", FORCE_LEDGER, 107, field_varint(1, ledger + 1))
     step("list entries", GET_LIST_OF_ENTRIES, 108, field_varint(1, ledger))
     step("list entries, missing ledger", GET_LIST_OF_ENTRIES, 108, field_varint(1, ledger + 1))
     step(

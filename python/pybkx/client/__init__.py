@@ -6,7 +6,7 @@ from pybkx._core import MAX_READ_ENTRIES, Future, LedgerEntry
 from pybkx.client.adv_handle import LedgerHandleAdv
 from pybkx.client.bookkeeper import BookKeeper
 from pybkx.client.read_handle import ReadHandle
-from pybkx.client.write_handle import LedgerHandle
+from pybkx.client.write_handle import LedgerHandle, WriteFlag
 
 __all__ = [
     "MAX_READ_ENTRIES",
@@ -16,4 +16,5 @@ __all__ = [
     "LedgerHandle",
     "LedgerHandleAdv",
     "ReadHandle",
+    "WriteFlag",
 ]

@@ -20,7 +20,7 @@ from pybkx.client.failures import FailureDispatcher
 from pybkx.client.ledger_recovery import recover
 from pybkx.client.metrics import ensure_registered, timed
 from pybkx.client.read_handle import ReadHandle
-from pybkx.client.write_handle import LedgerHandle
+from pybkx.client.write_handle import LedgerHandle, WriteFlag, parse_write_flags
 from pybkx.config import ClientConfig
 from pybkx.config.security import CLIENT_SECURITY_KEYS, refuse_unsupported_security
 from pybkx.config.tls import ClientTlsMaterial, client_tls_material
@@ -157,13 +157,19 @@ class BookKeeper:
         digest_type: str = "CRC32C",
         password: bytes = b"",
         custom_metadata: Mapping[str, bytes] | None = None,
+        write_flags: Iterable[WriteFlag | str] = (),
     ) -> LedgerHandle:
         """Create a ledger on ``ensemble_size`` writable bookies and open it for writing.
+        ``write_flags``: BookKeeper's ``WriteFlag``s (or their names), e.g.
+        ``{WriteFlag.DEFERRED_SYNC}`` (V3 protocol only; see ``LedgerHandle.force``).
 
-        Raises IncorrectParameterException (quorums), NotEnoughBookiesException, ValueError
-        (digest type), MetaStoreException, ClientClosedException.
+        Raises IncorrectParameterException (quorums, write flags), NotEnoughBookiesException,
+        ValueError (digest type), MetaStoreException, ClientClosedException.
         """
         self._check_open()
+        flags = parse_write_flags(
+            write_flags, use_v2_wire_protocol=self.config.use_v2_wire_protocol
+        )
         with timed("LEDGER_CREATE"):
             return self._create_ledger(
                 ensemble_size,
@@ -172,6 +178,7 @@ class BookKeeper:
                 digest_type,
                 password,
                 custom_metadata,
+                flags,
             )
 
     def _create_ledger(
@@ -182,6 +189,7 @@ class BookKeeper:
         digest_type: str,
         password: bytes,
         custom_metadata: Mapping[str, bytes] | None,
+        write_flags: frozenset[WriteFlag] = frozenset(),
         *,
         adv: bool = False,
         ledger_id: int | None = None,
@@ -217,14 +225,14 @@ class BookKeeper:
         if ledger_id is not None:
             # The caller's id (BookKeeper's createLedgerAdv(ledgerId, ...)): taken is an error.
             versioned = self.store.create_ledger_metadata(ledger_id, metadata)
-            return handle_class(self, ledger_id, versioned)
+            return handle_class(self, ledger_id, versioned, write_flags)
         for _ in range(MAX_METADATA_RETRIES):
             new_id = self.store.generate_ledger_id()
             try:
                 versioned = self.store.create_ledger_metadata(new_id, metadata)
             except errors.LedgerExistException:
                 continue  # the id was taken (e.g. by another client's retried create)
-            return handle_class(self, new_id, versioned)
+            return handle_class(self, new_id, versioned, write_flags)
         raise errors.MetaStoreException("could not allocate a free ledger id")
 
     def _new_ensemble(
@@ -365,6 +373,7 @@ class BookKeeper:
         digest_type: str = "CRC32C",
         password: bytes = b"",
         custom_metadata: Mapping[str, bytes] | None = None,
+        write_flags: Iterable[WriteFlag | str] = (),
     ) -> LedgerHandle:
         """``create_ledger`` for asyncio code."""
         return await run_blocking(
@@ -376,6 +385,7 @@ class BookKeeper:
             digest_type,
             password,
             custom_metadata,
+            write_flags,
         )
 
     async def open_ledger_async(

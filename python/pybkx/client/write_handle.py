@@ -2,14 +2,17 @@
 its last ensemble (round-robin write sets, in-order completion once Qa bookies acknowledged,
 the LAC piggy-backed in every entry); bookies that fail an add are replaced by its ensemble
 changes (``ensemble``); ``close`` waits for pending appends and closes the ledger at the LAC.
-It reads as a ``ReadHandle`` and never moves entries itself.
+With ``WriteFlag.DEFERRED_SYNC`` bookies answer adds before their sync and ``force`` makes the
+entries durable and advances the LAC. It reads as a ``ReadHandle`` and never moves entries
+itself.
 """
 
 from __future__ import annotations
 
+import enum
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from pybkx import errors
 from pybkx._core import Future, LedgerWriter
@@ -19,9 +22,46 @@ from pybkx.client.ensemble import EnsembleChanges
 from pybkx.client.read_handle import ReadHandle
 from pybkx.meta import LedgerMetadata, LedgerState, Versioned
 
-__all__ = ["LedgerHandle", "new_writer"]
+__all__ = ["LedgerHandle", "WriteFlag", "new_writer", "parse_write_flags"]
 
 logger = logging.getLogger(__name__)
+
+
+class WriteFlag(enum.IntEnum):
+    """BookKeeper's ``WriteFlag``s, with their wire values (V3 ``AddRequest.writeFlags``)."""
+
+    #: Bookies acknowledge an add once it is written to their journal, before the sync; the
+    #: entries become durable (and the LAC advances) with ``LedgerHandle.force``.
+    DEFERRED_SYNC = 1
+
+
+def parse_write_flags(
+    write_flags: Iterable[WriteFlag | str], *, use_v2_wire_protocol: bool
+) -> frozenset[WriteFlag]:
+    """``write_flags`` as ``WriteFlag``s (BookKeeper's names accepted as strings). Raises
+    IncorrectParameterException for an unknown name, and for DEFERRED_SYNC over the V2
+    protocol, which has no write flags (BookKeeper's client fails those adds with
+    IllegalOpException)."""
+    if isinstance(write_flags, str):
+        write_flags = [write_flags]
+    flags: set[WriteFlag] = set()
+    for flag in write_flags:
+        if isinstance(flag, WriteFlag):
+            flags.add(flag)
+            continue
+        try:
+            flags.add(WriteFlag[str(flag).upper()])
+        except KeyError:
+            known = ", ".join(f.name for f in WriteFlag)
+            raise errors.IncorrectParameterException(
+                f"unknown write flag {flag!r} (known: {known})"
+            ) from None
+    if WriteFlag.DEFERRED_SYNC in flags and use_v2_wire_protocol:
+        raise errors.IncorrectParameterException(
+            "WriteFlag.DEFERRED_SYNC needs the V3 protocol: the V2 protocol has no write flags "
+            "(set useV2WireProtocol=false)"
+        )
+    return frozenset(flags)
 
 
 def new_writer(
@@ -65,11 +105,20 @@ class LedgerHandle(ReadHandle):
     _ADV = False
     """Whether appends name their entry ids (``LedgerHandleAdv``)."""
 
-    def __init__(self, bk: ClientContext, ledger_id: int, versioned: Versioned[LedgerMetadata]):
+    def __init__(
+        self,
+        bk: ClientContext,
+        ledger_id: int,
+        versioned: Versioned[LedgerMetadata],
+        write_flags: frozenset[WriteFlag] = frozenset(),
+    ):
         super().__init__(bk, ledger_id, versioned)
         self._writer = new_writer(
             bk, ledger_id, self.metadata, next_entry_id=0, length=0, recovery=False, adv=self._ADV
         )
+        self.write_flags = write_flags
+        if WriteFlag.DEFERRED_SYNC in write_flags:
+            self._writer.enable_deferred_sync()
         self._lock = threading.Lock()
         self._closing = False
         changes = EnsembleChanges(self, self._writer)
@@ -111,10 +160,29 @@ class LedgerHandle(ReadHandle):
         asyncio: one await per batch, not per entry. Raises as ``append``."""
         return await run_blocking(self.bk.executor, self.append_many, payloads)
 
+    # --- deferred sync ----------------------------------------------------------------------
+
+    def force(self) -> int:
+        """Make every entry acknowledged so far durable on every bookie of the current
+        ensemble (FORCE_LEDGER to each; BookKeeper's ``force()``) and return the LAC, advanced
+        to the last of them. Needed with ``WriteFlag.DEFERRED_SYNC``, whose LAC only a force
+        advances; harmless without. Raises LedgerClosedException, IncorrectParameterException
+        over V2 (``useV2WireProtocol=true``), the first failing bookie's error (the LAC stays),
+        the writer's error if it failed."""
+        lac: int = self.force_async().result()
+        return lac
+
+    def force_async(self) -> Future:
+        """Start ``force``; the future gives the LAC it confirmed, or raises as ``force``."""
+        if self._closing:
+            raise errors.LedgerClosedException(f"ledger {self.ledger_id} is closed")
+        return self._writer.force()
+
     # --- closing ----------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Wait for pending appends, then close the ledger in the metadata (last entry = LAC).
+        """Wait for pending appends, then close the ledger in the metadata (last entry = LAC;
+        with DEFERRED_SYNC the last forced entry, as BookKeeper: force first to keep the rest).
         Idempotent. Raises LedgerFencedException if another client recovered the ledger."""
         with self._lock:
             if self._closing and self.is_closed:

@@ -134,6 +134,22 @@ impl BookieClient {
         body: Bytes,
         flags: u16,
     ) -> Outgoing {
+        self.add_request_with_write_flags(bookie, ledger, entry, master_key, body, flags, 0)
+    }
+
+    /// ADD carrying BookKeeper's V3 `writeFlags` (bit 0: DEFERRED_SYNC), set only when non-zero
+    /// as the Java client does. V2 has no write flags: callers refuse them over V2 first.
+    #[allow(clippy::too_many_arguments)]
+    pub fn add_request_with_write_flags(
+        &self,
+        bookie: &str,
+        ledger: i64,
+        entry: i64,
+        master_key: Bytes,
+        body: Bytes,
+        flags: u16,
+        write_flags: i32,
+    ) -> Outgoing {
         let chunks = if self.cfg.use_v2_wire_protocol {
             encode_request_chunks(&Request::Add(AddRequest {
                 header: PacketHeader::new(protocol::OP_ADD_ENTRY, flags),
@@ -151,7 +167,7 @@ impl BookieClient {
                     entry_id: entry,
                     master_key,
                     body,
-                    write_flags: None,
+                    write_flags: (write_flags != 0).then_some(write_flags),
                     flag: recovery.then_some(v3::pb::add_request::Flag::RecoveryAdd as i32),
                 }),
                 ..Default::default()

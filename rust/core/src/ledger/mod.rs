@@ -15,6 +15,9 @@ pub mod stats;
 pub mod writer;
 
 #[cfg(test)]
+mod deferred_sync_tests;
+
+#[cfg(test)]
 mod tests;
 
 pub use error::LedgerError;

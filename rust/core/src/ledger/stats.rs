@@ -18,6 +18,9 @@ pub struct ClientStats {
     pub pending_adds: Gauge,
     /// Explicit-LAC flushes: one WRITE_LAC sent to a bookie -> its answer.
     pub write_lac: OpStats,
+    /// `force()`: started -> every bookie of the ensemble answered FORCE_LEDGER (or one failed).
+    /// BookKeeper registers this name and never records it.
+    pub force: OpStats,
 }
 
 crate::named_stats!(ClientStats {
@@ -25,6 +28,7 @@ crate::named_stats!(ClientStats {
     read_entry => "bookkeeper_client_READ_ENTRY",
     pending_adds => "bookkeeper_client_NUM_PENDING_ADD",
     write_lac => "bookkeeper_client_WRITE_LAC",
+    force => "bookkeeper_client_FORCE",
 });
 
 static STATS: OnceLock<ClientStats> = OnceLock::new();
@@ -36,5 +40,6 @@ pub fn client_stats() -> &'static ClientStats {
         read_entry: OpStats::latency(),
         pending_adds: Gauge::default(),
         write_lac: OpStats::latency(),
+        force: OpStats::latency(),
     })
 }

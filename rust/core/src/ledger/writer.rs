@@ -7,11 +7,16 @@
 //! caller: pending adds are kept ordered by id and complete only once every lower id has, so
 //! the LAC still moves contiguously.
 //!
+//! With BookKeeper's `WriteFlag.DEFERRED_SYNC` ([`LedgerWriter::enable_deferred_sync`]) each add
+//! carries the flag (V3 only), bookies acknowledge it before their sync, and the LAC moves only
+//! with [`LedgerWriter::force`] (FORCE_LEDGER to the whole ensemble), as BookKeeper's
+//! `LedgerHandle`; a bookie failure then fails the writer instead of changing the ensemble.
+//!
 //! Bounds: at most `throttle` appends pending per ledger (BookKeeper's `throttle`; the blocking
 //! entry points wait for room), and no entry larger than the client's frame limit.
 
 use std::collections::{HashSet, VecDeque};
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -82,6 +87,10 @@ struct WriterState {
     closed: bool,
     /// Called once nothing is pending (or the writer failed).
     drained: Vec<Done<()>>,
+    /// The last entry released in order (BookKeeper's `pendingAddsSequenceHead`) and the
+    /// length there: the LAC itself without deferred sync, what a force confirms with it.
+    pushed: i64,
+    pushed_length: i64,
 }
 
 /// Completions to run once the state lock is released.
@@ -131,6 +140,8 @@ pub struct LedgerWriter {
     room: Condvar,
     on_failure: FailureSink,
     flags: u16,
+    /// BookKeeper's `WriteFlag.DEFERRED_SYNC`: set before the first append, never cleared.
+    deferred_sync: AtomicBool,
     /// Largest payload an entry may carry: the frame limit minus add and entry headers.
     max_payload: usize,
     me: Weak<LedgerWriter>,
@@ -200,10 +211,13 @@ impl LedgerWriter {
                 fatal: None,
                 closed: false,
                 drained: Vec::new(),
+                pushed: spec.next_entry - 1,
+                pushed_length: spec.length,
             }),
             room: Condvar::new(),
             on_failure,
             flags: spec.flags,
+            deferred_sync: AtomicBool::new(false),
             max_payload,
             me: me.clone(),
             adv,
@@ -371,13 +385,14 @@ impl LedgerWriter {
         let Some(me) = self.me.upgrade() else {
             return;
         };
-        let request = self.client.add_request(
+        let request = self.client.add_request_with_write_flags(
             &bookie,
             self.ledger,
             entry,
             self.master_key.clone(),
             body,
             self.flags,
+            self.write_flags(),
         );
         let done: Done<ReplyResult> = Box::new(move |result| {
             me.on_response(index, generation, bookie, entry, result);
@@ -424,6 +439,7 @@ impl LedgerWriter {
                         ClientError::Closed => Some(LedgerError::Closed),
                         _ => None,
                     };
+                    let fatal = fatal.or_else(|| self.deferred_sync_failure(&bookie, &err));
                     if let Some(f) = fatal {
                         fail_all(&mut st, f, &mut done);
                         self.room.notify_all();
@@ -464,8 +480,12 @@ impl LedgerWriter {
             };
             self.piggybacked_lac.store(st.lac, Ordering::Relaxed);
             self.sequence_head.store(p.entry, Ordering::Relaxed);
-            st.lac = p.entry;
-            st.lac_length = p.length;
+            st.pushed = p.entry;
+            st.pushed_length = p.length;
+            if !self.is_deferred_sync() {
+                st.lac = p.entry;
+                st.lac_length = p.length;
+            }
             stats.pending_adds.dec();
             if p.started.is_some() {
                 let at = *now.get_or_insert_with(Instant::now);
@@ -608,6 +628,147 @@ impl LedgerWriter {
 
     pub fn fatal(&self) -> Option<LedgerError> {
         self.state.lock().fatal.clone()
+    }
+}
+
+/// The outcome of a force: the LAC it confirmed.
+pub type ForceDone = Done<Result<i64, LedgerError>>;
+
+/// One force waiting for every bookie of the ensemble.
+struct ForceProgress {
+    waiting: usize,
+    done: Option<ForceDone>,
+    /// When the force began (None with metrics off), for `bookkeeper_client_FORCE`.
+    started: Option<Instant>,
+}
+
+impl LedgerWriter {
+    /// Makes every later add carry `WriteFlag.DEFERRED_SYNC`: bookies acknowledge it once
+    /// journalled, before their sync, and the LAC advances only by [`force`](Self::force).
+    /// Must come before the first append. Refused over V2, which has no write flags (the Java
+    /// client fails such adds with `IllegalOpException`).
+    pub fn enable_deferred_sync(&self) -> Result<(), LedgerError> {
+        if self.client.config().use_v2_wire_protocol {
+            return Err(LedgerError::InvalidArgument(
+                "WriteFlag.DEFERRED_SYNC needs the V3 protocol: the V2 protocol has no write \
+                 flags (set useV2WireProtocol=false)"
+                    .to_string(),
+            ));
+        }
+        let st = self.state.lock();
+        if st.next_entry != st.pushed + 1 || !st.pending.is_empty() || st.next_entry > 0 {
+            return Err(LedgerError::InvalidArgument(
+                "write flags are set when the ledger is created, before its first add".to_string(),
+            ));
+        }
+        self.deferred_sync.store(true, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// Whether adds carry `WriteFlag.DEFERRED_SYNC`.
+    pub fn is_deferred_sync(&self) -> bool {
+        self.deferred_sync.load(Ordering::SeqCst)
+    }
+
+    fn write_flags(&self) -> i32 {
+        if self.is_deferred_sync() {
+            protocol::v3::WRITE_FLAG_DEFERRED_SYNC
+        } else {
+            0
+        }
+    }
+
+    /// A deferred-sync ledger cannot change its ensemble (an entry acknowledged but not forced
+    /// may exist only on the failed bookie): as BookKeeper, the writer fails with a write error.
+    fn deferred_sync_failure(&self, bookie: &str, err: &ClientError) -> Option<LedgerError> {
+        self.is_deferred_sync().then(|| {
+            LedgerError::WriterFailed(format!(
+                "bookie {bookie} failed an add ({err}) and a ledger written with \
+                 WriteFlag.DEFERRED_SYNC cannot change its ensemble"
+            ))
+        })
+    }
+
+    /// BookKeeper's `force()`: sends FORCE_LEDGER to every bookie of the current ensemble and,
+    /// once all answered, advances the LAC to the last entry acknowledged in order when the
+    /// force began; `done` gets that LAC. The first failure fails the force (the LAC stays).
+    /// With nothing written yet it completes at once. Refused over V2 (`IllegalOpException` in
+    /// the Java client).
+    pub fn force(&self, done: ForceDone) {
+        if self.client.config().use_v2_wire_protocol {
+            return done(Err(LedgerError::InvalidArgument(
+                "force() sends FORCE_LEDGER, a V3 request: set useV2WireProtocol=false".to_string(),
+            )));
+        }
+        let (pushed, pushed_length, ensemble) = {
+            let st = self.state.lock();
+            if let Some(err) = &st.fatal {
+                let err = err.clone();
+                drop(st);
+                return done(Err(err));
+            }
+            if st.closed {
+                drop(st);
+                return done(Err(LedgerError::Closed));
+            }
+            (st.pushed, st.pushed_length, st.ensemble.clone())
+        };
+        if pushed < 0 || ensemble.is_empty() {
+            return done(Ok(pushed));
+        }
+        let progress = Arc::new(Mutex::new(ForceProgress {
+            waiting: ensemble.len(),
+            done: Some(done),
+            started: crate::metrics::start(),
+        }));
+        for bookie in ensemble {
+            let Some(me) = self.me.upgrade() else {
+                return;
+            };
+            let progress = progress.clone();
+            let request = self.client.force_ledger_request(&bookie, self.ledger);
+            self.client.send(
+                request,
+                Box::new(move |result: ReplyResult| {
+                    me.on_force_answer(&progress, result, pushed, pushed_length)
+                }),
+            );
+        }
+    }
+
+    fn on_force_answer(
+        &self,
+        progress: &Mutex<ForceProgress>,
+        result: ReplyResult,
+        pushed: i64,
+        pushed_length: i64,
+    ) {
+        let (done, started) = {
+            let mut p = progress.lock();
+            let done = match result {
+                Err(e) => p.done.take().map(|d| (d, Err(LedgerError::Bookie(e)))),
+                Ok(_) => {
+                    p.waiting -= 1;
+                    if p.waiting > 0 {
+                        return;
+                    }
+                    p.done.take().map(|d| (d, Ok(pushed)))
+                }
+            };
+            (done, p.started)
+        };
+        let Some((done, outcome)) = done else {
+            return;
+        };
+        client_stats().force.record_since(outcome.is_ok(), started);
+        if outcome.is_ok() {
+            let mut st = self.state.lock();
+            if pushed > st.lac {
+                st.lac = pushed;
+                st.lac_length = pushed_length;
+            }
+        }
+        done(outcome);
     }
 }
 

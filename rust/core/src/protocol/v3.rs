@@ -17,6 +17,10 @@ pub mod pb {
 
 pub use pb::{BkPacketHeader, OperationType, ProtocolVersion, StatusCode};
 
+/// BookKeeper's `WriteFlag.DEFERRED_SYNC`: bit 0 of an AddRequest's `writeFlags` (the only
+/// write flag; a reader ignores the other bits, as `WriteFlag.getWriteFlags` does).
+pub const WRITE_FLAG_DEFERRED_SYNC: i32 = 1;
+
 /// Decodes one V3 request frame body (zero-copy: byte fields are slices of `body`).
 pub fn decode_request(body: Bytes) -> Result<pb::Request> {
     pb::Request::decode(body).map_err(|e| ProtocolError::BadV3Message(e.to_string()))

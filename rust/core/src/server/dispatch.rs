@@ -36,6 +36,9 @@ pub(super) struct Add {
     pub master_key: Bytes,
     pub body: Bytes,
     pub recovery: bool,
+    /// BookKeeper's `WriteFlag.DEFERRED_SYNC`: acknowledged once journalled, before the sync
+    /// (ignored for recovery adds, as BookKeeper's `recoveryAddEntry` does).
+    pub deferred_sync: bool,
 }
 
 /// Journals the entry; a completion from `reply` gets the outcome once it is durable (or
@@ -47,7 +50,9 @@ pub(super) fn add_entry(state: &ServerState, add: Add, reply: impl Fn() -> Done<
         master_key,
         body,
         recovery,
+        deferred_sync,
     } = add;
+    let deferred_sync = deferred_sync && !recovery;
     let done = |reply: Done<Status>| -> crate::storage::journal::Completion {
         let watch = state.lac_watch.if_waited();
         Box::new(move |r| {
@@ -59,23 +64,44 @@ pub(super) fn add_entry(state: &ServerState, add: Add, reply: impl Fn() -> Done<
         })
     };
     let storage = &state.storage;
-    let mut result = storage.try_add_entry(
-        ledger,
-        entry,
-        &master_key,
-        body.clone(),
-        recovery,
-        done(reply()),
-    );
+    let submit = |blocking: bool, completion| {
+        if deferred_sync {
+            storage.add_entry_deferred_sync(
+                ledger,
+                entry,
+                &master_key,
+                body.clone(),
+                blocking,
+                completion,
+            )
+        } else if blocking {
+            storage.add_entry(
+                ledger,
+                entry,
+                &master_key,
+                body.clone(),
+                recovery,
+                completion,
+            )
+        } else {
+            storage.try_add_entry(
+                ledger,
+                entry,
+                &master_key,
+                body.clone(),
+                recovery,
+                completion,
+            )
+        }
+    };
+    let mut result = submit(false, done(reply()));
     if let Err(StorageError::QueueFull) = result {
         // The journal is saturated: wait for room on this thread, which stops this connection
         // from reading more requests (TCP backpressure) while other tasks move elsewhere.
         let stats = &state.stats;
         stats.add_entry_blocked.inc();
         let blocked = crate::metrics::start();
-        result = tokio::task::block_in_place(|| {
-            storage.add_entry(ledger, entry, &master_key, body, recovery, done(reply()))
-        });
+        result = tokio::task::block_in_place(|| submit(true, done(reply())));
         stats.add_entry_blocked.dec();
         stats
             .add_entry_blocked_wait

@@ -26,6 +26,8 @@ pub struct ServerStats {
     /// Adds waiting for room in a full journal queue (`journalQueueSize`).
     pub add_entry_blocked: Gauge,
     pub add_entry_blocked_wait: OpStats,
+    /// FORCE_LEDGER: decoded -> the ledger's earlier entries durable (or failed).
+    pub force_ledger: OpStats,
     /// Reads (single and batch, fencing or not): decoded -> response written.
     pub read_entry_request: OpStats,
     /// Reads: decoded -> data read (or failed).
@@ -67,6 +69,7 @@ impl Default for ServerStats {
             add_entry_in_progress: Gauge::default(),
             add_entry_blocked: Gauge::default(),
             add_entry_blocked_wait: OpStats::latency(),
+            force_ledger: OpStats::latency(),
             read_entry_request: OpStats::latency(),
             read_entry: OpStats::latency(),
             read_entry_rejected: Counter::default(),
@@ -104,6 +107,7 @@ crate::named_stats!(ServerStats {
     add_entry_in_progress => "bookkeeper_server_ADD_ENTRY_IN_PROGRESS",
     add_entry_blocked => "bookkeeper_server_ADD_ENTRY_BLOCKED",
     add_entry_blocked_wait => "bookkeeper_server_ADD_ENTRY_BLOCKED_WAIT",
+    force_ledger => "bookkeeper_server_FORCE_LEDGER",
     read_entry_request => "bookkeeper_server_READ_ENTRY_REQUEST",
     read_entry => "bookkeeper_server_READ_ENTRY",
     read_entry_rejected => "bookkeeper_server_READ_ENTRY_REJECTED",

@@ -127,6 +127,8 @@ fn add_entry(req: AddRequest, outbox: &Outbox, received: Option<Instant>) {
         master_key,
         body,
         recovery: header.has(FLAG_RECOVERY_ADD),
+        // V2 carries no write flags (BookKeeper's client refuses DEFERRED_SYNC over V2).
+        deferred_sync: false,
     };
     dispatch::add_entry(state, add, || {
         let outbox = outbox.clone();

@@ -9,6 +9,7 @@ use bytes::Bytes;
 
 use super::dispatch::{self, status_of, Add};
 use super::outbox::{Outbox, Reply, Slot, Timed};
+use crate::protocol::v3::WRITE_FLAG_DEFERRED_SYNC;
 use crate::protocol::v3::{
     decode_request, pb, response_header, BkPacketHeader, OperationType, Response,
 };
@@ -208,12 +209,16 @@ fn add_entry(
         return send(outbox, reply(Status::BadRequest), timed);
     }
     let recovery = add.flag == Some(pb::add_request::Flag::RecoveryAdd as i32);
+    // As BookKeeper's `WriteFlag.getWriteFlags`: only bit 0 (DEFERRED_SYNC) means anything;
+    // other bits are ignored, not refused.
+    let deferred_sync = add.write_flags.unwrap_or(0) & WRITE_FLAG_DEFERRED_SYNC != 0;
     let add = Add {
         ledger: ledger as u64,
         entry: entry as u64,
         master_key: add.master_key,
         body: add.body,
         recovery,
+        deferred_sync,
     };
     dispatch::add_entry(state, add, || {
         let outbox = outbox.clone();
@@ -494,9 +499,11 @@ fn bookie_info(header: BkPacketHeader, req: Option<pb::GetBookieInfoRequest>, ou
     send(outbox, msg(response), Timed::default());
 }
 
+/// FORCE_LEDGER: answered once every entry of the ledger this bookie accepted before the request
+/// is durable (a force through the ledger's journal, completed after the covering sync), with
+/// BookKeeper's statuses: EOK, EIO for a failed sync, EBADREQ for a request it cannot take.
 fn force_ledger(header: BkPacketHeader, ledger: i64, outbox: &Outbox) {
-    // Every add is durable before it is acknowledged (pybkx has no deferred-sync adds), so
-    // each entry a client saw acknowledged is already forced.
+    let received = crate::metrics::start();
     let rh = response_header(&header);
     let reply = move |status: Status| {
         msg(pb::Response {
@@ -509,12 +516,31 @@ fn force_ledger(header: BkPacketHeader, ledger: i64, outbox: &Outbox) {
             ..Default::default()
         })
     };
-    let status = if ledger < 0 {
-        Status::BadRequest
-    } else {
-        Status::Ok
-    };
-    send(outbox, reply(status), Timed::default());
+    if ledger < 0 {
+        return send(outbox, reply(Status::BadRequest), Timed::default());
+    }
+    let answer = outbox.clone();
+    let done: crate::storage::journal::Completion = Box::new(move |synced| {
+        let status = match synced {
+            Ok(()) => Status::Ok,
+            Err(e) => {
+                log::warn!("FORCE_LEDGER of ledger {ledger}: {e}");
+                Status::Io
+            }
+        };
+        let stats = &answer.state().stats;
+        stats
+            .force_ledger
+            .record_since(status == Status::Ok, received);
+        send(&answer, reply(status), Timed::default());
+    });
+    // Waits only while the journal queue is full (`journalQueueSize`), as an add does.
+    let queued =
+        tokio::task::block_in_place(|| outbox.state().storage.force_ledger(ledger as u64, done));
+    if let Err(e) = queued {
+        log::warn!("FORCE_LEDGER of ledger {ledger} refused: {e}");
+        send(outbox, reply(status_of(&e)), Timed::default());
+    }
 }
 
 fn list_entries(header: BkPacketHeader, ledger: i64, outbox: &Outbox) {

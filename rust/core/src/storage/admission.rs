@@ -42,6 +42,19 @@ impl Admitted<'_> {
         let op = JournalOp::entry(self.ledger, self.entry, data);
         self.journal.try_submit(op, Some(self.key), done)
     }
+
+    /// Deferred sync: queues the entry (waiting for room when `blocking`, else failing with
+    /// `QueueFull`); `done` is called once it is written to the journal, before its sync.
+    pub(super) fn submit_deferred_sync(
+        self,
+        data: Bytes,
+        blocking: bool,
+        done: Completion,
+    ) -> Result<()> {
+        let op = JournalOp::entry(self.ledger, self.entry, data);
+        self.journal
+            .submit_deferred_sync(op, Some(self.key), done, blocking)
+    }
 }
 
 /// Admission of one storage's writes.
@@ -153,6 +166,13 @@ impl Admission {
         let key = self.writable_key(ledger, master_key, true)?;
         self.journal_for(ledger)
             .submit(JournalOp::Lac { ledger, lac }, Some(key), done)
+    }
+
+    /// Forces the ledger: `done` runs once every record of its journal queued before this call
+    /// (so every entry of the ledger accepted before it) is durable.
+    pub(super) fn force_ledger(&self, ledger: u64, done: Completion) -> Result<()> {
+        check_id("ledger id", ledger)?;
+        self.journal_for(ledger).force(ledger, done)
     }
 
     /// Deletes the ledger; `done` runs once the deletion is durable.

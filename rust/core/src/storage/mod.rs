@@ -94,6 +94,32 @@ impl LedgerStorage {
         admitted.try_submit(data, done)
     }
 
+    /// Stores an entry with BookKeeper's `WriteFlag.DEFERRED_SYNC`: `done` is called once it is
+    /// written to the journal file, before the fdatasync that makes it durable (its group's, or
+    /// a [`force_ledger`](Self::force_ledger)'s). It is readable once that sync returned. With
+    /// `blocking` false a full journal queue fails with `QueueFull` (dropping `done` uncalled).
+    /// Never a recovery add: BookKeeper journals those with a sync.
+    pub fn add_entry_deferred_sync(
+        &self,
+        ledger: u64,
+        entry: u64,
+        master_key: &[u8],
+        data: Bytes,
+        blocking: bool,
+        done: Completion,
+    ) -> Result<()> {
+        self.parts.check_open()?;
+        let admitted = (self.parts.admission).admit(ledger, entry, master_key, false, &data)?;
+        admitted.submit_deferred_sync(data, blocking, done)
+    }
+
+    /// FORCE_LEDGER: `done` gets `Ok` once every entry of `ledger` accepted before this call is
+    /// durable on the journal's disk (and readable), or the error of the sync that failed.
+    pub fn force_ledger(&self, ledger: u64, done: Completion) -> Result<()> {
+        self.parts.check_open()?;
+        self.parts.admission.force_ledger(ledger, done)
+    }
+
     /// Stores several entries of one ledger and waits until all are durable (or one failed):
     /// they are journalled together, so they share group commits. Returns the first error.
     pub fn add_entries_blocking(

@@ -328,6 +328,27 @@ impl PyLedgerWriter {
         self.inner.ensemble()
     }
 
+    /// Makes every later add carry BookKeeper's `WriteFlag.DEFERRED_SYNC` (V3 only): the LAC
+    /// then advances only by `force`. Before the first append.
+    fn enable_deferred_sync(&self) -> BkResult<()> {
+        Ok(self.inner.enable_deferred_sync()?)
+    }
+
+    /// Whether adds carry `WriteFlag.DEFERRED_SYNC`.
+    #[getter]
+    fn deferred_sync(&self) -> bool {
+        self.inner.is_deferred_sync()
+    }
+
+    /// FORCE_LEDGER to every bookie of the ensemble; the future gives the LAC it confirmed.
+    fn force(&self, py: Python<'_>) -> PyResult<Py<Future>> {
+        let (fut, completer) = Future::pending(py)?;
+        let inner = self.inner.clone();
+        // Its completion may run at once (an error), and never waits for the GIL.
+        py.detach(move || inner.force(completer.into_done()));
+        Ok(fut)
+    }
+
     /// The error that stopped the writer, raised; None if it is healthy.
     fn check(&self) -> BkResult<()> {
         match self.inner.fatal() {

@@ -8,7 +8,15 @@
 //! `journalAdaptiveGroupWrites`, ends a group as soon as no sync is in flight
 //! ([`sync_progress`]); it writes a group with as few syscalls as possible, syncs it once, hands
 //! it to the [`Applier`] and then completes callers.
+//!
+//! Deferred sync (BookKeeper's `WriteFlag.DEFERRED_SYNC`, its journal's `ackBeforeSync`): such an
+//! entry is acknowledged once its group is written to the file, before the sync; it becomes
+//! durable (and is applied) with that group's sync as any other. A force ([`Journal::force`],
+//! the bookie's FORCE_LEDGER) joins the group being formed without writing a record and is
+//! completed by the sync thread with that group, after the fdatasync that covers every record
+//! queued before it.
 
+mod deferred;
 mod failure;
 mod file;
 mod old_files;
@@ -36,6 +44,7 @@ use crate::config::JournalConfig;
 use crate::done::Done;
 use crate::error::{IoContext, Result, StorageError};
 use crate::metrics::Metric;
+use deferred::LostDeferred;
 use failure::Failure;
 use file::{JournalFile, OpenJournal};
 use old_files::{OldFiles, Removal};
@@ -65,10 +74,14 @@ struct Request {
     key: Option<Arc<[u8]>>,
     enqueued: Instant,
     done: Completion,
+    /// Deferred sync: `done` is called once the record is written, before its sync.
+    ack_when_written: bool,
 }
 
 enum Msg {
     Req(Request),
+    /// A force of a ledger: completed once everything queued before it is durable.
+    Force(u64, Completion, Instant),
     /// From the sync thread: the device went idle while a formed group waited for it.
     Wake,
     Shutdown,
@@ -103,6 +116,12 @@ struct Group {
     entries: u64,
     /// When the group was handed to the sync thread (None with metrics off).
     handed: Option<Instant>,
+    /// Deferred-sync completions still to call once the group is written (direct mode: the
+    /// sync thread writes it; with page-cache writes the journal thread calls them itself).
+    written_acks: Vec<Completion>,
+    /// The ledgers of the group's deferred-sync records (each once per run): lost if the group
+    /// fails after they were acknowledged (`written_acks` then empty).
+    deferred_ledgers: Vec<u64>,
 }
 
 /// Bounds the groups written but not yet synced; the writer waits when the sync thread lags.
@@ -136,6 +155,7 @@ impl Journal {
         let failure = Arc::new(Failure::default());
         let sync_queue = sync_rx.gauge();
         let progress = Arc::new(SyncProgress::default());
+        let lost = Arc::new(LostDeferred::default());
         let syncer = Syncer {
             index,
             sync_data: cfg.sync_data,
@@ -148,6 +168,7 @@ impl Journal {
             unsynced: None,
             last_sync: std::time::Instant::now(),
             progress: progress.clone(),
+            lost: lost.clone(),
             // Kept only to wake the journal thread: a full queue drops the wake, and then the
             // journal thread has requests to take and looks at the device again by itself.
             wake: cfg.adaptive_group_writes.then(|| tx.clone()),
@@ -163,6 +184,9 @@ impl Journal {
             to_sync: Some(to_sync),
             syncer: Some(syncer),
             progress,
+            written_acks: Vec::new(),
+            deferred_ledgers: Vec::new(),
+            lost: lost.clone(),
             old_files: old_files.clone(),
             failure,
             stats: stats.clone(),
@@ -201,15 +225,7 @@ impl Journal {
     /// Enqueues a request; blocks while the queue is full (`journalQueueSize`).
     /// `key` is the ledger's master key, journalled once per ledger before its first record.
     pub fn submit(&self, op: JournalOp, key: Option<Arc<[u8]>>, done: Completion) -> Result<()> {
-        let req = Request {
-            op,
-            key,
-            enqueued: Instant::now(),
-            done,
-        };
-        self.tx
-            .send(Msg::Req(req))
-            .map_err(|_| StorageError::Closed)
+        self.send_request(Self::request(op, key, done, false), true)
     }
 
     /// Like [`submit`](Self::submit) but never blocks: with the queue full it returns
@@ -220,12 +236,56 @@ impl Journal {
         key: Option<Arc<[u8]>>,
         done: Completion,
     ) -> Result<()> {
-        let req = Request {
+        self.send_request(Self::request(op, key, done, false), false)
+    }
+
+    /// Deferred sync (BookKeeper's `ackBeforeSync`): like [`submit`](Self::submit) (or
+    /// [`try_submit`](Self::try_submit) when `blocking` is false), but `done` is called once the
+    /// record is written to the journal file, before it is synced; it becomes durable with its
+    /// group's sync, or by a later [`force`](Self::force).
+    pub fn submit_deferred_sync(
+        &self,
+        op: JournalOp,
+        key: Option<Arc<[u8]>>,
+        done: Completion,
+        blocking: bool,
+    ) -> Result<()> {
+        self.send_request(Self::request(op, key, done, true), blocking)
+    }
+
+    /// Calls `done` once every record queued before this call is durable (BookKeeper's
+    /// FORCE_LEDGER journal entry): after the fdatasync that covers them, with its outcome.
+    /// Blocks while the queue is full.
+    /// Fails if a journal failure lost deferred-sync records of `ledger` that were acknowledged
+    /// (then every later force of it fails too, until the ledger is deleted).
+    pub fn force(&self, ledger: u64, done: Completion) -> Result<()> {
+        self.tx
+            .send(Msg::Force(ledger, done, Instant::now()))
+            .map_err(|_| StorageError::Closed)
+    }
+
+    fn request(
+        op: JournalOp,
+        key: Option<Arc<[u8]>>,
+        done: Completion,
+        ack_when_written: bool,
+    ) -> Request {
+        Request {
             op,
             key,
             enqueued: Instant::now(),
             done,
-        };
+            ack_when_written,
+        }
+    }
+
+    fn send_request(&self, req: Request, blocking: bool) -> Result<()> {
+        if blocking {
+            return self
+                .tx
+                .send(Msg::Req(req))
+                .map_err(|_| StorageError::Closed);
+        }
         self.tx.try_send(Msg::Req(req)).map_err(|e| match e {
             crate::queue::TrySendError::Full(_) => StorageError::QueueFull,
             crate::queue::TrySendError::Disconnected(_) => StorageError::Closed,

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use crate::queue::{Receiver, RecvTimeoutError, Sender};
 
+use super::deferred::LostDeferred;
 use super::failure::Failure;
 use super::file::JournalFile;
 use super::stats::JournalStats;
@@ -32,6 +33,8 @@ pub(super) struct Syncer {
     pub(super) last_sync: std::time::Instant,
     /// Adaptive group commit: the syncs in flight, shared with the journal thread.
     pub(super) progress: Arc<SyncProgress>,
+    /// Ledgers whose acknowledged deferred-sync records a failure lost (shared with the writer).
+    pub(super) lost: Arc<LostDeferred>,
     /// With `journalAdaptiveGroupWrites`: the journal thread's queue, to wake it when the device
     /// goes idle while a formed group waits.
     pub(super) wake: Option<Sender<Msg>>,
@@ -107,9 +110,18 @@ impl Syncer {
             offset: last.end,
         };
         let newest = live.iter().map(|g| g.file.id).max().unwrap_or(mark.file_id);
-        let made_durable = self
-            .write_chunks(&mut live)
-            .and_then(|_| self.make_durable(&live));
+        let written = self.write_chunks(&mut live);
+        // Deferred-sync records are acknowledged once written, before the sync (direct mode;
+        // with page-cache writes the journal thread acknowledged them already).
+        for g in &mut live {
+            for done in g.written_acks.drain(..) {
+                done(written.clone());
+            }
+            if written.is_err() {
+                g.deferred_ledgers.clear(); // not acknowledged: nothing lost
+            }
+        }
+        let made_durable = written.and_then(|_| self.make_durable(&live));
         // The device is free before these groups are applied and acknowledged: the journal
         // thread may write and hand over its next group meanwhile.
         self.device_done(handed);
@@ -123,13 +135,17 @@ impl Syncer {
         let mut ops = Vec::with_capacity(live.iter().map(|g| g.ops.len()).sum());
         let mut dones = Vec::with_capacity(live.iter().map(|g| g.dones.len()).sum());
         let mut enqueued = Vec::with_capacity(dones.capacity());
+        let mut deferred_ledgers = Vec::new();
         for g in live {
             ops.extend(g.ops);
             dones.extend(g.dones);
             enqueued.extend(g.enqueued);
+            deferred_ledgers.extend(g.deferred_ledgers);
         }
         let applied = self.applier.apply(self.index, &ops, mark);
         if let Err(e) = &applied {
+            // Durable but not readable: acknowledged deferred-sync entries may not be read.
+            self.lost.mark(&deferred_ledgers);
             // The records are durable but not applied: their callers get the error (nothing
             // is acknowledged) and the mark does not move for them. Later groups may apply once
             // the entry logs have room again.
@@ -161,9 +177,13 @@ impl Syncer {
 
     fn fail(&self, groups: Vec<Group>, e: &StorageError) {
         for g in groups {
+            if g.written_acks.is_empty() {
+                // Its deferred-sync records were acknowledged when written: now lost.
+                self.lost.mark(&g.deferred_ledgers);
+            }
             let now = self.time_entries(&g.enqueued, false);
             metrics::with_now(now, || {
-                for done in g.dones {
+                for done in g.dones.into_iter().chain(g.written_acks) {
                     done(Err(e.clone()));
                 }
             });

@@ -598,3 +598,155 @@ fn no_add_is_acknowledged_before_its_sync_returns() {
         }
     }
 }
+
+/// Records the (ledger, entry) of every entry applied: applying follows the sync, so what is
+/// here is durable.
+#[derive(Default)]
+struct AppliedEntries(Mutex<Vec<(u64, u64)>>);
+impl Applier for AppliedEntries {
+    fn apply(&self, _journal: usize, ops: &[JournalOp], _mark: Mark) -> Result<()> {
+        let mut applied = self.0.lock();
+        for op in ops {
+            if let JournalOp::Entry { ledger, entry, .. } = op {
+                applied.push((*ledger, *entry));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn add_deferred_sync(j: &Journal, ledger: u64, entry: u64) -> mpsc::Receiver<Result<()>> {
+    let (tx, rx) = mpsc::channel();
+    j.submit_deferred_sync(
+        JournalOp::entry(ledger, entry, Bytes::from_static(b"deferred")),
+        Some(Arc::from(&b"key"[..])),
+        Box::new(move |r| {
+            let _ = tx.send(r);
+        }),
+        true,
+    )
+    .unwrap();
+    rx
+}
+
+fn force(j: &Journal, ledger: u64) -> mpsc::Receiver<Result<()>> {
+    let (tx, rx) = mpsc::channel();
+    j.force(
+        ledger,
+        Box::new(move |r| {
+            let _ = tx.send(r);
+        }),
+    )
+    .unwrap();
+    rx
+}
+
+/// Deferred sync (BookKeeper's `ackBeforeSync`): the add is acknowledged once written, before
+/// its sync, and a sync that then fails does not take the acknowledgement back; the force
+/// that follows reports that failure. In both group-commit modes and both write paths.
+#[test]
+fn a_deferred_sync_add_is_acknowledged_before_its_sync_and_a_force_reports_the_sync() {
+    for direct_io in [true, false] {
+        for adaptive in [true, false] {
+            let dir = tempfile::tempdir().unwrap();
+            let c = JournalConfig {
+                adaptive_group_writes: adaptive,
+                direct_io,
+                ..cfg()
+            };
+            let applied = Arc::new(AppliedEntries::default());
+            let j = Journal::start(0, dir.path().into(), c, 1, applied.clone()).unwrap();
+            let failing = fs::inject_fault(fs::Fault {
+                path_prefix: dir.path().to_path_buf(),
+                ops: vec![fs::Op::Sync],
+                action: fs::FaultAction::Fail(libc::EIO),
+                times: Some(1),
+            });
+            let ack = add_deferred_sync(&j, 5, 0).recv_timeout(Duration::from_secs(30));
+            ack.unwrap()
+                .expect("acknowledged once written, whatever its sync does");
+            let forced = force(&j, 5).recv_timeout(Duration::from_secs(30)).unwrap();
+            assert!(forced.is_err(), "a force after a failed sync succeeded");
+            assert!(
+                applied.0.lock().is_empty(),
+                "an entry whose sync failed was applied"
+            );
+            // The journal writes again (a new file), but the lost entry stays lost: a later
+            // force of the ledger fails too, while other ledgers' forces succeed.
+            let again = force(&j, 5).recv_timeout(Duration::from_secs(30)).unwrap();
+            assert!(again.is_err(), "a second force hid the lost entry");
+            let other = force(&j, 8).recv_timeout(Duration::from_secs(30)).unwrap();
+            other.expect("a ledger without lost entries forces once the journal recovered");
+            fs::remove_fault(failing);
+            j.shutdown();
+        }
+    }
+}
+
+/// FORCE_LEDGER's journal half: a force is completed only after the fdatasync covering every
+/// entry queued before it returned (the entry is applied, which follows the sync, and the slow
+/// sync was made), however slow that sync is; normal adds queued with it keep their order.
+#[test]
+fn a_force_is_answered_only_after_the_sync_covering_earlier_deferred_adds() {
+    const SLOW: Duration = Duration::from_millis(300);
+    for direct_io in [true, false] {
+        for adaptive in [true, false] {
+            let dir = tempfile::tempdir().unwrap();
+            let c = JournalConfig {
+                adaptive_group_writes: adaptive,
+                direct_io,
+                ..cfg()
+            };
+            let applied = Arc::new(AppliedEntries::default());
+            let j = Journal::start(0, dir.path().into(), c, 1, applied.clone()).unwrap();
+            // A force with nothing queued still completes (after one sync of nothing new).
+            force(&j, 6)
+                .recv_timeout(Duration::from_secs(30))
+                .unwrap()
+                .unwrap();
+            let slow = fs::inject_fault(fs::Fault {
+                path_prefix: dir.path().to_path_buf(),
+                ops: vec![fs::Op::Sync],
+                action: fs::FaultAction::Delay(SLOW),
+                times: None,
+            });
+            let sent = Instant::now();
+            let acks: Vec<_> = (0..5).map(|e| add_deferred_sync(&j, 6, e)).collect();
+            let normal = add(&j, 7, 0, b"normal");
+            let forced = force(&j, 6);
+            for ack in acks {
+                ack.recv_timeout(Duration::from_secs(30)).unwrap().unwrap();
+            }
+            forced
+                .recv_timeout(Duration::from_secs(30))
+                .unwrap()
+                .unwrap();
+            let waited = sent.elapsed();
+            assert!(
+                fs::fault_hits(slow) >= 1,
+                "the deferred adds' group was synced"
+            );
+            // A lower bound only: the injected delay is slept before the sync is made.
+            assert!(
+                waited >= SLOW,
+                "forced after {waited:?}, before the sync returned"
+            );
+            let durable = applied.0.lock().clone();
+            for e in 0..5 {
+                assert!(
+                    durable.contains(&(6, e)),
+                    "entry {e} not durable at the force"
+                );
+            }
+            assert!(durable.contains(&(7, 0)));
+            normal
+                .recv_timeout(Duration::from_secs(30))
+                .unwrap()
+                .unwrap();
+            fs::remove_fault(slow);
+            j.shutdown();
+            let replayed = replayed_entries(dir.path(), Mark::default());
+            assert_eq!(replayed.len(), 6, "every forced entry is in the journal");
+        }
+    }
+}

@@ -1,7 +1,8 @@
 //! The journal thread: takes requests off the bounded queue, forms groups by BookKeeper's rules,
 //! encodes each group and hands it to the sync thread, written (through the page cache, with as
 //! few syscalls as possible) or, with `journalDirectIO`, for the sync thread to write.
-//! It never syncs and never acknowledges.
+//! It never syncs, and acknowledges only deferred-sync records (once written, as BookKeeper's
+//! `ackBeforeSync`).
 
 use std::collections::HashSet;
 use std::path::PathBuf;
@@ -13,6 +14,7 @@ use crate::queue::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 
 use parking_lot::Mutex;
 
+use super::deferred::LostDeferred;
 use super::failure::Failure;
 use super::file::{list_journal_ids, Chunk, OpenJournal};
 use super::old_files::OldFiles;
@@ -59,6 +61,13 @@ pub(super) struct Writer {
     pub(super) syncer: Option<JoinHandle<()>>,
     /// Adaptive group commit: whether a sync is in flight (shared with the sync thread).
     pub(super) progress: Arc<SyncProgress>,
+    /// Deferred-sync completions of the current group: called once it is written.
+    pub(super) written_acks: Vec<Completion>,
+    /// The ledgers of the current group's deferred-sync records.
+    pub(super) deferred_ledgers: Vec<u64>,
+    /// Ledgers whose acknowledged deferred-sync records a failure lost (shared with the sync
+    /// thread, which finds most of them).
+    pub(super) lost: Arc<LostDeferred>,
     /// The files a checkpoint let go, for a rollover to reuse (`journalReuseFiles`).
     pub(super) old_files: Arc<Mutex<OldFiles>>,
     pub(super) failure: Arc<Failure>,
@@ -105,7 +114,7 @@ impl Writer {
                 Err(TryRecvError::Empty) => {
                     // Whatever comes next arrives after a wait: read the clock again for it.
                     self.clock = None;
-                    if self.ops.is_empty() {
+                    if self.group_is_empty() {
                         self.rx.recv().ok()
                     } else if self.cfg.flush_when_queue_empty {
                         self.flush(FlushReason::EmptyQueue);
@@ -140,6 +149,13 @@ impl Writer {
                         self.flush(reason);
                     }
                 }
+                Some(Msg::Force(ledger, done, at)) => {
+                    self.add_force(ledger, done, at);
+                    if let Some(reason) = self.group_is_due() {
+                        self.drain_ready();
+                        self.flush(reason);
+                    }
+                }
                 // The device went idle: the next turn of the loop ends the group.
                 Some(Msg::Wake) => {}
                 Some(Msg::Shutdown) | None => self.stopping = true,
@@ -150,6 +166,7 @@ impl Writer {
         loop {
             match self.rx.try_recv() {
                 Ok(Msg::Req(req)) => self.add(req),
+                Ok(Msg::Force(ledger, done, at)) => self.add_force(ledger, done, at),
                 Ok(Msg::Wake) => {}
                 Ok(Msg::Shutdown) | Err(_) => break,
             }
@@ -185,6 +202,7 @@ impl Writer {
         {
             match self.rx.try_recv() {
                 Ok(Msg::Req(req)) => self.add(req),
+                Ok(Msg::Force(ledger, done, at)) => self.add_force(ledger, done, at),
                 Ok(Msg::Wake) => {}
                 Ok(Msg::Shutdown) => {
                     self.stopping = true;
@@ -244,6 +262,7 @@ impl Writer {
         let ledger = req.op.ledger();
         if let JournalOp::Delete { .. } = req.op {
             self.keyed.remove(&ledger);
+            self.lost.forget(ledger);
         } else if let Some(key) = req.key {
             if self.keyed.insert(ledger) {
                 let op = JournalOp::Key { ledger, key };
@@ -261,11 +280,58 @@ impl Writer {
         };
         self.bytes_since_flush += self.file.pending() - before;
         self.ops.push(req.op);
-        self.dones.push(req.done);
-        self.enqueued.push((req.enqueued, is_entry));
+        if req.ack_when_written {
+            if self.deferred_ledgers.last() != Some(&ledger) {
+                self.deferred_ledgers.push(ledger);
+            }
+            self.written_acks.push(req.done);
+        } else {
+            self.dones.push(req.done);
+            self.enqueued.push((req.enqueued, is_entry));
+        }
         self.oldest.get_or_insert(req.enqueued);
         if self.file.pending() >= self.file.write_threshold(self.cfg.write_buffer_size) {
             self.write_out();
+        }
+    }
+
+    /// Whether the group being formed holds nothing: no record, no force.
+    fn group_is_empty(&self) -> bool {
+        self.ops.is_empty() && self.dones.is_empty()
+    }
+
+    /// A force joins the group being formed (an empty one too) without a record: the sync
+    /// thread completes it with the group, after the sync that covers every record before it.
+    fn add_force(&mut self, ledger: u64, done: Completion, enqueued: Instant) {
+        if self.failure.get().is_some() && !self.failure.is_fatal() && self.group_is_empty() {
+            self.last_retry = None;
+            self.retry();
+        }
+        if let Some(err) = self.failure.get() {
+            return done(Err(err));
+        }
+        if self.lost.contains(ledger) {
+            return done(Err(super::deferred::lost_error(ledger)));
+        }
+        // The sync thread marks a loss before it completes any later group: checked then.
+        let lost = self.lost.clone();
+        let done: Completion = Box::new(move |synced| done(lost.force_outcome(ledger, synced)));
+        if self.group_is_empty() {
+            self.group_start = self.file.written;
+        }
+        self.dones.push(done);
+        self.enqueued.push((enqueued, false));
+        self.oldest.get_or_insert(enqueued);
+    }
+
+    /// Deferred-sync completions of a group that was written (`Ok`) or could not be (then
+    /// nothing was acknowledged, so nothing can be lost).
+    fn complete_written(&mut self, outcome: &Result<(), StorageError>) {
+        for done in self.written_acks.drain(..) {
+            done(outcome.clone());
+        }
+        if outcome.is_err() {
+            self.deferred_ledgers.clear();
         }
     }
 
@@ -296,7 +362,7 @@ impl Writer {
 
     /// Ends the current group: writes it and hands it to the sync thread.
     fn flush(&mut self, reason: FlushReason) {
-        if self.ops.is_empty() {
+        if self.group_is_empty() {
             return;
         }
         let writing = metrics::start();
@@ -334,6 +400,19 @@ impl Writer {
             .failure
             .poisoned_file()
             .is_some_and(|p| p >= self.file.file.id);
+        let write_failed = self.failure.get();
+        if write_failed.is_some() || poisoned {
+            // Deferred-sync records not written are not acknowledged: the writer's client
+            // handles the error (BookKeeper's client fails such a ledger's adds).
+            let e = write_failed.unwrap_or_else(|| StorageError::Io {
+                context: format!("journal {}", self.dir.display()),
+                source: std::io::Error::other("an earlier journal sync failed"),
+            });
+            self.complete_written(&Err(e));
+        } else if !self.file.is_direct() {
+            // Written to the file (the page cache): BookKeeper acknowledges these now.
+            self.complete_written(&Ok(()));
+        }
         if (self.failure.get().is_some() || poisoned) && !self.failure.is_fatal() {
             // Not written (or written to a file whose sync failed): keep it for a retry.
             self.chunks.clear();
@@ -363,6 +442,9 @@ impl Writer {
             enqueued: std::mem::take(&mut self.enqueued),
             entries: self.entries_since_flush as u64,
             handed,
+            // Direct mode: the sync thread writes the group, then calls these.
+            written_acks: std::mem::take(&mut self.written_acks),
+            deferred_ledgers: std::mem::take(&mut self.deferred_ledgers),
         };
         self.hand_over(group);
         self.oldest = None;
@@ -381,7 +463,10 @@ impl Writer {
                 // The sync thread is gone (it panicked): nothing can be acknowledged any more.
                 let e = StorageError::Closed;
                 self.failure.set_fatal(e.clone());
-                for done in returned.dones {
+                if returned.written_acks.is_empty() {
+                    self.lost.mark(&returned.deferred_ledgers);
+                }
+                for done in returned.dones.into_iter().chain(returned.written_acks) {
                     done(Err(e.clone()));
                 }
             }
@@ -460,13 +545,17 @@ impl Writer {
     /// write the held group again (in a new file if its file's sync failed). On success the
     /// group goes to the sync thread as any other and the journal takes requests again.
     fn wait_and_retry(&mut self) {
-        if !self.ops.is_empty() {
+        if !self.group_is_empty() {
             // A group cut short by the failure: hold it.
             self.flush(FlushReason::MaxWait);
         }
         match self.rx.recv_timeout(RETRY_INTERVAL) {
             Ok(Msg::Req(req)) => {
                 self.add(req);
+                return;
+            }
+            Ok(Msg::Force(ledger, done, at)) => {
+                self.add_force(ledger, done, at);
                 return;
             }
             Ok(Msg::Wake) => return,
@@ -534,6 +623,8 @@ impl Writer {
             enqueued: held.enqueued,
             entries: held.entries,
             handed: metrics::start(),
+            written_acks: Vec::new(),
+            deferred_ledgers: Vec::new(),
         };
         self.recovered();
         self.hand_over(group);

@@ -13,6 +13,7 @@ import java.nio.file.Files;
 import java.nio.file.Path;
 import java.security.MessageDigest;
 import java.util.ArrayList;
+import java.util.EnumSet;
 import java.util.Enumeration;
 import java.util.HashMap;
 import java.util.HexFormat;
@@ -31,6 +32,7 @@ import org.apache.bookkeeper.client.api.LedgerEntry;
 import org.apache.bookkeeper.client.api.LedgerMetadata;
 import org.apache.bookkeeper.client.api.ReadHandle;
 import org.apache.bookkeeper.client.api.WriteAdvHandle;
+import org.apache.bookkeeper.client.api.WriteFlag;
 import org.apache.bookkeeper.client.api.WriteHandle;
 import org.apache.bookkeeper.conf.ClientConfiguration;
 import org.apache.bookkeeper.net.BookieId;
@@ -65,6 +67,9 @@ import org.apache.bookkeeper.net.BookieId;
  * payload, sent in the order given with {@code writeAsync(entryId, ..)}.
  *
  * <pre>
+ * {"op":"create_with_write_flags", ...create's fields, "write_flags":["DEFERRED_SYNC"]}
+ *                                            -> as create (BookKeeper's WriteFlag set)
+ * {"op":"force","writer":W}                  -> {"lac":..,"length":..} after WriteHandle.force()
  * {"op":"metadata","ledger":L}               -> {"metadata":{..}}
  * {"op":"halt"}            -> {"acked":{W:[entry ids]}}, then the JVM halts: nothing is closed
  * </pre>
@@ -144,6 +149,8 @@ public final class LedgerClient {
                 case "read_explicit_lac" -> result.put("lac",
                         ((LedgerHandle) readers.get(op.get("ledger").asLong()))
                                 .readExplicitLastConfirmed());
+                case "create_with_write_flags" -> createWithWriteFlags(op, result);
+                case "force" -> force(op, result);
                 case "metadata" -> result.set("metadata",
                         metadata(get(bk.getLedgerMetadata(op.get("ledger").asLong()))));
                 case "halt" -> {
@@ -197,6 +204,26 @@ public final class LedgerClient {
         result.set("metadata", metadata(writer.getLedgerMetadata()));
     }
 
+    /** As {@code create}, with the {@code write_flags} named (BookKeeper's WriteFlag names). */
+    private void createWithWriteFlags(JsonNode op, ObjectNode result) throws Exception {
+        EnumSet<WriteFlag> flags = EnumSet.noneOf(WriteFlag.class);
+        for (JsonNode flag : op.path("write_flags")) {
+            flags.add(WriteFlag.valueOf(flag.asText()));
+        }
+        WriteHandle writer = get(bk.newCreateLedgerOp()
+                .withEnsembleSize(op.get("ensemble").asInt())
+                .withWriteQuorumSize(op.get("write_quorum").asInt())
+                .withAckQuorumSize(op.get("ack_quorum").asInt())
+                .withDigestType(DigestType.valueOf(op.get("digest").asText()))
+                .withPassword(HEX.parseHex(op.path("password_hex").asText("")))
+                .withWriteFlags(flags)
+                .execute());
+        writers.put(op.get("writer").asText(), writer);
+        appends.put(op.get("writer").asText(), new ArrayList<>());
+        result.put("ledger", writer.getId());
+        result.set("metadata", metadata(writer.getLedgerMetadata()));
+    }
+
     private void appendAdv(JsonNode op, ObjectNode result) throws Exception {
         WriteAdvHandle writer = advWriters.get(op.get("writer").asText());
         List<CompletableFuture<Long>> all = appends.get(op.get("writer").asText());
@@ -212,6 +239,15 @@ public final class LedgerClient {
         }
         result.put("ledger", writer.getId());
         result.set("acked", acked(all));
+        result.put("lac", writer.getLastAddConfirmed());
+        result.put("length", writer.getLength());
+    }
+
+    /** WriteHandle.force(): FORCE_LEDGER to the ensemble; the LAC it advanced to. */
+    private void force(JsonNode op, ObjectNode result) throws Exception {
+        WriteHandle writer = writers.get(op.get("writer").asText());
+        get(writer.force());
+        result.put("ledger", writer.getId());
         result.put("lac", writer.getLastAddConfirmed());
         result.put("length", writer.getLength());
     }
