@@ -26,7 +26,7 @@ PY_LIBDIR := $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_config_
 CARGO_TEST_ENV := LD_LIBRARY_PATH="$(PY_LIBDIR)$${LD_LIBRARY_PATH:+:$$LD_LIBRARY_PATH}"
 
 .PHONY: help venv deps build lint test demo bench bench-client bench-suite bench-compare bench-builds \
-	bench-metrics bench-striped bench-recovery bench-v3 bench-spark bench-storage-scale \
+	bench-metrics bench-striped bench-recovery bench-v3 bench-tls bench-spark bench-storage-scale \
 	bench-cold-read bench-cold-read-java bench-java-client bench-group-commit bench-gc bench-tiers bench-large-adds bench-sustained-adds bench-journal-reuse faults faults-deps fuzz clean distclean
 
 help:
@@ -44,6 +44,7 @@ help:
 	@echo "make bench-striped  reads of a striped ledger (E=3 Qw=2) vs a whole one (E=3 Qw=3)"
 	@echo "make bench-recovery a bookie killed for good, its ledgers healed: MB/s vs the disk"
 	@echo "make bench-v3       adds and reads over V3 beside V2, pybkx and Java bookies, one run"
+	@echo "make bench-tls      adds and batch reads over TLS beside plaintext, pybkx and Java bookies"
 	@echo "make bench-storage-scale ENTRIES=N  N entries indexed: memory, restart, lookups/s"
 	@echo "make bench-cold-read      an interleaved ledger read back cold vs the disk's speed"
 	@echo "make bench-cold-read-java the same over the wire beside the Java DbLedgerStorage"
@@ -179,6 +180,9 @@ bench-spark: venv deps build
 
 bench-v3: venv deps build
 	$(VPY) -m bench.v3_wire $(BENCH_ARGS)
+
+bench-tls: venv deps build
+	$(VPY) -m bench.tls $(BENCH_ARGS)
 
 bench-recovery: venv deps build
 	$(VPY) bench/recovery_speed.py $(BENCH_ARGS)

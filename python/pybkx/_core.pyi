@@ -834,9 +834,11 @@ def run_load(
     connections: int = 1,
     rate: float | None = None,
     v3: bool = False,
+    tls: object = None,
 ) -> dict[str, Any]:
     """Benchmark load generator: drive one bookie over V2 (V3 with ``v3=True``) with
-    ``in_flight`` requests outstanding.
+    ``in_flight`` requests outstanding; inside TLS (START_TLS first) given ``tls``, a
+    ``pybkx.config.tls.ClientTlsMaterial``.
 
     ``workload="add"``: ``count`` adds of ``payload_size`` bytes (CRC32C, empty password) spread
     over ``ledgers`` ledgers from ``ledger_id``, entry ids from 0. ``workload="read"``: entries

@@ -127,7 +127,10 @@ pub fn server_config(settings: &ServerTlsSettings) -> Result<Arc<rustls::ServerC
     let chain = certificates(&settings.chain);
     let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(settings.key_pkcs8.clone()));
     let config = match &settings.client_roots {
-        None => builder.with_no_client_auth().with_single_cert(chain, key)?,
+        None => builder
+            .with_no_client_auth()
+            .with_single_cert(chain, key)
+            .map_err(explain)?,
         Some(roots) => {
             let store = root_store(roots, "tlsTrustStore")?;
             let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(store), provider)
@@ -135,10 +138,27 @@ pub fn server_config(settings: &ServerTlsSettings) -> Result<Arc<rustls::ServerC
                 .map_err(|e| TlsError::Settings(format!("tlsTrustStore: {e}")))?;
             builder
                 .with_client_cert_verifier(verifier)
-                .with_single_cert(chain, key)?
+                .with_single_cert(chain, key)
+                .map_err(explain)?
         }
     };
     Ok(Arc::new(config))
+}
+
+/// The bookie's own key or chain refused, said for an operator: an X.509 version 1 certificate
+/// (what `openssl x509 -req` makes without extensions) is the usual cause.
+fn explain(e: rustls::Error) -> TlsError {
+    let text = e.to_string();
+    let hint = if text.contains("UnsupportedCertVersion") {
+        ": an X.509 v3 certificate is required (openssl makes v3 when given extensions, \
+         e.g. -extfile with subjectAltName)"
+    } else {
+        ""
+    };
+    TlsError::Settings(format!(
+        "tlsKeyStore/tlsCertificatePath: the bookie's key or certificate cannot be used: \
+         {text}{hint}"
+    ))
 }
 
 /// The bookie's TLS: the acceptor every START_TLS uses, replaced whole when the stores change

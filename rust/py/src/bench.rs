@@ -16,7 +16,7 @@ use crate::errors::BkResult;
 #[pyfunction]
 #[pyo3(signature = (bookie, workload, *, in_flight = 64, ledger_id = 1, ledgers = 1,
                     count = 100_000, payload_size = 100, batch = None, connections = 1,
-                    rate = None, v3 = false))]
+                    rate = None, v3 = false, tls = None))]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn run_load<'py>(
     py: Python<'py>,
@@ -31,7 +31,15 @@ pub(crate) fn run_load<'py>(
     connections: usize,
     rate: Option<f64>,
     v3: bool,
+    tls: Option<&Bound<'py, PyAny>>,
 ) -> BkResult<Bound<'py, PyDict>> {
+    let tls = match tls {
+        Some(material) => Some(std::sync::Arc::new(
+            pybkx_core::tls::ClientTls::new(&crate::bookie_conn::client_tls_settings(material)?)
+                .map_err(|e| PyValueError::new_err(format!("TLS: {e}")))?,
+        )),
+        None => None,
+    };
     let work = loadgen::parse_workload(workload, ledger_id, ledgers, count, payload_size, batch)
         .map_err(PyValueError::new_err)?;
     let opts = loadgen::LoadOptions {
@@ -39,6 +47,7 @@ pub(crate) fn run_load<'py>(
         connections,
         rate_per_s: rate,
         v3,
+        tls,
     };
     let report = py.detach(|| loadgen::run_with(&bookie, work, opts))?;
     let d = PyDict::new(py);

@@ -315,7 +315,7 @@ struct ClientTlsAttrs {
     cipher_suites: Vec<String>,
 }
 
-fn client_tls_settings(material: &Bound<'_, PyAny>) -> PyResult<ClientTlsSettings> {
+pub(crate) fn client_tls_settings(material: &Bound<'_, PyAny>) -> PyResult<ClientTlsSettings> {
     let a: ClientTlsAttrs = material.extract()?;
     Ok(ClientTlsSettings {
         roots: a.roots,

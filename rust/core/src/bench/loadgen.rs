@@ -56,7 +56,7 @@ pub enum Workload {
 }
 
 /// How to send it.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct LoadOptions {
     /// Requests outstanding at most (at least 1).
     pub in_flight: usize,
@@ -69,6 +69,8 @@ pub struct LoadOptions {
     pub rate_per_s: Option<f64>,
     /// Send adds and reads as V3 (protobuf) requests instead of V2 frames.
     pub v3: bool,
+    /// Connect with START_TLS and run every request inside TLS.
+    pub tls: Option<std::sync::Arc<crate::tls::ClientTls>>,
 }
 
 impl Default for LoadOptions {
@@ -78,6 +80,7 @@ impl Default for LoadOptions {
             connections: 1,
             rate_per_s: None,
             v3: false,
+            tls: None,
         }
     }
 }
@@ -305,6 +308,7 @@ pub fn run_with(
         connections: opts.connections.max(1),
         rate_per_s: opts.rate_per_s.filter(|r| r.is_finite() && *r > 0.0),
         v3: opts.v3,
+        tls: opts.tls,
     };
     // One BookieClient holds one connection per bookie: one client per connection.
     let clients = (0..opts.connections)
@@ -317,7 +321,7 @@ pub fn run_with(
                 // Enough for the window of any run: the generator is bounded by `in_flight`.
                 write_buffer_high_water_mark: 64 << 20,
                 use_v2_wire_protocol: !opts.v3,
-                tls: None,
+                tls: opts.tls.clone(),
                 start_tls_timeout: Duration::from_secs(10),
             })
         })
