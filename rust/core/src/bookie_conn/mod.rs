@@ -11,10 +11,12 @@
 //! thread waits for room (up to the request timeout), an async sender awaits it.
 
 mod connection;
+mod health;
 mod reply;
 #[cfg(test)]
 mod tests;
 
+pub use health::HealthFigures;
 pub use reply::{ClientError, Reply, ReplyResult};
 
 use std::collections::HashMap;
@@ -23,9 +25,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
 
-use crate::config::ClientConfig;
+use crate::config::{ClientConfig, ReadPolicy};
 use crate::done::{self, Done};
 use crate::protocol::v2::{
     encode_request_chunks, AddRequest, BatchReadRequest, PacketHeader, ReadRequest, Request,
@@ -33,6 +35,7 @@ use crate::protocol::v2::{
 use crate::protocol::{self, v3};
 use crate::runtime::runtime;
 use connection::{Conn, Key, Waiter};
+use health::BookieHealth;
 
 /// Connections to bookies, shared by all ledgers of a client.
 pub struct BookieClient {
@@ -42,6 +45,12 @@ pub struct BookieClient {
     next_request_id: AtomicI64,
     /// V3 transaction ids (echoed by the bookie; responses are matched by ledger and entry).
     next_txn_id: AtomicU64,
+    /// Per-bookie health figures, kept across reconnections; one entry per bookie ever asked
+    /// (bounded by the cluster's bookies).
+    health: Mutex<HashMap<String, Arc<BookieHealth>>>,
+    born: Instant,
+    /// How reads race and order replicas (speculative reads, reordering by health).
+    read_policy: RwLock<ReadPolicy>,
 }
 
 /// One request ready to go: where, how it is matched, its frame and when it expires.
@@ -60,7 +69,52 @@ impl BookieClient {
             closed: AtomicBool::new(false),
             next_request_id: AtomicI64::new(1),
             next_txn_id: AtomicU64::new(1),
+            health: Mutex::new(HashMap::new()),
+            born: Instant::now(),
+            read_policy: RwLock::new(ReadPolicy::default()),
         }
+    }
+
+    /// How reads race and order replicas; BookKeeper's defaults until [`Self::set_read_policy`].
+    pub fn read_policy(&self) -> ReadPolicy {
+        *self.read_policy.read()
+    }
+
+    /// Sets how reads race and order replicas (checked first).
+    pub fn set_read_policy(&self, policy: ReadPolicy) -> std::result::Result<(), String> {
+        policy.validate()?;
+        *self.read_policy.write() = policy;
+        Ok(())
+    }
+
+    /// The health figures of `bookie` now (all zero for a bookie never asked).
+    pub fn bookie_health(&self, bookie: &str) -> HealthFigures {
+        self.health
+            .lock()
+            .get(bookie)
+            .map(|h| h.figures())
+            .unwrap_or_default()
+    }
+
+    /// Records that a read of `bookie` needed a speculative request that another replica
+    /// answered first: it counts as slow for `bookieFailureHistoryExpirationMSec`.
+    pub fn note_slow(&self, bookie: &str) {
+        self.health_of(bookie).note_slow();
+    }
+
+    /// Records a failure of `bookie` seen above this layer (a copy that failed its digest).
+    pub fn note_failure(&self, bookie: &str) {
+        self.health_of(bookie).note_failure();
+    }
+
+    fn health_of(&self, bookie: &str) -> Arc<BookieHealth> {
+        let mut health = self.health.lock();
+        if let Some(h) = health.get(bookie) {
+            return h.clone();
+        }
+        let h = Arc::new(BookieHealth::new(self.born));
+        health.insert(bookie.to_string(), h.clone());
+        h
     }
 
     pub fn config(&self) -> &ClientConfig {
@@ -84,6 +138,7 @@ impl BookieClient {
         if !reserved {
             return done(Err(conn.no_room_error(out.key)));
         }
+        let done = self.health_of(&out.bookie).track(done);
         conn.enqueue(out.key, out.chunks, size, Waiter::new(done, deadline));
     }
 
@@ -408,6 +463,7 @@ impl BookieClient {
             return Err(conn.no_room_error(out.key));
         }
         let (done, rx) = done::channel();
+        let done = self.health_of(&out.bookie).track(done);
         conn.enqueue(out.key, out.chunks, size, Waiter::new(done, deadline));
         rx.await.unwrap_or(Err(ClientError::Closed))
     }

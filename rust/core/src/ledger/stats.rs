@@ -5,7 +5,7 @@
 
 use std::sync::OnceLock;
 
-use crate::metrics::{Gauge, OpStats};
+use crate::metrics::{Counter, Gauge, OpStats};
 
 /// What the quorum engine measures for every client of the process.
 #[derive(Debug)]
@@ -16,12 +16,16 @@ pub struct ClientStats {
     pub read_entry: OpStats,
     /// Appends handed to a writer and not completed yet.
     pub pending_adds: Gauge,
+    /// Read requests sent to another replica because the one asked had not answered within
+    /// `speculativeReadTimeout` (single reads and batch requests alike).
+    pub speculative_reads: Counter,
 }
 
 crate::named_stats!(ClientStats {
     add_entry => "bookkeeper_client_ADD_ENTRY",
     read_entry => "bookkeeper_client_READ_ENTRY",
     pending_adds => "bookkeeper_client_NUM_PENDING_ADD",
+    speculative_reads => "bookkeeper_client_SPECULATIVE_READ_COUNT",
 });
 
 static STATS: OnceLock<ClientStats> = OnceLock::new();
@@ -32,5 +36,6 @@ pub fn client_stats() -> &'static ClientStats {
         add_entry: OpStats::latency(),
         read_entry: OpStats::latency(),
         pending_adds: Gauge::default(),
+        speculative_reads: Counter::default(),
     })
 }

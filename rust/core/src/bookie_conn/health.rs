@@ -1,0 +1,103 @@
+//! Per-bookie health figures the client keeps as requests complete: requests pending, the
+//! time of the last failure (a timeout, a lost connection, EIO) and of the last slow answer
+//! (a read that needed a speculative request to another replica). Read orders and, in
+//! Python, quarantine decide from them; this file only counts and never decides.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use super::reply::{ClientError, ReplyResult};
+use crate::done::Done;
+use crate::protocol::Status;
+
+/// The live figures of one bookie, shared by every request to it (they outlive connections).
+#[derive(Debug)]
+pub(super) struct BookieHealth {
+    /// When the client started: times below are milliseconds after it, plus one (0: never).
+    born: Instant,
+    pending: AtomicU64,
+    last_failure_ms: AtomicU64,
+    last_slow_ms: AtomicU64,
+    failures: AtomicU64,
+    slow_answers: AtomicU64,
+}
+
+/// A bookie's figures at one moment: what `BookieClient::bookie_health` returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct HealthFigures {
+    /// Requests sent and not completed yet (adds and reads).
+    pub pending: u64,
+    /// How long ago the bookie last failed a request (timed out, lost its connection or
+    /// answered EIO); None: never.
+    pub since_failure: Option<Duration>,
+    /// How long ago a read of it needed a speculative request to another replica that answered
+    /// first; None: never.
+    pub since_slow: Option<Duration>,
+    /// Failures since the client started.
+    pub failures: u64,
+    /// Slow answers since the client started.
+    pub slow_answers: u64,
+}
+
+impl BookieHealth {
+    pub(super) fn new(born: Instant) -> Self {
+        BookieHealth {
+            born,
+            pending: AtomicU64::new(0),
+            last_failure_ms: AtomicU64::new(0),
+            last_slow_ms: AtomicU64::new(0),
+            failures: AtomicU64::new(0),
+            slow_answers: AtomicU64::new(0),
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.born.elapsed().as_millis().min(u64::MAX as u128 - 1) as u64 + 1
+    }
+
+    fn since(&self, at_ms: u64) -> Option<Duration> {
+        (at_ms > 0).then(|| Duration::from_millis(self.now_ms().saturating_sub(at_ms)))
+    }
+
+    pub(super) fn note_failure(&self) {
+        self.last_failure_ms.store(self.now_ms(), Ordering::Relaxed);
+        self.failures.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(super) fn note_slow(&self) {
+        self.last_slow_ms.store(self.now_ms(), Ordering::Relaxed);
+        self.slow_answers.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(super) fn figures(&self) -> HealthFigures {
+        HealthFigures {
+            pending: self.pending.load(Ordering::Relaxed),
+            since_failure: self.since(self.last_failure_ms.load(Ordering::Relaxed)),
+            since_slow: self.since(self.last_slow_ms.load(Ordering::Relaxed)),
+            failures: self.failures.load(Ordering::Relaxed),
+            slow_answers: self.slow_answers.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Counts a request pending until `done` is called, noting a failure from its outcome.
+    pub(super) fn track(self: std::sync::Arc<Self>, done: Done<ReplyResult>) -> Done<ReplyResult> {
+        self.pending.fetch_add(1, Ordering::Relaxed);
+        Box::new(move |result: ReplyResult| {
+            self.pending.fetch_sub(1, Ordering::Relaxed);
+            if result.as_ref().err().is_some_and(is_failure) {
+                self.note_failure();
+            }
+            done(result)
+        })
+    }
+}
+
+/// Whether an error says something about the bookie's health: not answering, not reachable,
+/// or unable to read its own disk. Missing entries, fencing and refusals are answers.
+fn is_failure(e: &ClientError) -> bool {
+    match e {
+        ClientError::Timeout { .. } | ClientError::Unavailable { .. } => true,
+        ClientError::Bookie { status, .. } => *status == Status::Io,
+        ClientError::TooLarge { .. } | ClientError::Closed => false,
+    }
+}
