@@ -72,6 +72,19 @@ class ClientConfig(KeyedConfig):
         "speculativeReadTimeoutBackoffMultiplier", 2.0, number(1e-9)
     )
     """Each wait between speculative requests of one read is the previous one times this."""
+    first_speculative_read_lac_timeout_ms: int = setting(
+        "firstSpeculativeReadLACTimeout", 1500, integer(0)
+    )
+    """A long-poll read of the LAC and the next entry not answered within this many ms also
+    goes to the next replica (0: never)."""
+    max_speculative_read_lac_timeout_ms: int = setting(
+        "maxSpeculativeReadLACTimeout", 5000, integer(0)
+    )
+    """The longest wait between speculative long-poll reads of one call."""
+    speculative_read_lac_timeout_backoff_multiplier: float = setting(
+        "speculativeReadLACTimeoutBackoffMultiplier", 2.0, number(1e-9)
+    )
+    """Each wait between speculative long-poll reads is the previous one times this."""
     enable_bookie_failure_tracking: bool = setting("enableBookieFailureTracking", True, boolean)
     """Bookies that failed a request recently are read after healthy ones."""
     bookie_failure_history_expiration_ms: int = setting(
