@@ -15,6 +15,7 @@ use tokio::net::TcpStream;
 use tokio::runtime::Runtime;
 use tokio::sync::{mpsc, Notify};
 
+use super::health::BookieHealth;
 use super::reply::{ClientError, Reply, ReplyResult};
 use crate::config::ClientConfig;
 use crate::done::Done;
@@ -81,6 +82,8 @@ pub(super) struct Conn {
     /// What the peer did with a strided batch read: `STRIDES_*`. Per connection, since a
     /// restarted bookie may be another implementation.
     strides: AtomicU8,
+    /// The bookie's health figures (shared by its connections over time).
+    pub(super) health: Arc<BookieHealth>,
 }
 
 const STRIDES_UNKNOWN: u8 = 0;
@@ -89,7 +92,12 @@ const STRIDES_IGNORED: u8 = 2;
 
 impl Conn {
     /// Creates the connection and starts its task on `rt`.
-    pub(super) fn start(rt: &Runtime, bookie: &str, cfg: &ClientConfig) -> Arc<Conn> {
+    pub(super) fn start(
+        rt: &Runtime,
+        bookie: &str,
+        cfg: &ClientConfig,
+        health: Arc<BookieHealth>,
+    ) -> Arc<Conn> {
         // Bounded in bytes rather than frames: a frame is queued only once its bytes are
         // reserved against `clientWriteBufferHighWaterMark` (`queued`), so at most that many
         // bytes wait here, or one larger frame alone.
@@ -104,6 +112,7 @@ impl Conn {
             room: Condvar::new(),
             room_async: Notify::new(),
             strides: AtomicU8::new(STRIDES_UNKNOWN),
+            health,
         });
         rt.spawn(run_connection(conn.clone(), out_rx, cfg.clone()));
         conn

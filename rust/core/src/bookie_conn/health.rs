@@ -101,3 +101,50 @@ fn is_failure(e: &ClientError) -> bool {
         ClientError::TooLarge { .. } | ClientError::Closed => false,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+
+    fn read_error(status: Status) -> ClientError {
+        ClientError::Bookie {
+            bookie: "b".into(),
+            op: "read",
+            status,
+        }
+    }
+
+    #[test]
+    fn a_request_is_pending_until_done_and_only_health_errors_are_failures() {
+        let health = Arc::new(BookieHealth::new(Instant::now()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let done = health.clone().track(Box::new(move |r: ReplyResult| {
+            let _ = tx.send(r.is_ok());
+        }));
+        assert_eq!(health.figures().pending, 1);
+        done(Err(ClientError::Timeout {
+            bookie: "b".into(),
+            op: "read",
+        }));
+        assert_eq!(
+            rx.recv().ok(),
+            Some(false),
+            "the outcome still reaches the caller"
+        );
+        let f = health.figures();
+        assert_eq!((f.pending, f.failures), (0, 1));
+        assert!(f.since_failure.is_some() && f.since_slow.is_none());
+        // A missing entry or a fenced ledger is an answer; EIO is a failure.
+        health.clone().track(Box::new(|_| {}))(Err(read_error(Status::NoEntry)));
+        health.clone().track(Box::new(|_| {}))(Err(read_error(Status::Fenced)));
+        assert_eq!(health.figures().failures, 1);
+        health.clone().track(Box::new(|_| {}))(Err(read_error(Status::Io)));
+        assert_eq!(health.figures().failures, 2);
+        health.note_slow();
+        let f = health.figures();
+        assert_eq!((f.slow_answers, f.pending), (1, 0));
+        assert!(f.since_slow.is_some());
+    }
+}

@@ -138,7 +138,7 @@ impl BookieClient {
         if !reserved {
             return done(Err(conn.no_room_error(out.key)));
         }
-        let done = self.health_of(&out.bookie).track(done);
+        let done = conn.health.clone().track(done);
         conn.enqueue(out.key, out.chunks, size, Waiter::new(done, deadline));
     }
 
@@ -463,7 +463,7 @@ impl BookieClient {
             return Err(conn.no_room_error(out.key));
         }
         let (done, rx) = done::channel();
-        let done = self.health_of(&out.bookie).track(done);
+        let done = conn.health.clone().track(done);
         conn.enqueue(out.key, out.chunks, size, Waiter::new(done, deadline));
         rx.await.unwrap_or(Err(ClientError::Closed))
     }
@@ -479,7 +479,7 @@ impl BookieClient {
             bookie: bookie.to_string(),
             why: format!("no runtime: {e}"),
         })?;
-        let conn = Conn::start(&rt, bookie, &self.cfg);
+        let conn = Conn::start(&rt, bookie, &self.cfg, self.health_of(bookie));
         conns.insert(bookie.to_string(), conn.clone());
         Ok(conn)
     }
