@@ -64,6 +64,7 @@ SETTINGS = [
         "paused, speculation 2000 ms, readReorderThresholdPendingRequests=10",
         {"readReorderThresholdPendingRequests": 10},
     ),
+    Setting("paused, speculation 1000 ms, reorder on", {"speculativeReadTimeout": 1000}),
     Setting("paused, speculation 50 ms, reorder on", {"speculativeReadTimeout": 50}),
 ]
 
@@ -167,7 +168,13 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=100.0)
     parser.add_argument("--rate", type=int, default=200, help="reads issued per second")
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument(
+        "--only",
+        default="",
+        help="run only the settings whose name holds this text (the healthy one always runs)",
+    )
     args = parser.parse_args()
+    settings = [SETTINGS[0]] + [s for s in SETTINGS[1:] if args.only in s.name]
     results: dict[str, dict[str, float]] = {}
     with (
         tempfile.TemporaryDirectory(prefix="pybkx-speculative-") as directory,
@@ -178,7 +185,7 @@ def main() -> int:
         lh.append_many([b"x" * PAYLOAD] * ENTRIES)
         paused = writer.address_of(lh.metadata.ensembles[0][0])
         lh.close()
-        for setting in SETTINGS:
+        for setting in settings:
             summary = run(sandbox, lh.ledger_id, paused, setting, args.seconds, args.rate)
             results[setting.name] = summary
             print(f"{setting.name}: {summary}", file=sys.stderr, flush=True)
