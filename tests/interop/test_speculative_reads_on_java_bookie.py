@@ -56,7 +56,7 @@ def test_a_java_replica_answers_what_a_silent_one_does_not(
     ledger = 610_000 + 10 * (protocol == "V3") + batch
     client = BookieClient(
         ClientConfig.of(
-            useV2WireProtocol=protocol == "V2", speculativeReadTimeout=50, readEntryTimeoutSec=600
+            useV2WireProtocol=protocol == "V2", speculativeReadTimeout=500, readEntryTimeoutSec=600
         )
     )
     try:

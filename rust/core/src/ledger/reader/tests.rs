@@ -380,6 +380,14 @@ fn a_silent_replica_is_joined_by_the_next_and_then_read_last() {
         "the silent bookie's request is still outstanding"
     );
     // Now slow, it goes last: single reads (a third of them would start there) send it nothing.
+    // Longer waits from here, so that a loaded machine's slow healthy answer does not reach it.
+    client
+        .set_read_policy(crate::config::ReadPolicy {
+            first_speculative_timeout: Some(Duration::from_millis(500)),
+            max_speculative_timeout: Duration::from_secs(5),
+            ..crate::config::ReadPolicy::default()
+        })
+        .unwrap();
     let pending = health.pending;
     read_some(&client, &plan, false, 30);
     assert_eq!(client.bookie_health(&silent).pending, pending);
@@ -395,7 +403,7 @@ fn without_speculation_a_silent_replica_costs_a_timeout_and_is_then_read_last() 
     let ensemble = vec![silent.clone(), b.addrs[1].clone(), b.addrs[2].clone()];
     let plan = read_plan(3, vec![(0, ensemble)]);
     let client = Arc::new(BookieClient::new(crate::config::ClientConfig {
-        read_timeout: Duration::from_millis(300),
+        read_timeout: Duration::from_millis(1000),
         ..client_config()
     }));
     client
