@@ -26,7 +26,7 @@ PY_LIBDIR := $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_config_
 CARGO_TEST_ENV := LD_LIBRARY_PATH="$(PY_LIBDIR)$${LD_LIBRARY_PATH:+:$$LD_LIBRARY_PATH}"
 
 .PHONY: help venv deps build lint test demo bench bench-client bench-suite bench-compare bench-builds \
-	bench-metrics bench-striped bench-recovery bench-v3 bench-tls bench-spark bench-storage-scale \
+	bench-metrics bench-striped bench-speculative bench-recovery bench-v3 bench-tls bench-spark bench-storage-scale \
 	bench-cold-read bench-cold-read-java bench-java-client bench-group-commit bench-gc bench-tiers bench-large-adds bench-sustained-adds bench-journal-reuse faults faults-deps fuzz clean distclean
 
 help:
@@ -42,6 +42,7 @@ help:
 	@echo "make bench-group-commit adaptive group commit beside the fixed group wait, same run"
 	@echo "make bench-metrics  adds/s and CPU per add with metrics on vs off, same run"
 	@echo "make bench-striped  reads of a striped ledger (E=3 Qw=2) vs a whole one (E=3 Qw=3)"
+	@echo "make bench-speculative  read p50/p99 with a replica paused 5 s in 20: speculative reads on/off"
 	@echo "make bench-recovery a bookie killed for good, its ledgers healed: MB/s vs the disk"
 	@echo "make bench-v3       adds and reads over V3 beside V2, pybkx and Java bookies, one run"
 	@echo "make bench-tls      adds and batch reads over TLS beside plaintext, pybkx and Java bookies"
@@ -174,6 +175,11 @@ bench-builds: venv deps build $(BENCH_STAMP)
 # Iteration and batch_read over a striped ledger beside an E == Qw one, same run (sandbox bookies).
 bench-striped: venv deps build
 	$(VPY) bench/striped_reads.py $(BENCH_ARGS)
+
+# Read latency with one of three replicas paused 5 s in every 20 s: speculative reads and the
+# read order by bookie health on and off, beside all replicas healthy, in one run.
+bench-speculative: venv deps build
+	$(VPY) bench/speculative_reads.py $(BENCH_ARGS)
 
 bench-spark: venv deps build
 	$(VPY) bench/spark_read.py $(BENCH_ARGS)

@@ -228,7 +228,7 @@ def test_nothing_under_storage_reaches_back_into_its_front() -> None:
 
 #: The read engine's layers, top first: each file may use only the files after it
 #: (docs/architecture.md, the Ledger engine row).
-READER_LAYERS = ("mod", "batch", "single", "window", "fetch", "verify", "plan")
+READER_LAYERS = ("mod", "batch", "single", "window", "fetch", "race", "order", "verify", "plan")
 
 
 def test_the_read_engine_is_layered_one_way() -> None:

@@ -469,6 +469,27 @@ class BookieClient:
     def close(self) -> None:
         """Close all connections; pending requests fail. Idempotent."""
 
+    def bookie_health(self, bookie: str) -> BookieHealth:
+        """The client's figures of ``bookie`` (``"host:port"``) now, as reads order replicas by
+        them (``reorderReadSequenceEnabled``): all zero / None for a bookie never asked.
+        Read-only; never raises."""
+
+class BookieHealth:
+    """What ``BookieClient.bookie_health`` gives: one bookie as this client saw it."""
+
+    pending_requests: int
+    """Requests sent to it and not completed yet (adds and reads)."""
+    ms_since_failure: int | None
+    """Milliseconds since it last failed a request (timed out, lost its connection, answered
+    EIO or sent a copy that failed its digest check); None: never."""
+    ms_since_slow: int | None
+    """Milliseconds since a read of it needed a speculative request (``speculativeReadTimeout``)
+    that another replica answered first; None: never."""
+    failures: int
+    """Failures since the client started."""
+    slow_answers: int
+    """Slow answers since the client started."""
+
 class LongPollResult:
     """What ``BookieClient.long_poll_lac`` gives."""
 
@@ -817,7 +838,9 @@ def set_metrics_enabled(enabled: bool) -> None:
 def metrics_enabled() -> bool: ...
 def client_metrics() -> list[Metric]:
     """The metrics of every client of this process: ``bookkeeper_client_ADD_ENTRY``,
-    ``bookkeeper_client_READ_ENTRY`` (summaries), ``bookkeeper_client_NUM_PENDING_ADD``."""
+    ``bookkeeper_client_READ_ENTRY`` (summaries), ``bookkeeper_client_NUM_PENDING_ADD``,
+    ``bookkeeper_client_SPECULATIVE_READ_COUNT`` (read requests also sent to the next replica
+    because the one asked had not answered within ``speculativeReadTimeout``)."""
 
 # Benchmark tools: present in development builds (cargo feature "bench").
 

@@ -13,7 +13,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from prometheus_client import REGISTRY, Counter, Gauge, Histogram
-from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
 from pybkx._core import client_metrics
@@ -54,6 +59,8 @@ class _CoreCollector(Collector):
             name, value = metric.name, metric.value
             if metric.kind == "gauge" and isinstance(value, int):
                 yield GaugeMetricFamily(name, f"{name} (pybkx core)", value=value)
+            elif metric.kind == "counter" and isinstance(value, int):
+                yield CounterMetricFamily(name, f"{name} (pybkx core)", value=value)
             elif metric.kind == "summary" and isinstance(value, dict):
                 family = HistogramMetricFamily(
                     name, f"{name} latency in milliseconds", labels=["success"]

@@ -273,6 +273,11 @@ class ReadHandle:
         Raises as ``read`` does, but never for the LAC."""
         return self._read(first, last, batch=False)
 
+    async def read_unconfirmed_async(self, first: int, last: int) -> list[LedgerEntry]:
+        """``read_unconfirmed`` for asyncio code."""
+        entries, _ = read_chunk(await self.read_entries(first, last))
+        return entries
+
     def batch_read(self, start: int, max_count: int, max_size: int) -> list[LedgerEntry]:
         """Up to ``max_count`` entries from ``start`` in few requests, never beyond the LAC:
         BP-62 batch reads where one bookie holds every entry (E == Qw), strided batch reads from
@@ -452,6 +457,85 @@ class ReadHandle:
             return self._lac
         return lac.poll_past(
             self.read_last_add_confirmed, lambda: self.is_closed, previous, deadline
+        )
+
+    def read_last_add_confirmed_and_entry(
+        self, entry_id: int, timeout: float, parallel: bool = False
+    ) -> tuple[int, LedgerEntry | None]:
+        """The LAC and entry ``entry_id`` (BookKeeper's ``readLastAddConfirmedAndEntry``, the
+        tailing read): an entry at or below the LAC known here is read at once; past it, the
+        call waits up to ``timeout`` seconds for the LAC to reach it. Returns (LAC, the entry, or
+        None when it was not confirmed in time or came without its body); the LAC is also kept
+        in ``last_add_confirmed``. A closed ledger answers (its last entry, None) past its end.
+
+        Over V3 (``useV2WireProtocol=False``) the replicas of ``entry_id`` get long-poll reads
+        carrying the entry: one after another, the next after ``firstSpeculativeReadLACTimeout``
+        (growing by ``speculativeReadLACTimeoutBackoffMultiplier`` up to
+        ``maxSpeculativeReadLACTimeout``), or all at once with ``parallel``. Over V2, which has no
+        long poll, the LAC is polled as ``wait_for_last_add_confirmed`` does, then the entry read.
+
+        Raises IncorrectParameterException (negative entry or timeout), ReadException,
+        UnauthorizedAccessException, DigestMatchException, NoSuchEntryException."""
+        if entry_id < 0 or timeout < 0 or timeout != timeout:
+            raise errors.IncorrectParameterException(
+                f"entry_id and timeout must be >= 0, got {entry_id} and {timeout}"
+            )
+        if self.is_closed and entry_id > self._lac:
+            return self._lac, None
+        if entry_id > self._lac and not self.bk.config.use_v2_wire_protocol:
+            return self._long_poll_entry(entry_id, timeout, parallel)
+        if entry_id > self._lac:
+            self.wait_for_last_add_confirmed(entry_id - 1, timeout)
+        if entry_id > self._lac:
+            return self._lac, None
+        (entry,) = self._read(entry_id, entry_id, batch=False)
+        return self._lac, entry
+
+    def _long_poll_entry(
+        self, entry_id: int, timeout: float, parallel: bool
+    ) -> tuple[int, LedgerEntry | None]:
+        """``read_last_add_confirmed_and_entry`` past the known LAC over V3."""
+        config = self.bk.config
+        speculation = lac.LacSpeculation(
+            first_s=config.first_speculative_read_lac_timeout_ms / 1000,
+            max_s=config.max_speculative_read_lac_timeout_ms / 1000,
+            multiplier=config.speculative_read_lac_timeout_backoff_multiplier,
+        )
+        found, verified = lac.long_poll_lac_and_entry(
+            self.bk,
+            self.ledger_id,
+            self.metadata,
+            entry_id,
+            timeout,
+            known_lac=self._lac,
+            parallel=parallel,
+            speculation=speculation,
+            verify=self.verify_entry,
+        )
+        if verified is not None:
+            found = max(found, verified.last_add_confirmed)
+        if found > self._lac:
+            self._lac = found
+        if verified is None:
+            return self._lac, None
+        if verified.entry_id == self._lac:
+            self._length = max(self._length, verified.ledger_length)
+        entry = LedgerEntry(
+            self.ledger_id,
+            verified.entry_id,
+            verified.payload,
+            verified.last_add_confirmed,
+            verified.ledger_length,
+        )
+        return self._lac, entry
+
+    async def read_last_add_confirmed_and_entry_async(
+        self, entry_id: int, timeout: float, parallel: bool = False
+    ) -> tuple[int, LedgerEntry | None]:
+        """``read_last_add_confirmed_and_entry`` for asyncio code (on the client's worker
+        threads)."""
+        return await run_blocking(
+            self.bk.executor, self.read_last_add_confirmed_and_entry, entry_id, timeout, parallel
         )
 
     def lac_from_bookies(self, fence: bool) -> tuple[int, int]:

@@ -75,6 +75,8 @@ class ClientConfig(KeyedConfig):
     ``explicitLacInterval``; 0, the default, is off). V3 clients only
     (``useV2WireProtocol=false``): WRITE_LAC has no V2 form."""
     reorder_read_sequence_enabled: bool = setting("reorderReadSequenceEnabled", True, boolean)
+    """Reads try replicas in the placement policy's order, rearranged per read by the
+    client's recent figures of each bookie (failures, slow answers, pending requests)."""
     sticky_reads_enabled: bool = setting("stickyReadSEnabled", False, boolean)
     """Reads of a ledger with E == Qw go first to one bookie of its ensemble, another after
     that one fails (BookKeeper spells the key ``stickyReadSEnabled``)."""
@@ -90,6 +92,46 @@ class ClientConfig(KeyedConfig):
     bookie_quarantine_time_seconds: int = setting("bookieQuarantineTimeSeconds", 1800, integer(1))
     bookie_quarantine_ratio: float = setting("bookieQuarantineRatio", 1.0, number(0.0, 1.0))
     """The chance that a bookie over the threshold is quarantined (1.0: always)."""
+    speculative_read_timeout_ms: int = setting("speculativeReadTimeout", 2000, integer(0))
+    """A read not answered within this many ms is also sent to the next replica, the first
+    stays outstanding and the first good answer wins (0: speculative reads off)."""
+    first_speculative_read_timeout_ms: int | None = setting(
+        "firstSpeculativeReadTimeout", None, optional(integer(0))
+    )
+    """The wait before a read's first speculative request (default: ``speculativeReadTimeout``)."""
+    max_speculative_read_timeout_ms: int | None = setting(
+        "maxSpeculativeReadTimeout", None, optional(integer(0))
+    )
+    """The longest wait between two speculative requests of one read as the backoff grows it
+    (default: ``speculativeReadTimeout``)."""
+    speculative_read_timeout_backoff_multiplier: float = setting(
+        "speculativeReadTimeoutBackoffMultiplier", 2.0, number(1e-9)
+    )
+    """Each wait between speculative requests of one read is the previous one times this."""
+    first_speculative_read_lac_timeout_ms: int = setting(
+        "firstSpeculativeReadLACTimeout", 1500, integer(0)
+    )
+    """A long-poll read of the LAC and the next entry not answered within this many ms also
+    goes to the next replica (0: never)."""
+    max_speculative_read_lac_timeout_ms: int = setting(
+        "maxSpeculativeReadLACTimeout", 5000, integer(0)
+    )
+    """The longest wait between speculative long-poll reads of one call."""
+    speculative_read_lac_timeout_backoff_multiplier: float = setting(
+        "speculativeReadLACTimeoutBackoffMultiplier", 2.0, number(1e-9)
+    )
+    """Each wait between speculative long-poll reads is the previous one times this."""
+    enable_bookie_failure_tracking: bool = setting("enableBookieFailureTracking", True, boolean)
+    """Bookies that failed a request recently are read after healthy ones."""
+    bookie_failure_history_expiration_ms: int = setting(
+        "bookieFailureHistoryExpirationMSec", 60_000, integer(1)
+    )
+    """How long a failure or a slow answer moves a bookie back in read orders."""
+    read_reorder_threshold_pending_requests: int = setting(
+        "readReorderThresholdPendingRequests", 0, integer(0)
+    )
+    """A replica with at least this many fewer pending requests than the first is read first
+    (0: off; then bookies that needed a speculative read go after the others instead)."""
     bookie_replacement_timeout_ms: int = setting("bookieReplacementTimeoutMs", 10_000, integer(0))
     """How long an ensemble change waits for a bookie to replace a failed one (pybkx key)."""
     num_worker_threads: int = setting("numWorkerThreads", _DEFAULT_WORKERS, integer(1, 1024))
@@ -151,6 +193,20 @@ class ClientConfig(KeyedConfig):
         for name in ("add_entry_timeout_sec", "read_entry_timeout_sec"):
             if getattr(self, name) is None:
                 object.__setattr__(self, name, self.read_timeout_sec)
+
+    @property
+    def first_speculative_wait_ms(self) -> int:
+        """The wait before a read's first speculative request: ``firstSpeculativeReadTimeout``,
+        by default ``speculativeReadTimeout`` (kept unset, so an override of the latter counts)."""
+        first = self.first_speculative_read_timeout_ms
+        return self.speculative_read_timeout_ms if first is None else first
+
+    @property
+    def max_speculative_wait_ms(self) -> int:
+        """The longest wait between speculative requests: ``maxSpeculativeReadTimeout``, by
+        default ``speculativeReadTimeout``."""
+        longest = self.max_speculative_read_timeout_ms
+        return self.speculative_read_timeout_ms if longest is None else longest
 
     @classmethod
     def of(cls, **values: Any) -> ClientConfig:

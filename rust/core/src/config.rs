@@ -300,3 +300,63 @@ impl ClientConfig {
         Ok(())
     }
 }
+
+/// How reads race and order replicas: BookKeeper's speculative-read keys
+/// (`DefaultSpeculativeRequestExecutionPolicy`) and the read-reorder keys of its placement
+/// policies (`reorderReadSequence` fed with the client's per-bookie health).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ReadPolicy {
+    /// `firstSpeculativeReadTimeout` (default `speculativeReadTimeout`): a read not answered
+    /// within this is also sent to the next replica. None: speculative reads off
+    /// (`speculativeReadTimeout=0`).
+    pub first_speculative_timeout: Option<Duration>,
+    /// `maxSpeculativeReadTimeout` (default `speculativeReadTimeout`): the longest wait between
+    /// two speculative requests of one read as the backoff grows it.
+    pub max_speculative_timeout: Duration,
+    /// `speculativeReadTimeoutBackoffMultiplier`: each wait is the previous one times this.
+    pub speculative_backoff: f64,
+    /// `reorderReadSequenceEnabled`: order each read's replicas by their recent health.
+    pub reorder_read_sequence: bool,
+    /// `bookieFailureHistoryExpirationMSec`: how long a failure or a slow answer counts.
+    pub failure_history: Duration,
+    /// `enableBookieFailureTracking`: whether failures move a bookie back at all.
+    pub failure_tracking: bool,
+    /// `readReorderThresholdPendingRequests`: the least-loaded replica goes first when the
+    /// first has at least this many more requests pending (0: off, slow bookies go last).
+    pub reorder_threshold_pending: u64,
+}
+
+impl Default for ReadPolicy {
+    /// BookKeeper 4.17's defaults.
+    fn default() -> Self {
+        ReadPolicy {
+            first_speculative_timeout: Some(Duration::from_millis(2000)),
+            max_speculative_timeout: Duration::from_millis(2000),
+            speculative_backoff: 2.0,
+            reorder_read_sequence: true,
+            failure_history: Duration::from_millis(60_000),
+            failure_tracking: true,
+            reorder_threshold_pending: 0,
+        }
+    }
+}
+
+impl ReadPolicy {
+    /// Checks the backoff as BookKeeper does (a positive multiplier).
+    pub fn validate(&self) -> std::result::Result<(), String> {
+        if !(self.speculative_backoff > 0.0 && self.speculative_backoff.is_finite()) {
+            return Err(format!(
+                "speculativeReadTimeoutBackoffMultiplier must be > 0, got {}",
+                self.speculative_backoff
+            ));
+        }
+        Ok(())
+    }
+
+    /// The wait before the speculative request after one that waited `previous`.
+    pub fn next_speculative_timeout(&self, previous: Duration) -> Duration {
+        Duration::try_from_secs_f64(previous.as_secs_f64() * self.speculative_backoff)
+            .unwrap_or(self.max_speculative_timeout)
+            .min(self.max_speculative_timeout)
+    }
+}

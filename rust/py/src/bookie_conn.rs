@@ -11,7 +11,7 @@ use pyo3::types::{PyBytes, PyList};
 use pybkx_core::bookie_conn::{BookieClient, Outgoing, Reply};
 use pybkx_core::tls::{ClientTls, ClientTlsSettings};
 
-use crate::config::client_config;
+use crate::config::{client_config, read_policy};
 use crate::future::{Future, ToPy};
 use crate::util::payload;
 
@@ -27,6 +27,16 @@ pub(crate) struct PyLongPollResult {
 pub(crate) struct PyReadLacResult {
     lac_body: Option<Py<PyBytes>>,
     last_entry: Option<Py<PyBytes>>,
+}
+
+/// What `BookieClient.bookie_health` gives: see `_core.pyi`.
+#[pyclass(name = "BookieHealth", module = "pybkx._core", frozen, get_all)]
+pub(crate) struct PyBookieHealth {
+    pending_requests: u64,
+    ms_since_failure: Option<u64>,
+    ms_since_slow: Option<u64>,
+    failures: u64,
+    slow_answers: u64,
 }
 
 /// What `BookieClient.get_bookie_info` gives: see `_core.pyi`.
@@ -127,9 +137,26 @@ impl PyBookieClient {
                 .map_err(|e| PyValueError::new_err(format!("TLS: {e}")))?;
             cfg.tls = Some(Arc::new(client_tls));
         }
+        let inner = BookieClient::new(cfg);
+        inner
+            .set_read_policy(read_policy(config)?)
+            .map_err(PyValueError::new_err)?;
         Ok(PyBookieClient {
-            inner: Arc::new(BookieClient::new(cfg)),
+            inner: Arc::new(inner),
         })
+    }
+
+    /// The client's figures of one bookie now: see `_core.pyi`.
+    fn bookie_health(&self, bookie: &str) -> PyBookieHealth {
+        let f = self.inner.bookie_health(bookie);
+        let ms = |d: Option<std::time::Duration>| d.map(|d| d.as_millis() as u64);
+        PyBookieHealth {
+            pending_requests: f.pending,
+            ms_since_failure: ms(f.since_failure),
+            ms_since_slow: ms(f.since_slow),
+            failures: f.failures,
+            slow_answers: f.slow_answers,
+        }
     }
 
     #[pyo3(signature = (bookie, ledger_id, entry_id, master_key, entry, flags = 0))]

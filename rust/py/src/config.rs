@@ -8,7 +8,9 @@ use std::time::Duration;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
-use pybkx_core::config::{ClientConfig, DirsConfig, JournalConfig, ServerConfig, StorageConfig};
+use pybkx_core::config::{
+    ClientConfig, DirsConfig, JournalConfig, ReadPolicy, ServerConfig, StorageConfig,
+};
 
 /// The storage attributes of a `ServerConfig`.
 #[derive(FromPyObject)]
@@ -244,6 +246,45 @@ fn seconds(what: &str, v: f64) -> PyResult<Duration> {
             "{what} must be > 0, got {v}"
         )))
     }
+}
+
+/// The read-policy attributes of a `pybkx.config.ClientConfig`.
+#[derive(FromPyObject)]
+struct ReadPolicyAttrs {
+    #[pyo3(attribute("speculative_read_timeout_ms"))]
+    speculative_ms: u64,
+    #[pyo3(attribute("first_speculative_wait_ms"))]
+    first_speculative_ms: u64,
+    #[pyo3(attribute("max_speculative_wait_ms"))]
+    max_speculative_ms: u64,
+    #[pyo3(attribute("speculative_read_timeout_backoff_multiplier"))]
+    backoff: f64,
+    #[pyo3(attribute("reorder_read_sequence_enabled"))]
+    reorder: bool,
+    #[pyo3(attribute("enable_bookie_failure_tracking"))]
+    failure_tracking: bool,
+    #[pyo3(attribute("bookie_failure_history_expiration_ms"))]
+    failure_history_ms: u64,
+    #[pyo3(attribute("read_reorder_threshold_pending_requests"))]
+    threshold_pending: u64,
+}
+
+/// How the reads of a `pybkx.config.ClientConfig` race and order replicas, as the core's.
+pub(crate) fn read_policy(obj: &Bound<'_, PyAny>) -> PyResult<ReadPolicy> {
+    let a: ReadPolicyAttrs = obj.extract()?;
+    // BookKeeper: speculativeReadTimeout=0 turns speculative reads off whatever the others say.
+    let first = (a.speculative_ms > 0).then(|| Duration::from_millis(a.first_speculative_ms));
+    let policy = ReadPolicy {
+        first_speculative_timeout: first,
+        max_speculative_timeout: Duration::from_millis(a.max_speculative_ms.max(1)),
+        speculative_backoff: a.backoff,
+        reorder_read_sequence: a.reorder,
+        failure_history: Duration::from_millis(a.failure_history_ms),
+        failure_tracking: a.failure_tracking,
+        reorder_threshold_pending: a.threshold_pending,
+    };
+    policy.validate().map_err(PyValueError::new_err)?;
+    Ok(policy)
 }
 
 /// A `pybkx.config.ClientConfig` as the core's.

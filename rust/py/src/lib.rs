@@ -73,6 +73,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<bookie_conn::PyLongPollResult>()?;
     m.add_class::<bookie_conn::PyReadLacResult>()?;
     m.add_class::<bookie_conn::PyBookieInfo>()?;
+    m.add_class::<bookie_conn::PyBookieHealth>()?;
     m.add_class::<ledger::writer::PyLedgerWriter>()?;
     m.add_class::<ledger::writer::PyFailureQueue>()?;
     m.add_class::<ledger::writer::PyBookieFailure>()?;

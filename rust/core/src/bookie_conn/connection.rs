@@ -14,7 +14,8 @@ use tokio::net::TcpStream;
 use tokio::runtime::Runtime;
 use tokio::sync::{mpsc, Notify};
 
-use super::health::BookieCounts;
+use super::failure_counts::BookieCounts;
+use super::health::BookieHealth;
 use super::reply::{ClientError, Reply, ReplyResult};
 use super::start_tls::start_tls;
 use crate::config::ClientConfig;
@@ -84,6 +85,8 @@ pub(super) struct Conn {
     strides: AtomicU8,
     /// The bookie's failure counts (outlive this connection).
     counts: Arc<BookieCounts>,
+    /// The bookie's health figures (shared by its connections over time).
+    pub(super) health: Arc<BookieHealth>,
 }
 
 const STRIDES_UNKNOWN: u8 = 0;
@@ -97,6 +100,7 @@ impl Conn {
         bookie: &str,
         cfg: &ClientConfig,
         counts: Arc<BookieCounts>,
+        health: Arc<BookieHealth>,
     ) -> Arc<Conn> {
         // Bounded in bytes rather than frames: a frame is queued only once its bytes are
         // reserved against `clientWriteBufferHighWaterMark` (`queued`), so at most that many
@@ -113,6 +117,7 @@ impl Conn {
             room_async: Notify::new(),
             strides: AtomicU8::new(STRIDES_UNKNOWN),
             counts,
+            health,
         });
         rt.spawn(run_connection(conn.clone(), out_rx, cfg.clone()));
         conn

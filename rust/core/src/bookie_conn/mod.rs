@@ -11,13 +11,15 @@
 //! thread waits for room (up to the request timeout), an async sender awaits it.
 
 mod connection;
+mod failure_counts;
 mod health;
 mod reply;
 mod start_tls;
 #[cfg(test)]
 mod tests;
 
-pub use health::counts_toward_quarantine;
+pub use failure_counts::counts_toward_quarantine;
+pub use health::HealthFigures;
 pub use reply::{ClientError, Reply, ReplyResult};
 
 use std::collections::HashMap;
@@ -26,9 +28,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
 
-use crate::config::ClientConfig;
+use crate::config::{ClientConfig, ReadPolicy};
 use crate::done::{self, Done};
 use crate::protocol::v2::{
     encode_request_chunks, AddRequest, BatchReadRequest, PacketHeader, ReadRequest, Request,
@@ -36,7 +38,8 @@ use crate::protocol::v2::{
 use crate::protocol::{self, v3};
 use crate::runtime::runtime;
 use connection::{Conn, Key, Waiter};
-use health::FailureCounts;
+use failure_counts::FailureCounts;
+use health::BookieHealth;
 
 /// Connections to bookies, shared by all ledgers of a client.
 pub struct BookieClient {
@@ -48,6 +51,12 @@ pub struct BookieClient {
     next_txn_id: AtomicU64,
     /// Failed requests per bookie, for the health check and sticky reads.
     failures: FailureCounts,
+    /// Per-bookie health figures, kept across reconnections; one entry per bookie ever asked
+    /// (bounded by the cluster's bookies).
+    health: Mutex<HashMap<String, Arc<BookieHealth>>>,
+    born: Instant,
+    /// How reads race and order replicas (speculative reads, reordering by health).
+    read_policy: RwLock<ReadPolicy>,
 }
 
 /// One request ready to go: where, how it is matched, its frame and when it expires.
@@ -67,7 +76,52 @@ impl BookieClient {
             next_request_id: AtomicI64::new(1),
             next_txn_id: AtomicU64::new(1),
             failures: FailureCounts::default(),
+            health: Mutex::new(HashMap::new()),
+            born: Instant::now(),
+            read_policy: RwLock::new(ReadPolicy::default()),
         }
+    }
+
+    /// How reads race and order replicas; BookKeeper's defaults until [`Self::set_read_policy`].
+    pub fn read_policy(&self) -> ReadPolicy {
+        *self.read_policy.read()
+    }
+
+    /// Sets how reads race and order replicas (checked first).
+    pub fn set_read_policy(&self, policy: ReadPolicy) -> std::result::Result<(), String> {
+        policy.validate()?;
+        *self.read_policy.write() = policy;
+        Ok(())
+    }
+
+    /// The health figures of `bookie` now (all zero for a bookie never asked).
+    pub fn bookie_health(&self, bookie: &str) -> HealthFigures {
+        self.health
+            .lock()
+            .get(bookie)
+            .map(|h| h.figures())
+            .unwrap_or_default()
+    }
+
+    /// Records that a read of `bookie` needed a speculative request that another replica
+    /// answered first: it counts as slow for `bookieFailureHistoryExpirationMSec`.
+    pub fn note_slow(&self, bookie: &str) {
+        self.health_of(bookie).note_slow();
+    }
+
+    /// Records a failure of `bookie` seen above this layer (a copy that failed its digest).
+    pub fn note_failure(&self, bookie: &str) {
+        self.health_of(bookie).note_failure();
+    }
+
+    fn health_of(&self, bookie: &str) -> Arc<BookieHealth> {
+        let mut health = self.health.lock();
+        if let Some(h) = health.get(bookie) {
+            return h.clone();
+        }
+        let h = Arc::new(BookieHealth::new(self.born));
+        health.insert(bookie.to_string(), h.clone());
+        h
     }
 
     pub fn config(&self) -> &ClientConfig {
@@ -91,6 +145,7 @@ impl BookieClient {
         if !reserved {
             return self.fail_unsent(&out.bookie, conn.no_room_error(out.key), done);
         }
+        let done = conn.health.clone().track(done);
         conn.enqueue(out.key, out.chunks, size, Waiter::new(done, deadline));
     }
 
@@ -461,6 +516,7 @@ impl BookieClient {
             return result;
         }
         let (done, rx) = done::channel();
+        let done = conn.health.clone().track(done);
         conn.enqueue(out.key, out.chunks, size, Waiter::new(done, deadline));
         rx.await.unwrap_or(Err(ClientError::Closed))
     }
@@ -476,7 +532,13 @@ impl BookieClient {
             bookie: bookie.to_string(),
             why: format!("no runtime: {e}"),
         })?;
-        let conn = Conn::start(&rt, bookie, &self.cfg, self.failures.of(bookie));
+        let conn = Conn::start(
+            &rt,
+            bookie,
+            &self.cfg,
+            self.failures.of(bookie),
+            self.health_of(bookie),
+        );
         conns.insert(bookie.to_string(), conn.clone());
         Ok(conn)
     }

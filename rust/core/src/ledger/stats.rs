@@ -5,7 +5,7 @@
 
 use std::sync::OnceLock;
 
-use crate::metrics::{Gauge, OpStats};
+use crate::metrics::{Counter, Gauge, OpStats};
 
 /// What the quorum engine measures for every client of the process.
 #[derive(Debug)]
@@ -21,6 +21,9 @@ pub struct ClientStats {
     /// `force()`: started -> every bookie of the ensemble answered FORCE_LEDGER (or one failed).
     /// BookKeeper registers this name and never records it.
     pub force: OpStats,
+    /// Read requests sent to another replica because the one asked had not answered within
+    /// `speculativeReadTimeout` (single reads and batch requests alike).
+    pub speculative_reads: Counter,
 }
 
 crate::named_stats!(ClientStats {
@@ -29,6 +32,7 @@ crate::named_stats!(ClientStats {
     pending_adds => "bookkeeper_client_NUM_PENDING_ADD",
     write_lac => "bookkeeper_client_WRITE_LAC",
     force => "bookkeeper_client_FORCE",
+    speculative_reads => "bookkeeper_client_SPECULATIVE_READ_COUNT",
 });
 
 static STATS: OnceLock<ClientStats> = OnceLock::new();
@@ -41,5 +45,6 @@ pub fn client_stats() -> &'static ClientStats {
         pending_adds: Gauge::default(),
         write_lac: OpStats::latency(),
         force: OpStats::latency(),
+        speculative_reads: Counter::default(),
     })
 }

@@ -20,6 +20,7 @@ use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
 
 use super::fetch::{Fetch, Requests};
+use super::order::by_health;
 use super::plan::{ReadOptions, ReadPlan};
 use super::single::{read_each, task_failed};
 use super::verify::ReadEntry;
@@ -71,9 +72,11 @@ struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
-    /// Replicas of `entry` in read order, unregistered and failing bookies last.
+    /// Replicas of `entry` in read order, rearranged by bookie health, unregistered and
+    /// failing bookies last.
     fn order(&self, entry: i64, failing: &HashSet<String>) -> Vec<String> {
         let mut order = self.plan.replicas(entry, &self.opts.avoid);
+        by_health(self.client, &mut order, &self.opts.avoid);
         order.sort_by_key(|b| failing.contains(b));
         order
     }

@@ -1,13 +1,15 @@
 //! One stream of batch requests: entries `next, next + step, ... ..= last` from the first
 //! replica that serves them, request after request (BP-62's BATCH_READ_ENTRY; strided, pybkx's
-//! `FLAG_STRIDED_READ`, when `step > 1`), moving to the next replica when one fails, lacks an
-//! entry or ignores the stride. It keeps what verifies and notes what does not; it never reads
+//! `FLAG_STRIDED_READ`, when `step > 1`), each request raced ([`Race`]: a replica slow to
+//! answer is joined by the next, and the stream goes on with whichever answered), moving to the
+//! next replica when one fails, lacks an entry or ignores the stride. It keeps what verifies and notes what does not; it never reads
 //! an entry singly (the batched read above sends what is still missing to single reads).
 
 use std::sync::Arc;
 
 use bytes::Bytes;
 
+use super::race::Race;
 use super::verify::{log_corrupt, verify, ReadEntry, LOG_TARGET};
 use crate::bookie_conn::{BookieClient, ClientError, Reply};
 use crate::digest::DigestManager;
@@ -59,24 +61,50 @@ impl Fetch {
         let mut got = Fetched::default();
         let mut at = 0;
         while self.next <= self.last && at < self.replicas.len() {
-            let bookie = self.replicas[at].clone();
-            let count = ((self.last - self.next) / self.step + 1).min(i32::MAX as i64) as i32;
-            let request = self.client.batch_read_request(
-                &bookie,
-                self.ledger,
-                self.next,
-                count,
-                self.max_bytes,
-                self.flags,
-                self.master_key.clone(),
-                (self.step > 1).then_some(self.step as i32),
-            );
-            let reply = self.client.send_async(request).await;
-            if !self.answered(&mut got, &bookie, reply) {
-                at += 1;
-            }
+            at = self.request(&mut got, at).await;
         }
         got
+    }
+
+    /// One batch request from `next`, raced across the replicas from `at` on (a replica slow
+    /// to answer is joined by the next); returns the replica the stream goes on with: the one
+    /// that answered, or past those that failed.
+    async fn request(&mut self, got: &mut Fetched, at: usize) -> usize {
+        let mut race = Race::new(self.client.clone(), self.replicas[at..].to_vec());
+        loop {
+            let (next, count) = (self.next, self.count());
+            let request = |bookie: &str| {
+                self.client.batch_read_request(
+                    bookie,
+                    self.ledger,
+                    next,
+                    count,
+                    self.max_bytes,
+                    self.flags,
+                    self.master_key.clone(),
+                    (self.step > 1).then_some(self.step as i32),
+                )
+            };
+            let Some((i, reply)) = race.next(&request).await else {
+                return self.replicas.len();
+            };
+            let bookie = race.replicas()[i].clone();
+            if self.answered(got, &bookie, reply) {
+                race.finish(i);
+                return at + i;
+            }
+            if self.next != next {
+                // Entries were taken from a bookie that ignored the stride: the rest of this
+                // start goes to the replica after it.
+                return at + i + 1;
+            }
+            // A failure: a replica still outstanding may answer, or the next one is asked.
+        }
+    }
+
+    /// Entries left from `next` to `last`, as a request's count.
+    fn count(&self) -> i32 {
+        ((self.last - self.next) / self.step + 1).min(i32::MAX as i64) as i32
     }
 
     /// Takes one reply from `bookie`; false when the rest of the stream must go to the next

@@ -5,11 +5,15 @@
 //!
 //! Layers, each importing only those below it: this front; [`batch`] (the batched read of one
 //! segment); [`single`] (single-entry reads with fail-over) and [`window`] (the merge buffer);
-//! [`fetch`] (one stream of batch requests); [`verify`] and [`plan`] at the bottom.
+//! [`fetch`] (one stream of batch requests); [`race`] (one request raced across replicas:
+//! speculative reads); [`order`] (the read order rearranged by bookie health), [`verify`] and
+//! [`plan`] at the bottom.
 
 mod batch;
 mod fetch;
+mod order;
 mod plan;
+mod race;
 mod single;
 mod verify;
 mod window;

@@ -1,4 +1,5 @@
-//! Single-entry reads with replica fail-over: each entry from its replicas in order until one
+//! Single-entry reads with replica fail-over: each entry from its replicas in order (raced:
+//! a replica slow to answer is joined by the next, see [`race`](super::race)) until one
 //! returns a verified copy, up to `window` entries in flight, the error naming what every
 //! replica answered (missing, corrupt, unreadable). The fallback of every batched read and the
 //! whole read where batching is off. It never batches.
@@ -8,7 +9,9 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
+use super::order::by_health;
 use super::plan::{ReadOptions, ReadPlan};
+use super::race::Race;
 use super::verify::{log_corrupt, verify, ReadEntry};
 use crate::bookie_conn::{BookieClient, Reply};
 use crate::digest::DigestManager;
@@ -29,7 +32,11 @@ pub(super) async fn read_singles(
 ) -> Result<Vec<ReadEntry>, LedgerError> {
     let each = (first..=last)
         .filter(|e| plan.wanted(*e, &opts.held_by))
-        .map(|e| (e, plan.replicas(e, &opts.avoid)));
+        .map(|e| {
+            let mut replicas = plan.replicas(e, &opts.avoid);
+            by_health(client, &mut replicas, &opts.avoid);
+            (e, replicas)
+        });
     let capacity = ((last - first + 1).max(0) as usize).min(INITIAL_CAPACITY);
     read_each(client, plan, opts, each, capacity).await
 }
@@ -107,19 +114,22 @@ impl ReadOne {
             last: String::from("no replica"),
             ..Answers::default()
         };
-        for bookie in &self.replicas {
-            let request = self.client.read_request(
-                bookie,
-                ledger,
-                entry,
-                self.flags,
-                self.master_key.clone(),
-            );
-            match self.client.send_async(request).await {
+        let request = |bookie: &str| {
+            self.client
+                .read_request(bookie, ledger, entry, self.flags, self.master_key.clone())
+        };
+        let mut race = Race::new(self.client.clone(), self.replicas.clone());
+        while let Some((at, reply)) = race.next(&request).await {
+            let bookie = &self.replicas[at];
+            match reply {
                 Ok(Reply::Entry(body)) => match verify(&self.digest, body, entry) {
-                    Ok(v) => return Ok(v),
+                    Ok(v) => {
+                        race.finish(at);
+                        return Ok(v);
+                    }
                     Err(e) => {
                         log_corrupt(ledger, entry, bookie, &e);
+                        self.client.note_failure(bookie);
                         answers.corrupt.push(bookie);
                         answers.last = format!("{bookie}: {e}");
                     }

@@ -9,6 +9,7 @@ use bytes::Bytes;
 
 use super::*;
 use crate::digest::{master_key, DigestManager, DigestType};
+use crate::ledger::stats::client_stats;
 use crate::ledger::{FailureSink, LedgerWriter, WriterSpec};
 use crate::protocol::FLAG_RECOVERY_ADD;
 use crate::runtime::runtime;
@@ -324,5 +325,103 @@ fn every_entry_of_a_segment_that_is_not_striped_is_held_by_each_position() {
     assert_eq!(
         read_held(&client, &plan, true, &[0], (0, 49)),
         (0..50).collect::<Vec<_>>()
+    );
+}
+
+/// A bookie that takes connections and never answers, as a SIGSTOPped one does: the kernel
+/// completes connects into the listener's backlog and buffers the requests.
+fn silent_bookie() -> (std::net::TcpListener, String) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    (listener, addr)
+}
+
+fn read_some(client: &Arc<BookieClient>, plan: &ReadPlan, batch: bool, n: i64) {
+    let opts = ReadOptions {
+        batch,
+        window: 8,
+        ..ReadOptions::default()
+    };
+    let (entries, _) = runtime()
+        .unwrap()
+        .block_on(read_range(client, plan, &opts, 0, n - 1))
+        .unwrap();
+    let ids: Vec<i64> = entries.iter().map(|e| e.entry_id).collect();
+    assert_eq!(ids, (0..n).collect::<Vec<_>>());
+}
+
+#[test]
+fn a_silent_replica_is_joined_by_the_next_and_then_read_last() {
+    let b = bookies(3);
+    let writer_client = Arc::new(BookieClient::new(client_config()));
+    write(&writer_client, &b.addrs, 3, 300);
+    let (_listener, silent) = silent_bookie();
+    // The silent bookie stands first in entry 0's write set, in the place of bookie 0.
+    let ensemble = vec![silent.clone(), b.addrs[1].clone(), b.addrs[2].clone()];
+    let plan = read_plan(3, vec![(0, ensemble)]);
+    let client = Arc::new(BookieClient::new(client_config()));
+    let spec = Some(Duration::from_millis(50));
+    client
+        .set_read_policy(crate::config::ReadPolicy {
+            first_speculative_timeout: spec,
+            max_speculative_timeout: Duration::from_millis(50),
+            ..crate::config::ReadPolicy::default()
+        })
+        .unwrap();
+    let speculated = client_stats().speculative_reads.get();
+    // The batch request to the silent bookie stays outstanding (the read timeout is 5 s); a
+    // speculative one to the next replica answers and the stream goes on there.
+    read_some(&client, &plan, true, 300);
+    assert!(client_stats().speculative_reads.get() > speculated);
+    let health = client.bookie_health(&silent);
+    assert!(health.slow_answers >= 1, "{health:?}");
+    assert!(
+        health.pending >= 1,
+        "the silent bookie's request is still outstanding"
+    );
+    // Now slow, it goes last: single reads (a third of them would start there) send it nothing.
+    // Longer waits from here, so that a loaded machine's slow healthy answer does not reach it.
+    client
+        .set_read_policy(crate::config::ReadPolicy {
+            first_speculative_timeout: Some(Duration::from_millis(500)),
+            max_speculative_timeout: Duration::from_secs(5),
+            ..crate::config::ReadPolicy::default()
+        })
+        .unwrap();
+    let pending = health.pending;
+    read_some(&client, &plan, false, 30);
+    assert_eq!(client.bookie_health(&silent).pending, pending);
+    assert_eq!(client.bookie_health(&b.addrs[1]).pending, 0);
+}
+
+#[test]
+fn without_speculation_a_silent_replica_costs_a_timeout_and_is_then_read_last() {
+    let b = bookies(3);
+    let writer_client = Arc::new(BookieClient::new(client_config()));
+    write(&writer_client, &b.addrs, 3, 30);
+    let (_listener, silent) = silent_bookie();
+    let ensemble = vec![silent.clone(), b.addrs[1].clone(), b.addrs[2].clone()];
+    let plan = read_plan(3, vec![(0, ensemble)]);
+    let client = Arc::new(BookieClient::new(crate::config::ClientConfig {
+        read_timeout: Duration::from_millis(1000),
+        ..client_config()
+    }));
+    client
+        .set_read_policy(crate::config::ReadPolicy {
+            first_speculative_timeout: None,
+            ..crate::config::ReadPolicy::default()
+        })
+        .unwrap();
+    read_some(&client, &plan, false, 30);
+    let health = client.bookie_health(&silent);
+    assert!(health.failures >= 1, "{health:?}");
+    assert_eq!(health.slow_answers, 0);
+    assert_eq!(health.pending, 0, "timed out, nothing outstanding");
+    read_some(&client, &plan, false, 30);
+    let after = client.bookie_health(&silent);
+    assert_eq!(
+        (after.failures, after.pending),
+        (health.failures, 0),
+        "asked nothing more"
     );
 }
