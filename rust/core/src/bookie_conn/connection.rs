@@ -14,7 +14,6 @@ use tokio::net::TcpStream;
 use tokio::runtime::Runtime;
 use tokio::sync::{mpsc, Notify};
 
-use super::failure_counts::BookieCounts;
 use super::health::BookieHealth;
 use super::reply::{ClientError, Reply, ReplyResult};
 use super::start_tls::start_tls;
@@ -83,8 +82,6 @@ pub(super) struct Conn {
     /// What the peer did with a strided batch read: `STRIDES_*`. Per connection, since a
     /// restarted bookie may be another implementation.
     strides: AtomicU8,
-    /// The bookie's failure counts (outlive this connection).
-    counts: Arc<BookieCounts>,
     /// The bookie's health figures (shared by its connections over time).
     pub(super) health: Arc<BookieHealth>,
 }
@@ -99,7 +96,6 @@ impl Conn {
         rt: &Runtime,
         bookie: &str,
         cfg: &ClientConfig,
-        counts: Arc<BookieCounts>,
         health: Arc<BookieHealth>,
     ) -> Arc<Conn> {
         // Bounded in bytes rather than frames: a frame is queued only once its bytes are
@@ -116,7 +112,6 @@ impl Conn {
             room: Condvar::new(),
             room_async: Notify::new(),
             strides: AtomicU8::new(STRIDES_UNKNOWN),
-            counts,
             health,
         });
         rt.spawn(run_connection(conn.clone(), out_rx, cfg.clone()));
@@ -245,9 +240,9 @@ impl Conn {
         }
     }
 
-    /// Completes a request, counting a failure against the bookie first.
+    /// Completes a request (its `done` counts the outcome against the bookie: see
+    /// `BookieHealth::track`).
     fn finish(&self, waiter: Waiter, result: ReplyResult) {
-        self.counts.record(&result);
         (waiter.done)(result);
     }
 

@@ -1,7 +1,16 @@
-//! Per-bookie health figures the client keeps as requests complete: requests pending, the
-//! time of the last failure (a timeout, a lost connection, EIO) and of the last slow answer
-//! (a read that needed a speculative request to another replica). Read orders and, in
-//! Python, quarantine decide from them; this file only counts and never decides.
+//! Per-bookie health figures the client keeps as requests complete, one record per bookie
+//! shared by its successive connections: requests pending; the time of the last failure (a
+//! timeout, a lost connection, EIO, a failed TLS) and of the last slow answer (a read that needed
+//! a speculative request to another replica), which order reads; and two counts for the
+//! decisions Python makes (quarantine, sticky reads):
+//! - `errors`: failures BookKeeper's client counts toward quarantine (`recordError` of its
+//!   per-channel pool, see [`counts_toward_quarantine`]); taken and reset once per health-check
+//!   interval;
+//! - `blamed`: every failed request the bookie could be blamed for (all but a request too large
+//!   to send or a closed client), never reset: a reader compares it with the value it saw before
+//!   to learn that a bookie failed since.
+//!
+//! This file only counts; it never decides what a count means or which bookie to use.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -20,6 +29,8 @@ pub(super) struct BookieHealth {
     last_slow_ms: AtomicU64,
     failures: AtomicU64,
     slow_answers: AtomicU64,
+    errors: AtomicU64,
+    blamed: AtomicU64,
 }
 
 /// A bookie's figures at one moment: what `BookieClient::bookie_health` returns.
@@ -48,6 +59,8 @@ impl BookieHealth {
             last_slow_ms: AtomicU64::new(0),
             failures: AtomicU64::new(0),
             slow_answers: AtomicU64::new(0),
+            errors: AtomicU64::new(0),
+            blamed: AtomicU64::new(0),
         }
     }
 
@@ -79,16 +92,61 @@ impl BookieHealth {
         }
     }
 
-    /// Counts a request pending until `done` is called, noting a failure from its outcome.
+    /// Counts a request pending until `done` is called, then its outcome (see [`record`]).
+    ///
+    /// [`record`]: BookieHealth::record
     pub(super) fn track(self: std::sync::Arc<Self>, done: Done<ReplyResult>) -> Done<ReplyResult> {
         self.pending.fetch_add(1, Ordering::Relaxed);
         Box::new(move |result: ReplyResult| {
             self.pending.fetch_sub(1, Ordering::Relaxed);
-            if result.as_ref().err().is_some_and(is_failure) {
-                self.note_failure();
-            }
+            self.record(&result);
             done(result)
         })
+    }
+
+    /// Counts the outcome of one request, sent or refused before it left (a request too large
+    /// or on a closed client says nothing about the bookie).
+    pub(super) fn record(&self, result: &ReplyResult) {
+        let Err(err) = result else { return };
+        if matches!(err, ClientError::TooLarge { .. } | ClientError::Closed) {
+            return;
+        }
+        self.blamed.fetch_add(1, Ordering::Relaxed);
+        if counts_toward_quarantine(err) {
+            self.errors.fetch_add(1, Ordering::Relaxed);
+        }
+        if is_failure(err) {
+            self.note_failure();
+        }
+    }
+
+    /// The quarantine errors since the last call, reset to 0.
+    pub(super) fn take_errors(&self) -> u64 {
+        self.errors.swap(0, Ordering::Relaxed)
+    }
+
+    /// Every failed request the bookie could be blamed for since the client started.
+    pub(super) fn blamed(&self) -> u64 {
+        self.blamed.load(Ordering::Relaxed)
+    }
+}
+
+/// Whether BookKeeper's client would record `err` against its bookie toward quarantine
+/// (everything but its `EXPECTED_BK_OPERATION_ERRORS`, and nothing the bookie never saw). A
+/// refused or dropped connection is expected too (BookKeeper's
+/// `BookieHandleNotAvailableException`): a bookie that is down leaves the registration instead.
+pub fn counts_toward_quarantine(err: &ClientError) -> bool {
+    match err {
+        // A bookie whose TLS fails serves this client nothing: BookKeeper counts its
+        // SecurityException as any other error.
+        ClientError::Timeout { .. } | ClientError::Security { .. } => true,
+        ClientError::Bookie { status, .. } => !matches!(
+            status,
+            Status::NoEntry | Status::NoLedger | Status::Fenced | Status::ReadOnly
+        ),
+        ClientError::Unavailable { .. } | ClientError::TooLarge { .. } | ClientError::Closed => {
+            false
+        }
     }
 }
 

@@ -11,15 +11,13 @@
 //! thread waits for room (up to the request timeout), an async sender awaits it.
 
 mod connection;
-mod failure_counts;
 mod health;
 mod reply;
 mod start_tls;
 #[cfg(test)]
 mod tests;
 
-pub use failure_counts::counts_toward_quarantine;
-pub use health::HealthFigures;
+pub use health::{counts_toward_quarantine, HealthFigures};
 pub use reply::{ClientError, Reply, ReplyResult};
 
 use std::collections::HashMap;
@@ -38,7 +36,6 @@ use crate::protocol::v2::{
 use crate::protocol::{self, v3};
 use crate::runtime::runtime;
 use connection::{Conn, Key, Waiter};
-use failure_counts::FailureCounts;
 use health::BookieHealth;
 
 /// Connections to bookies, shared by all ledgers of a client.
@@ -49,8 +46,6 @@ pub struct BookieClient {
     next_request_id: AtomicI64,
     /// V3 transaction ids (echoed by the bookie; responses are matched by ledger and entry).
     next_txn_id: AtomicU64,
-    /// Failed requests per bookie, for the health check and sticky reads.
-    failures: FailureCounts,
     /// Per-bookie health figures, kept across reconnections; one entry per bookie ever asked
     /// (bounded by the cluster's bookies).
     health: Mutex<HashMap<String, Arc<BookieHealth>>>,
@@ -75,7 +70,6 @@ impl BookieClient {
             closed: AtomicBool::new(false),
             next_request_id: AtomicI64::new(1),
             next_txn_id: AtomicU64::new(1),
-            failures: FailureCounts::default(),
             health: Mutex::new(HashMap::new()),
             born: Instant::now(),
             read_policy: RwLock::new(ReadPolicy::default()),
@@ -152,7 +146,7 @@ impl BookieClient {
     /// Completes a request that was never sent, counting it against its bookie.
     fn fail_unsent(&self, bookie: &str, err: ClientError, done: Done<ReplyResult>) {
         let result = Err(err);
-        self.failures.record(bookie, &result);
+        self.health_of(bookie).record(&result);
         done(result)
     }
 
@@ -161,13 +155,20 @@ impl BookieClient {
     /// health check takes once per `bookieHealthCheckIntervalSeconds`. Bookies with none are
     /// left out.
     pub fn take_error_counts(&self) -> Vec<(String, u64)> {
-        self.failures.take_errors()
+        self.health
+            .lock()
+            .iter()
+            .filter_map(|(bookie, h)| {
+                let n = h.take_errors();
+                (n > 0).then(|| (bookie.clone(), n))
+            })
+            .collect()
     }
 
     /// Every failed request to `bookie` (any cause) since this client started; never reset,
     /// so a reader learns that a bookie failed by comparing it with a value seen before.
     pub fn failure_count(&self, bookie: &str) -> u64 {
-        self.failures.failures(bookie)
+        self.health.lock().get(bookie).map_or(0, |h| h.blamed())
     }
 
     /// Closes every connection; waiting requests fail with `Closed`. Idempotent.
@@ -505,14 +506,14 @@ impl BookieClient {
             Ok(c) => c,
             Err(e) => {
                 let result = Err(e);
-                self.failures.record(&out.bookie, &result);
+                self.health_of(&out.bookie).record(&result);
                 return result;
             }
         };
         let deadline = Instant::now() + out.timeout;
         if !conn.reserve(size, deadline).await {
             let result = Err(conn.no_room_error(out.key));
-            self.failures.record(&out.bookie, &result);
+            self.health_of(&out.bookie).record(&result);
             return result;
         }
         let (done, rx) = done::channel();
@@ -532,13 +533,7 @@ impl BookieClient {
             bookie: bookie.to_string(),
             why: format!("no runtime: {e}"),
         })?;
-        let conn = Conn::start(
-            &rt,
-            bookie,
-            &self.cfg,
-            self.failures.of(bookie),
-            self.health_of(bookie),
-        );
+        let conn = Conn::start(&rt, bookie, &self.cfg, self.health_of(bookie));
         conns.insert(bookie.to_string(), conn.clone());
         Ok(conn)
     }
