@@ -113,16 +113,21 @@ def test_ledgers_written_and_read_over_tls(sandbox_of: Any, ca: TestCA, v2: bool
     assert tls_connections(cluster) >= 3
 
 
-def test_a_tls_client_refuses_plaintext_and_foreign_certificates(
+def test_a_tls_client_refuses_plaintext_foreign_and_expired_certificates(
     sandbox_of: Any, ca: TestCA, tmp_path: Path
 ) -> None:
-    """As BookKeeper's client: a bookie whose TLS fails is a failed bookie (SecurityException
-    on its requests, then an ensemble change that finds no bookie): nothing is written, never
-    in plaintext."""
+    """As BookKeeper's client: a bookie whose TLS fails (no TLS, a certificate from another CA,
+    an expired one) is a failed bookie (SecurityException on its requests, then an ensemble
+    change that finds no bookie): nothing is written, never in plaintext."""
     other = TestCA(tmp_path / "other-ca", name="other-ca")
     plain = sandbox_of({}, name="plain")
     foreign = sandbox_of(bookie_keys(other, other.issue("bookie")), name="foreign")
-    for cluster, why in ((plain, "START_TLS with EBADREQ"), (foreign, "UnknownIssuer")):
+    expired = sandbox_of(bookie_keys(ca, ca.issue("old-bookie", days=-1)), name="expired")
+    for cluster, why in (
+        (plain, "START_TLS with EBADREQ"),
+        (foreign, "UnknownIssuer"),
+        (expired, "Expired"),
+    ):
         with BookKeeper(cluster.metadata_uri, **client_keys(ca)) as bk:
             address = cluster.bookie_addresses[0]
             with pytest.raises(errors.SecurityException, match=why):

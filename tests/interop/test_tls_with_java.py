@@ -1,7 +1,8 @@
 """Apache BookKeeper's own ledger client (4.17.3) over TLS to pybkx bookies: START_TLS on every
 connection, V2 and V3 frames inside TLS, the bookies' stores in each format, a client
-certificate required and refused, and plaintext clients still served beside TLS ones
-(BookKeeper's rollout behaviour while no authentication is required).
+certificate required and refused, roles authorized and refused, and plaintext clients still
+served beside TLS ones (BookKeeper's rollout behaviour while no authentication is required);
+and pybkx's client over TLS to the real Java bookie.
 
 Certificates and stores are made by the test (openssl, keytool); the cluster is a pybkx
 Sandbox of 3 bookies in the session ZooKeeper; the Java side is java/.../LedgerClient.java.
@@ -15,11 +16,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import harness
 import pytest
 from support.certs import Issued, TestCA, need_tools
 from test_ledgers_with_java_client import Java
 
+from pybkx import errors
+from pybkx._core import BookieClient, DigestManager, master_key
 from pybkx.client import BookKeeper
+from pybkx.config import ClientConfig
+from pybkx.config.tls import client_tls_material
 from pybkx.tools.sandbox import Sandbox
 
 pytestmark = pytest.mark.interop
@@ -194,3 +200,79 @@ def test_authorized_roles_admit_only_clients_whose_certificate_carries_one(
             with BookKeeper(cluster.metadata_uri, zkTimeout=2000) as bk:
                 # pybkx's client has no TLS yet: it can only look at the metadata here.
                 assert bk.store.read_ledger_metadata(created["ledger"]).value.last_entry_id < 0
+
+
+# --- the other way: pybkx's client over TLS to the Java bookie --------------------------------
+
+
+@pytest.fixture(scope="module")
+def java_tls_bookie(
+    java_classpath: str,
+    zookeeper: str,
+    tmp_path_factory: pytest.TempPathFactory,
+    ca: TestCA,
+    bookie_cert: Issued,
+) -> Iterator[str]:
+    """A real Java bookie with TLS and client certificates required (PEM key, PEM trust)."""
+    workdir = tmp_path_factory.mktemp("java-tls-bookie")
+    overrides = (
+        f"tlsProviderFactoryClass={TLS_FACTORY}",
+        "tlsKeyStoreType=PEM",
+        f"tlsKeyStore={bookie_cert.key_pem}",
+        f"tlsCertificatePath={bookie_cert.chain_pem}",
+        "tlsClientAuthentication=true",
+        "tlsTrustStoreType=PEM",
+        f"tlsTrustStore={ca.cert}",
+    )
+    process, address = harness.start_java_bookie(java_classpath, zookeeper, workdir, *overrides)
+    yield address
+    process.stop()
+
+
+@pytest.mark.parametrize("v2", [True, False], ids=["V2", "V3"])
+def test_pybkx_client_over_tls_to_the_java_bookie(
+    java_tls_bookie: str, ca: TestCA, tmp_path: Path, v2: bool
+) -> None:
+    """pybkx's per-bookie client with a certificate from the trusted CA adds and reads on the
+    Java bookie over TLS; without a certificate, or with one from another CA, nothing is
+    written."""
+    ledger = 71 if v2 else 72
+    key = master_key(b"tls")
+    entry = DigestManager(ledger, b"tls", "CRC32C").package(0, -1, 11, b"over tls, j")
+    client_cert = ca.issue("pybkx-client")
+    with_cert = ClientConfig.of(
+        useV2WireProtocol=v2,
+        **client_keys_for(ca, client_cert),
+    )
+    client = BookieClient(with_cert, client_tls_material(with_cert))
+    try:
+        client.add(java_tls_bookie, ledger, 0, key, entry).result()
+        read = client.read(java_tls_bookie, ledger, 0).result()
+        assert bytes(read).endswith(b"over tls, j")
+    finally:
+        client.close()
+    stranger = TestCA(tmp_path / "other-ca", name="other-ca").issue("stranger")
+    for cert in (None, stranger):
+        config = ClientConfig.of(useV2WireProtocol=v2, **client_keys_for(ca, cert))
+        refused = BookieClient(config, client_tls_material(config))
+        try:
+            with pytest.raises(errors.BKException):
+                refused.add(java_tls_bookie, ledger + 10, 0, key, entry).result()
+        finally:
+            refused.close()
+
+
+def client_keys_for(ca: TestCA, client: Issued | None) -> dict[str, Any]:
+    keys: dict[str, Any] = {
+        "tlsProviderFactoryClass": TLS_FACTORY,
+        "clientTrustStoreType": "PEM",
+        "clientTrustStore": str(ca.cert),
+    }
+    if client is not None:
+        keys |= {
+            "tlsClientAuthentication": True,
+            "clientKeyStoreType": "PKCS12",
+            "clientKeyStore": str(client.pkcs12),
+            "clientKeyStorePasswordPath": str(client.password_file),
+        }
+    return keys

@@ -205,7 +205,8 @@ def test_a_required_client_certificate_must_chain_to_the_trust_store(
     with handshake(port, client_context(ca, ca.issue("client-1"))) as tls:
         add_and_read_back(tls, ledger=4)
     stranger = TestCA(tmp_path / "other-ca", name="other-ca").issue("client-2")
-    for client in (None, stranger):
+    expired = ca.issue("client-expired", days=-1)
+    for client in (None, stranger, expired):
         # TLS 1.3 reports a refused client certificate after the handshake: at the first read.
         with (
             pytest.raises((ssl.SSLError, ConnectionError)),
