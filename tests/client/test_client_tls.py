@@ -7,6 +7,8 @@ authorized role the client lacks."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +20,7 @@ from support.certs import Issued, TestCA, need_tools
 
 from pybkx import errors
 from pybkx.client import BookKeeper
+from pybkx.config import ServerConfig
 from pybkx.tools.sandbox import Sandbox
 
 pytestmark = [pytest.mark.integration, needs_server]
@@ -158,3 +161,33 @@ def test_roles_the_bookies_authorize_and_recovery_over_tls(sandbox_of: Any, ca: 
             handle = bk.create_ledger(3, 2, 2)
             with pytest.raises(errors.BKException):
                 handle.append(b"not authorized")
+
+
+def test_the_shell_uses_the_bookies_tls_from_its_configuration(
+    sandbox_of: Any, ca: TestCA
+) -> None:
+    """As BookKeeper's shell takes its client settings from the bookie's configuration (as
+    AutoRecovery and the admin API do, through the same ``client_settings``): on a cluster that
+    requires TLS and roles, `pybkx shell simpletest --conf` of a bookie whose certificate
+    carries an authorized role passes; without the configuration the shell's plaintext client
+    is refused."""
+    bookie = ca.issue("bookie-with-role", ou="0:bookie")
+    cluster = sandbox_of(bookie_keys(ca, bookie, roles="writer,bookie"))
+    conf = cluster.directory / "bookie-0" / "bk_server.conf"
+    settings = ServerConfig.from_file(conf, lenient=True).client_settings()
+    assert settings["tlsProviderFactoryClass"] == TLS_FACTORY
+    pybkx = [sys.executable, "-m", "pybkx", "shell"]
+    ok = subprocess.run(
+        [*pybkx, "simpletest", "--conf", str(conf), "--numEntries", "5"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert ok.returncode == 0, ok.stderr
+    refused = subprocess.run(
+        [*pybkx, "simpletest", "--uri", cluster.metadata_uri, "--numEntries", "5"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert refused.returncode != 0

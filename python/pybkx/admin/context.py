@@ -57,7 +57,7 @@ class AdminContext:
             raise HttpError(404, "this bookie runs standalone: it has no metadata service")
         with self._lock:
             if self._client is None:
-                self._client = BookKeeper(uri, zkTimeout=self.bookie.config.zk_timeout_ms)
+                self._client = BookKeeper(uri, **self.bookie.config.client_settings())
             return self._client
 
     def close(self) -> None:

@@ -9,7 +9,14 @@ from pathlib import Path
 import click
 
 from pybkx.cli.output import emit, emit_json
-from pybkx.cli.shell_options import cluster, confirmed, failed, json_option, resolve_uri
+from pybkx.cli.shell_options import (
+    client_conf,
+    cluster,
+    confirmed,
+    failed,
+    json_option,
+    resolve_uri,
+)
 
 __all__ = ["BOOKIE_COMMANDS"]
 
@@ -113,7 +120,7 @@ def bookiesanity(
     uri = resolve_uri(uri, conf_path)
     bookie_id = bookie_id or _conf_bookie_id(conf_path)
     try:
-        result = bookie_sanity(uri, bookie_id, entries)
+        result = bookie_sanity(uri, bookie_id, entries, **client_conf(conf_path))
     except ShellError as exc:
         raise failed(f"bookie sanity test failed for {bookie_id}: {exc}") from None
     if as_json:

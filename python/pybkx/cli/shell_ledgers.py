@@ -12,7 +12,14 @@ import click
 
 from pybkx import errors
 from pybkx.cli.output import emit, emit_json, progress
-from pybkx.cli.shell_options import cluster, confirmed, failed, json_option, resolve_uri
+from pybkx.cli.shell_options import (
+    client_conf,
+    cluster,
+    confirmed,
+    failed,
+    json_option,
+    resolve_uri,
+)
 
 __all__ = ["LEDGER_COMMANDS"]
 
@@ -112,7 +119,7 @@ def _read_command(name: str, doc: str) -> click.Command:
         uri = resolve_uri(uri, conf_path)
         rows: list[dict[str, object]] = []
         try:
-            with open_client(uri) as bk:
+            with open_client(uri, **client_conf(conf_path)) as bk:
                 for entry_id, payload in read_ledger(bk, ledger_id, first, last):
                     data = payload.hex() if fmt == "hex" else payload.decode("utf-8", "replace")
                     rows.append({"entry": entry_id, "size": len(payload), "data": data})
@@ -191,7 +198,9 @@ def simpletest(
     uri = resolve_uri(uri, conf_path)
     try:
         with progress(2 * entries, "writing, then reading") as update:
-            result = simple_test(uri, entries, ensemble, write_quorum, ack_quorum, update)
+            result = simple_test(
+                uri, entries, ensemble, write_quorum, ack_quorum, update, **client_conf(conf_path)
+            )
     except ShellError as exc:
         raise failed(exc) from None
     summary = {

@@ -27,7 +27,8 @@ def cluster(command: _F) -> _F:
         "--conf",
         "conf_path",
         type=click.Path(dir_okay=False, path_type=Path),
-        help="A bookie's configuration file; its metadataServiceUri is used.",
+        help="A bookie's configuration file: its metadataServiceUri, and for commands that "
+        "read or write ledgers its client settings (zkTimeout, TLS keys).",
     )(command)
     return click.option("--uri", help=_URI_HELP)(command)
 
@@ -55,6 +56,20 @@ def resolve_uri(uri: str | None, conf_path: Path | None) -> str:
     if found is None:
         raise click.ClickException(f"{conf_path} names no metadataServiceUri or zkServers")
     return found
+
+
+def client_conf(conf_path: Path | None) -> dict[str, object]:
+    """The client keys of a shell command's client: with ``--conf``, those the bookie's
+    configuration gives a client (``zkTimeout``, TLS: so the shell works on a cluster that
+    requires TLS), else none. Raises ClickException for a file that cannot be read."""
+    if conf_path is None:
+        return {}
+    from pybkx.config import ConfigError, ServerConfig
+
+    try:
+        return ServerConfig.from_file(conf_path, lenient=True).client_settings()
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from None
 
 
 def _found_as_a_client_finds_it() -> str:

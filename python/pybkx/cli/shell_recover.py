@@ -11,7 +11,14 @@ from typing import TYPE_CHECKING
 import click
 
 from pybkx.cli.output import emit_json
-from pybkx.cli.shell_options import cluster, confirmed, failed, json_option, resolve_uri
+from pybkx.cli.shell_options import (
+    client_conf,
+    cluster,
+    confirmed,
+    failed,
+    json_option,
+    resolve_uri,
+)
 
 if TYPE_CHECKING:
     from pybkx.recovery import RecoveryReport
@@ -95,7 +102,7 @@ def recover(
         rate_bytes_per_s=int(rate_mb * 1e6) if rate_mb else None,
     )
     try:
-        with open_client(uri) as bk:
+        with open_client(uri, **client_conf(conf_path)) as bk:
             ids = affected_ledgers(bk.store, bookies, ledger)
             if query:
                 _print_affected(bookies, ids, as_json)
@@ -202,7 +209,7 @@ def decommissionbookie(uri: str | None, conf_path: Path | None, bookie: str, for
 
     uri = resolve_uri(uri, conf_path)
     try:
-        with open_client(uri) as bk:
+        with open_client(uri, **client_conf(conf_path)) as bk:
             if bookie in bk.store.writable_bookies() | bk.store.readonly_bookies():
                 raise failed(f"{bookie} is still registered: stop it before decommissioning it")
             if not force and not confirmed(

@@ -753,6 +753,37 @@ class ServerConfig(KeyedConfig):
         """The id the bookie registers under: ``bookieId`` if set, else its address."""
         return self.bookie_id or self.bookie_address(port)
 
+    def client_settings(self) -> dict[str, object]:
+        """The client keys for a client this bookie's configuration runs (AutoRecovery, the
+        admin API, the shell with ``--conf``), as BookKeeper builds a ClientConfiguration from
+        the server's: ``zkTimeout`` and, with TLS on, the TLS keys (the ``tls*`` stores serve
+        as the client's, ``client*`` keys in the file win; with ``tlsClientAuthentication`` the
+        bookie's own certificate is presented)."""
+        out: dict[str, object] = {"zkTimeout": self.zk_timeout_ms}
+        if self.tls_provider_factory_class is None:
+            return out
+        tls: dict[str, object] = {
+            "tlsProviderFactoryClass": self.tls_provider_factory_class,
+            "tlsClientAuthentication": self.tls_client_authentication,
+            "tlsKeyStoreType": self.tls_key_store_type,
+            "tlsKeyStore": self.tls_key_store,
+            "tlsKeyStorePasswordPath": self.tls_key_store_password_path,
+            "tlsTrustStoreType": self.tls_trust_store_type,
+            "tlsTrustStore": self.tls_trust_store,
+            "tlsTrustStorePasswordPath": self.tls_trust_store_password_path,
+            "tlsCertificatePath": self.tls_certificate_path,
+            "tlsEnabledProtocols": ",".join(self.tls_enabled_protocols),
+            "tlsEnabledCipherSuites": ",".join(self.tls_enabled_cipher_suites),
+        }
+        out |= {key: value for key, value in tls.items() if value not in (None, "")}
+        for key, value in self.extra.items():
+            if key.startswith(("clientKeyStore", "clientTrustStore")) or key in (
+                "tlsHostnameVerificationEnabled",
+                "startTLSTimeoutSecs",
+            ):
+                out[key] = value
+        return out
+
     def metadata_uri(self) -> str | None:
         """``metadataServiceUri``, else the URI BookKeeper derives from the legacy ``zkServers``
         (and ``zkLedgersRootPath``); None for a standalone bookie."""

@@ -51,7 +51,7 @@ def open_autorecovery(config: ServerConfig, node_id: str) -> AutoRecovery:
     uri = config.metadata_uri()
     if uri is None:
         raise ValueError(f"{config.source} names no metadataServiceUri or zkServers")
-    bk = BookKeeper(uri, zkTimeout=config.zk_timeout_ms)
+    bk = BookKeeper(uri, **config.client_settings())
     try:
         auto = AutoRecovery(bk, node_id, settings_from(config))
         auto.start()
