@@ -163,9 +163,7 @@ def test_roles_the_bookies_authorize_and_recovery_over_tls(sandbox_of: Any, ca: 
                 handle.append(b"not authorized")
 
 
-def test_the_shell_uses_the_bookies_tls_from_its_configuration(
-    sandbox_of: Any, ca: TestCA
-) -> None:
+def test_the_shell_uses_the_bookies_tls_from_its_configuration(sandbox_of: Any, ca: TestCA) -> None:
     """As BookKeeper's shell takes its client settings from the bookie's configuration (as
     AutoRecovery and the admin API do, through the same ``client_settings``): on a cluster that
     requires TLS and roles, `pybkx shell simpletest --conf` of a bookie whose certificate
