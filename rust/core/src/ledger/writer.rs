@@ -93,6 +93,14 @@ struct WriterState {
     pushed_length: i64,
 }
 
+/// Why a writer takes no more appends: it failed, or it is closed.
+fn refusal(st: &WriterState) -> Option<LedgerError> {
+    if let Some(err) = &st.fatal {
+        return Some(err.clone());
+    }
+    st.closed.then_some(LedgerError::Closed)
+}
+
 /// Completions to run once the state lock is released.
 #[derive(Default)]
 struct Completions {
@@ -256,6 +264,18 @@ impl LedgerWriter {
         self.append_with_id(None, payload, done)
     }
 
+    /// Refuses an entry larger than the bookies accept (the frame limit minus headers).
+    fn check_payload(&self, len: usize) -> Result<(), LedgerError> {
+        if len > self.max_payload {
+            return Err(LedgerError::InvalidArgument(format!(
+                "an entry of {len} bytes exceeds the largest entry the bookies accept ({} bytes: \
+                 nettyMaxFrameSizeBytes minus headers)",
+                self.max_payload
+            )));
+        }
+        Ok(())
+    }
+
     /// Appends with a given entry id (recovery rewrites entries at known ids, in order).
     pub fn append_with_id(&self, entry_id: Option<i64>, payload: Bytes, done: AppendDone) {
         if self.adv {
@@ -263,24 +283,14 @@ impl LedgerWriter {
                 "an adv ledger's appends name their entry id (append_adv)".into(),
             )));
         }
-        if payload.len() > self.max_payload {
-            return done(Err(LedgerError::InvalidArgument(format!(
-                "an entry of {} bytes exceeds the largest entry the bookies accept ({} bytes: \
-                 nettyMaxFrameSizeBytes minus headers)",
-                payload.len(),
-                self.max_payload
-            ))));
+        if let Err(e) = self.check_payload(payload.len()) {
+            return done(Err(e));
         }
         let sends = {
             let mut st = self.state.lock();
-            if let Some(err) = &st.fatal {
-                let err = err.clone();
+            if let Some(err) = refusal(&st) {
                 drop(st);
                 return done(Err(err));
-            }
-            if st.closed {
-                drop(st);
-                return done(Err(LedgerError::Closed));
             }
             let entry = entry_id.unwrap_or(st.next_entry);
             if entry != st.next_entry {

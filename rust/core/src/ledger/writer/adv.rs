@@ -21,24 +21,14 @@ impl LedgerWriter {
                 "only an adv ledger's appends name their entry id".into(),
             )));
         }
-        if payload.len() > self.max_payload {
-            return done(Err(LedgerError::InvalidArgument(format!(
-                "an entry of {} bytes exceeds the largest entry the bookies accept ({} bytes: \
-                 nettyMaxFrameSizeBytes minus headers)",
-                payload.len(),
-                self.max_payload
-            ))));
+        if let Err(e) = self.check_payload(payload.len()) {
+            return done(Err(e));
         }
         let sends = {
             let mut st = self.state.lock();
-            if let Some(err) = &st.fatal {
-                let err = err.clone();
+            if let Some(err) = super::refusal(&st) {
                 drop(st);
                 return done(Err(err));
-            }
-            if st.closed {
-                drop(st);
-                return done(Err(LedgerError::Closed));
             }
             // Already pending (found) or at or below the LAC: a duplicate.
             let place = match st.pending.binary_search_by_key(&entry_id, |p| p.entry) {
