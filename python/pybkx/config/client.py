@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, ClassVar
 
-from pybkx.config.tls import names, store_type, tls_provider, tls_provider_factory
+from pybkx.config.tls import TlsKeys, store_type
 from pybkx.config.values import (
     MIB,
     KeyedConfig,
@@ -32,7 +32,7 @@ _DEFAULT_WORKERS = max(1, os.cpu_count() or 1)
 
 
 @dataclass(frozen=True)
-class ClientConfig(KeyedConfig):
+class ClientConfig(TlsKeys, KeyedConfig):
     """A client's configuration; build it with ``ClientConfig.of(**keys)``.
 
     Every value is checked on construction (ConfigError).
@@ -138,15 +138,8 @@ class ClientConfig(KeyedConfig):
     """Threads that run ensemble changes (several ledgers at once; one ledger at a time)."""
     zk_timeout_ms: int = setting("zkTimeout", 10_000, integer(1))
 
-    # --- TLS to the bookies (START_TLS on every connection), BookKeeper's client keys
-    tls_provider_factory_class: str | None = setting(
-        "tlsProviderFactoryClass", None, tls_provider_factory
-    )
-    """``org.apache.bookkeeper.tls.TLSContextFactory``: every connection runs TLS, never
-    plaintext; unset: plaintext."""
-    tls_provider: str = setting("tlsProvider", "OpenSSL", tls_provider)
-    tls_client_authentication: bool = setting("tlsClientAuthentication", False, boolean)
-    """Present the client's certificate (``clientKeyStore``, else ``tlsKeyStore``)."""
+    # --- TLS to the bookies (START_TLS on every connection): the shared keys come from
+    # TlsKeys; BookKeeper's client* store keys win over its tls* ones
     client_key_store_type: str | None = setting("clientKeyStoreType", None, optional(store_type))
     client_key_store: str | None = setting("clientKeyStore", None, optional_str)
     client_key_store_password_path: str | None = setting(
@@ -159,21 +152,10 @@ class ClientConfig(KeyedConfig):
     client_trust_store_password_path: str | None = setting(
         "clientTrustStorePasswordPath", None, optional_str
     )
-    tls_key_store_type: str = setting("tlsKeyStoreType", "JKS", store_type)
-    tls_key_store: str | None = setting("tlsKeyStore", None, optional_str)
-    tls_key_store_password_path: str | None = setting("tlsKeyStorePasswordPath", None, optional_str)
-    tls_trust_store_type: str = setting("tlsTrustStoreType", "JKS", store_type)
-    tls_trust_store: str | None = setting("tlsTrustStore", None, optional_str)
-    tls_trust_store_password_path: str | None = setting(
-        "tlsTrustStorePasswordPath", None, optional_str
-    )
-    tls_certificate_path: str | None = setting("tlsCertificatePath", None, optional_str)
     tls_hostname_verification_enabled: bool = setting(
         "tlsHostnameVerificationEnabled", False, boolean
     )
     """The bookie's certificate must name the host dialled (its chain is always verified)."""
-    tls_enabled_protocols: tuple[str, ...] = setting("tlsEnabledProtocols", (), names)
-    tls_enabled_cipher_suites: tuple[str, ...] = setting("tlsEnabledCipherSuites", (), names)
     start_tls_timeout_secs: float = setting("startTLSTimeoutSecs", 10.0, number(0.001))
     """The most START_TLS and the handshake may take on a new connection."""
 

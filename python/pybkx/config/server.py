@@ -35,7 +35,7 @@ from pybkx.config.tiers import (
     byte_sizes,
     class_name,
 )
-from pybkx.config.tls import names, store_type, tls_provider, tls_provider_factory
+from pybkx.config.tls import TlsKeys, names
 from pybkx.config.values import (
     JAVA_LONG_MAX,
     MIB,
@@ -84,7 +84,7 @@ def _root_path(value: object) -> str:
 
 
 @dataclass(frozen=True)
-class ServerConfig(KeyedConfig):
+class ServerConfig(TlsKeys, KeyedConfig):
     """A bookie's configuration; construct it with ``from_file``/``load`` or keyword arguments.
 
     Every value is checked on construction (``ConfigError``). Directory lists are tuples.
@@ -104,28 +104,7 @@ class ServerConfig(KeyedConfig):
     allow_loopback: bool = setting("allowLoopback", False, boolean)
     allow_ephemeral_ports: bool = setting("allowEphemeralPorts", False, boolean)
 
-    # --- TLS on the bookie port (START_TLS), BookKeeper's keys and defaults
-    tls_provider_factory_class: str | None = setting(
-        "tlsProviderFactoryClass", None, tls_provider_factory
-    )
-    """BookKeeper's ``org.apache.bookkeeper.tls.TLSContextFactory`` turns TLS on; unset: off."""
-    tls_provider: str = setting("tlsProvider", "OpenSSL", tls_provider)
-    """OpenSSL or JDK; accepted for compatibility, both served by rustls."""
-    tls_client_authentication: bool = setting("tlsClientAuthentication", False, boolean)
-    """Require a client certificate that chains to ``tlsTrustStore``."""
-    tls_key_store_type: str = setting("tlsKeyStoreType", "JKS", store_type)
-    tls_key_store: str | None = setting("tlsKeyStore", None, optional_str)
-    """The key store (PKCS12, JKS) or, for PEM, the PKCS#8 key file."""
-    tls_key_store_password_path: str | None = setting("tlsKeyStorePasswordPath", None, optional_str)
-    tls_trust_store_type: str = setting("tlsTrustStoreType", "JKS", store_type)
-    tls_trust_store: str | None = setting("tlsTrustStore", None, optional_str)
-    tls_trust_store_password_path: str | None = setting(
-        "tlsTrustStorePasswordPath", None, optional_str
-    )
-    tls_certificate_path: str | None = setting("tlsCertificatePath", None, optional_str)
-    """For a PEM key store: the certificate chain file."""
-    tls_enabled_protocols: tuple[str, ...] = setting("tlsEnabledProtocols", (), names)
-    tls_enabled_cipher_suites: tuple[str, ...] = setting("tlsEnabledCipherSuites", (), names)
+    # --- TLS on the bookie port (START_TLS): the shared keys come from TlsKeys
     tls_cert_files_refresh_duration_seconds: int = setting(
         "tlsCertFilesRefreshDurationSeconds", 0, integer(0)
     )

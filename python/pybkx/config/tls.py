@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from pybkx.config.keystores import STORE_TYPES, load_key_store, load_trust_store, read_password
-from pybkx.config.values import ConfigError, InvalidValue, optional_str
+from pybkx.config.values import ConfigError, InvalidValue, boolean, optional_str, setting
 
 if TYPE_CHECKING:
     from pybkx.config.client import ClientConfig
@@ -22,6 +22,7 @@ __all__ = [
     "TLS_CONTEXT_FACTORY",
     "ClientTlsMaterial",
     "ServerTlsMaterial",
+    "TlsKeys",
     "client_tls_material",
     "file_stamps",
     "names",
@@ -74,6 +75,36 @@ def names(value: object) -> tuple[str, ...]:
     if not isinstance(items, list | tuple):
         raise InvalidValue(f"expected comma-separated names, got {value!r}")
     return tuple(str(item).strip() for item in items if str(item).strip())
+
+
+@dataclass(frozen=True)
+class TlsKeys:
+    """BookKeeper's TLS keys common to a bookie's and a client's configuration (its
+    AbstractConfiguration's), with its defaults: a base of ``ServerConfig`` and
+    ``ClientConfig``."""
+
+    tls_provider_factory_class: str | None = setting(
+        "tlsProviderFactoryClass", None, tls_provider_factory
+    )
+    """``org.apache.bookkeeper.tls.TLSContextFactory`` turns TLS on; unset: plaintext."""
+    tls_provider: str = setting("tlsProvider", "OpenSSL", tls_provider)
+    """OpenSSL or JDK; accepted for compatibility, both served by rustls."""
+    tls_client_authentication: bool = setting("tlsClientAuthentication", False, boolean)
+    """A bookie requires a client certificate chaining to ``tlsTrustStore``; a client presents
+    its own (``clientKeyStore``, else ``tlsKeyStore``)."""
+    tls_key_store_type: str = setting("tlsKeyStoreType", "JKS", store_type)
+    tls_key_store: str | None = setting("tlsKeyStore", None, optional_str)
+    """The key store (PKCS12, JKS) or, for PEM, the PKCS#8 key file."""
+    tls_key_store_password_path: str | None = setting("tlsKeyStorePasswordPath", None, optional_str)
+    tls_trust_store_type: str = setting("tlsTrustStoreType", "JKS", store_type)
+    tls_trust_store: str | None = setting("tlsTrustStore", None, optional_str)
+    tls_trust_store_password_path: str | None = setting(
+        "tlsTrustStorePasswordPath", None, optional_str
+    )
+    tls_certificate_path: str | None = setting("tlsCertificatePath", None, optional_str)
+    """For a PEM key store: the certificate chain file."""
+    tls_enabled_protocols: tuple[str, ...] = setting("tlsEnabledProtocols", (), names)
+    tls_enabled_cipher_suites: tuple[str, ...] = setting("tlsEnabledCipherSuites", (), names)
 
 
 @dataclass(frozen=True)
