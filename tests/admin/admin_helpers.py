@@ -25,9 +25,15 @@ class Reply:
         return json.loads(self.body)
 
 
-def http(method: str, url: str, body: bytes | None = None, timeout_s: float = 30.0) -> Reply:
+def http(
+    method: str,
+    url: str,
+    body: bytes | None = None,
+    timeout_s: float = 30.0,
+    headers: dict[str, str] | None = None,
+) -> Reply:
     """One HTTP request; a 4xx/5xx answer is returned like any other."""
-    request = urllib.request.Request(url, data=body, method=method)
+    request = urllib.request.Request(url, data=body, method=method, headers=headers or {})
     try:
         with urllib.request.urlopen(request, timeout=timeout_s) as response:
             return Reply(response.status, response.headers.get("Content-Type", ""), response.read())

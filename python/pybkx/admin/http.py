@@ -12,6 +12,7 @@ it better than an event loop or a framework.
 from __future__ import annotations
 
 import contextlib
+import hmac
 import json
 import logging
 import threading
@@ -100,6 +101,7 @@ def require(request: Request, *methods: str) -> None:
 
 
 _METHODS = frozenset({"GET", "PUT", "POST", "DELETE", "HEAD"})
+_WRITE_METHODS = frozenset({"PUT", "POST", "DELETE"})
 
 
 def _status_line(status: int) -> str:
@@ -132,9 +134,17 @@ class Router:
     404; pybkx does the same, with a JSON body ``{"error": ...}``.
     """
 
-    def __init__(self, routes: Mapping[str, Handler], max_body_bytes: int) -> None:
+    def __init__(
+        self,
+        routes: Mapping[str, Handler],
+        max_body_bytes: int,
+        write_token: str | None = None,
+    ) -> None:
         self._routes = dict(routes)
         self._max_body_bytes = max_body_bytes
+        # With a token, every request that changes something must carry it (pybkx's
+        # httpServerAuthTokenPath; BookKeeper's admin API has none).
+        self._write_token = write_token.encode() if write_token else None
 
     @property
     def paths(self) -> list[str]:
@@ -161,6 +171,12 @@ class Router:
             handler = self._routes.get(path)
             if handler is None:
                 raise HttpError(404, f"no endpoint {path}; see /api/v1 for the list")
+            if method in _WRITE_METHODS and not self._authorized(environ):
+                return Response(
+                    401,
+                    {"error": f"{method} {path} needs Authorization: Bearer <token>"},
+                    headers={"WWW-Authenticate": 'Bearer realm="pybkx admin"'},
+                )
             request = Request(
                 method=method,
                 path=path,
@@ -175,6 +191,16 @@ class Router:
         except Exception as exc:
             logger.exception("admin API %s %s failed", method, path)
             return Response(500, {"error": f"internal error: {type(exc).__name__}: {exc}"})
+
+    def _authorized(self, environ: dict[str, Any]) -> bool:
+        """True without a token, or when the request's bearer token is it (compared in
+        constant time)."""
+        if self._write_token is None:
+            return True
+        scheme, _, given = str(environ.get("HTTP_AUTHORIZATION", "")).partition(" ")
+        if scheme.lower() != "bearer":
+            return False
+        return hmac.compare_digest(given.strip().encode(), self._write_token)
 
     def _body(self, environ: dict[str, Any]) -> bytes:
         try:

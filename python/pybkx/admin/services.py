@@ -18,6 +18,7 @@ from pybkx.admin.context import AdminContext
 from pybkx.admin.http import HttpServer, Router
 from pybkx.bookie import Bookie, BookieError, BookieService
 from pybkx.config import ConfigError, ServerConfig
+from pybkx.config.keystores import read_password
 from pybkx.meta import Endpoint
 
 __all__ = ["AdminHttpService", "MetricsHttpService", "services_for"]
@@ -99,7 +100,25 @@ class AdminHttpService(_HttpService):
 
     def _routes(self, ctx: AdminContext) -> Router:
         routes = {**bookie_routes(ctx), **ledger_routes(ctx), **autorecovery_routes(ctx)}
-        return Router(routes, ctx.bookie.config.http_server_max_request_bytes)
+        config = ctx.bookie.config
+        return Router(
+            routes, config.http_server_max_request_bytes, write_token=_write_token(config)
+        )
+
+
+def _write_token(config: ServerConfig) -> str | None:
+    """The token ``httpServerAuthTokenPath`` names (None: unset). Raises BookieError when the
+    file cannot be read or holds no token: a token asked for is never silently dropped."""
+    path = config.http_server_auth_token_path
+    if path is None:
+        return None
+    try:
+        token = read_password("httpServerAuthTokenPath", path)
+    except ConfigError as exc:
+        raise BookieError(str(exc)) from None
+    if not token:
+        raise BookieError(f"httpServerAuthTokenPath={path}: the file holds no token")
+    return token
 
 
 class MetricsHttpService(_HttpService):

@@ -448,6 +448,10 @@ class ServerConfig(TlsKeys, KeyedConfig):
     """Requests the admin HTTP server handles at once (a pybkx key)."""
     http_server_max_connections: int = setting("httpServerMaxConnections", 100, integer(1, 10_000))
     """Open connections the admin HTTP server accepts before refusing more (a pybkx key)."""
+    http_server_auth_token_path: str | None = setting("httpServerAuthTokenPath", None, optional_str)
+    """pybkx's key (BookKeeper's admin API has no authentication): a file holding a token
+    that every PUT, POST and DELETE of the admin API must carry as ``Authorization: Bearer
+    <token>`` (GET stays open, as in BookKeeper). Unset: no token asked for."""
     http_server_max_request_bytes: int = setting(
         "httpServerMaxRequestBytes", 1 * MIB, integer(1, 1 << 30)
     )
