@@ -9,19 +9,18 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from support.bookies import needs_server
 from support.certs import Issued, TestCA, need_tools
+from support.sandboxes import metric_total
+from support.sandboxes import sandboxes as sandboxes
 
 from pybkx import errors
 from pybkx.client import BookKeeper
 from pybkx.config import ServerConfig
-from pybkx.tools.sandbox import Sandbox
 
 pytestmark = [pytest.mark.integration, needs_server]
 
@@ -72,31 +71,6 @@ def client_keys(ca: TestCA, client: Issued | None = None, **extra: Any) -> dict[
     return keys
 
 
-@pytest.fixture
-def sandbox_of(tmp_path: Path) -> Iterator[Any]:
-    started: list[Sandbox] = []
-
-    def start(conf: dict[str, Any], name: str = "sandbox") -> Sandbox:
-        sandbox = Sandbox(3, directory=tmp_path / name, conf=conf)
-        sandbox.start()
-        started.append(sandbox)
-        return sandbox
-
-    yield start
-    for sandbox in started:
-        sandbox.stop()
-
-
-def tls_connections(cluster: Sandbox) -> int:
-    total = 0
-    for url in cluster.admin_urls:
-        with urllib.request.urlopen(f"{url}/metrics", timeout=10) as response:
-            for line in response.read().decode().splitlines():
-                if line.startswith("pybkx_server_tls_connections"):
-                    total += int(float(line.split()[-1]))
-    return total
-
-
 def write(bk: BookKeeper, entries: int = 10) -> int:
     with bk.create_ledger(3, 2, 2, password=b"tls") as handle:
         for i in range(entries):
@@ -105,27 +79,27 @@ def write(bk: BookKeeper, entries: int = 10) -> int:
 
 
 @pytest.mark.parametrize("v2", [True, False], ids=["V2", "V3"])
-def test_ledgers_written_and_read_over_tls(sandbox_of: Any, ca: TestCA, v2: bool) -> None:
-    cluster = sandbox_of(bookie_keys(ca, ca.issue("bookie")))
+def test_ledgers_written_and_read_over_tls(sandboxes: Any, ca: TestCA, v2: bool) -> None:
+    cluster = sandboxes(bookie_keys(ca, ca.issue("bookie")))
     with BookKeeper(cluster.metadata_uri, **client_keys(ca, useV2WireProtocol=v2)) as bk:
         ledger = write(bk)
         handle = bk.open_ledger(ledger, b"tls")
         assert [bytes(e) for e in handle.read(0, 9)] == [
             f"tls entry {i}".encode() for i in range(10)
         ]
-    assert tls_connections(cluster) >= 3
+    assert metric_total(cluster, "pybkx_server_tls_connections") >= 3
 
 
 def test_a_tls_client_refuses_plaintext_foreign_and_expired_certificates(
-    sandbox_of: Any, ca: TestCA, tmp_path: Path
+    sandboxes: Any, ca: TestCA, tmp_path: Path
 ) -> None:
     """As BookKeeper's client: a bookie whose TLS fails (no TLS, a certificate from another CA,
     an expired one) is a failed bookie (SecurityException on its requests, then an ensemble
     change that finds no bookie): nothing is written, never in plaintext."""
     other = TestCA(tmp_path / "other-ca", name="other-ca")
-    plain = sandbox_of({}, name="plain")
-    foreign = sandbox_of(bookie_keys(other, other.issue("bookie")), name="foreign")
-    expired = sandbox_of(bookie_keys(ca, ca.issue("old-bookie", days=-1)), name="expired")
+    plain = sandboxes({}, name="plain")
+    foreign = sandboxes(bookie_keys(other, other.issue("bookie")), name="foreign")
+    expired = sandboxes(bookie_keys(ca, ca.issue("old-bookie", days=-1)), name="expired")
     for cluster, why in (
         (plain, "START_TLS with EBADREQ"),
         (foreign, "UnknownIssuer"),
@@ -141,8 +115,8 @@ def test_a_tls_client_refuses_plaintext_foreign_and_expired_certificates(
             assert handle.last_add_confirmed == -1
 
 
-def test_roles_the_bookies_authorize_and_recovery_over_tls(sandbox_of: Any, ca: TestCA) -> None:
-    cluster = sandbox_of(bookie_keys(ca, ca.issue("bookie"), roles="writer"))
+def test_roles_the_bookies_authorize_and_recovery_over_tls(sandboxes: Any, ca: TestCA) -> None:
+    cluster = sandboxes(bookie_keys(ca, ca.issue("bookie"), roles="writer"))
     writer = ca.issue("pybkx-writer", ou="0:writer;1:cluster")
     with BookKeeper(cluster.metadata_uri, **client_keys(ca, writer)) as bk:
         ledger = write(bk)
@@ -163,14 +137,14 @@ def test_roles_the_bookies_authorize_and_recovery_over_tls(sandbox_of: Any, ca: 
                 handle.append(b"not authorized")
 
 
-def test_the_shell_uses_the_bookies_tls_from_its_configuration(sandbox_of: Any, ca: TestCA) -> None:
+def test_the_shell_uses_the_bookies_tls_from_its_configuration(sandboxes: Any, ca: TestCA) -> None:
     """As BookKeeper's shell takes its client settings from the bookie's configuration (as
     AutoRecovery and the admin API do, through the same ``client_settings``): on a cluster that
     requires TLS and roles, `pybkx shell simpletest --conf` of a bookie whose certificate
     carries an authorized role passes; without the configuration the shell's plaintext client
     is refused."""
     bookie = ca.issue("bookie-with-role", ou="0:bookie")
-    cluster = sandbox_of(bookie_keys(ca, bookie, roles="writer,bookie"))
+    cluster = sandboxes(bookie_keys(ca, bookie, roles="writer,bookie"))
     conf = cluster.directory / "bookie-0" / "bk_server.conf"
     settings = ServerConfig.from_file(conf, lenient=True).client_settings()
     assert settings["tlsProviderFactoryClass"] == TLS_FACTORY

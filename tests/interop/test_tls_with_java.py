@@ -10,7 +10,6 @@ Sandbox of 3 bookies in the session ZooKeeper; the Java side is java/.../LedgerC
 
 from __future__ import annotations
 
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +18,8 @@ from typing import Any
 import harness
 import pytest
 from support.certs import Issued, TestCA, need_tools
+from support.sandboxes import metric_total
+from support.sandboxes import sandboxes as sandboxes
 from test_ledgers_with_java_client import Java
 
 from pybkx import errors
@@ -83,32 +84,14 @@ def java_tls(ca: TestCA, client: Issued | None = None) -> tuple[str, ...]:
 
 
 @pytest.fixture
-def cluster_of(zookeeper_server: str, tmp_path: Path) -> Iterator[Any]:
-    started: list[Sandbox] = []
+def cluster_of(zookeeper_server: str, sandboxes: Any) -> Any:
+    """Starts 3 pybkx bookies with ``conf`` in the session ZooKeeper, under a root of their own."""
 
     def start(conf: dict[str, Any]) -> Sandbox:
         uri = f"zk+hierarchical://{zookeeper_server}/tls-{uuid.uuid4().hex}/ledgers"
-        sandbox = Sandbox(
-            3, zk_uri=uri, directory=tmp_path / "sandbox", conf={"zkTimeout": 2000, **conf}
-        )
-        sandbox.start()
-        started.append(sandbox)
-        return sandbox
+        return sandboxes({"zkTimeout": 2000, **conf}, zk_uri=uri)  # type: ignore[no-any-return]
 
-    yield start
-    for sandbox in started:
-        sandbox.stop()
-
-
-def tls_connections(cluster: Sandbox) -> int:
-    """Connections the bookies upgraded to TLS, from their Prometheus endpoints."""
-    total = 0
-    for url in cluster.admin_urls:
-        with urllib.request.urlopen(f"{url}/metrics", timeout=10) as response:
-            for line in response.read().decode().splitlines():
-                if line.startswith("pybkx_server_tls_connections"):
-                    total += int(float(line.split()[-1]))
-    return total
+    return start
 
 
 def write_and_read(java: Java, writer: str = "w") -> list[dict[str, Any]]:
@@ -147,8 +130,10 @@ def test_java_client_writes_over_tls_and_pybkx_reads_in_plaintext(
     created, appended, closed = write_and_read(Java(java_classpath, cluster, tmp_path, settings))
     assert "error" not in created and "error" not in closed, (created, appended, closed)
     assert closed["lac"] == ENTRIES - 1
-    assert tls_connections(cluster) >= 3, "every bookie of the ensemble served the client in TLS"
-    # A client without TLS (pybkx's, today) is still served by the same bookies.
+    assert metric_total(cluster, "pybkx_server_tls_connections") >= 3, (
+        "every bookie of the ensemble served the client in TLS"
+    )
+    # A plaintext client (pybkx's, without TLS keys) is still served by the same bookies.
     with BookKeeper(cluster.metadata_uri, zkTimeout=2000) as bk:
         handle = bk.open_ledger(created["ledger"], b"tls", recovery=False)
         got = [bytes(e) for e in handle.read(0, ENTRIES - 1)]
@@ -198,7 +183,7 @@ def test_authorized_roles_admit_only_clients_whose_certificate_carries_one(
         assert "error" in appended or "error" in created, (created, appended)
         if "ledger" in created:
             with BookKeeper(cluster.metadata_uri, zkTimeout=2000) as bk:
-                # pybkx's client has no TLS yet: it can only look at the metadata here.
+                # Nothing of the refused writer's reached a bookie: its ledger is empty.
                 assert bk.store.read_ledger_metadata(created["ledger"]).value.last_entry_id < 0
 
 
