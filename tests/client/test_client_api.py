@@ -303,6 +303,12 @@ def test_rust_log_records_reach_python_logging(
     lh.close()
 
 
+def _stopped(pid: int) -> bool:
+    """Whether process ``pid`` is stopped (state T in /proc)."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat.rsplit(")", 1)[1].split()[0] in ("T", "t")
+
+
 BLOCKED_CALL = """
 import sys, pybkx
 uri, op = sys.argv[1], sys.argv[2]
@@ -339,6 +345,7 @@ def test_ctrl_c_interrupts_a_blocked_call(cluster: Sandbox, tmp_path: Path, op: 
         text=True,
     )
     pids = [pid for i in range(3) if (pid := cluster.pid(i)) is not None]
+    assert len(pids) == 3, "every bookie of the sandbox must be running"
     stopped = False
     try:
         assert child.stdin is not None and child.stdout is not None
@@ -346,13 +353,22 @@ def test_ctrl_c_interrupts_a_blocked_call(cluster: Sandbox, tmp_path: Path, op: 
         for pid in pids:
             os.kill(pid, signal.SIGSTOP)
         stopped = True
+        # A signal is delivered when its process next runs: on a loaded machine, wait until
+        # every bookie is really stopped before the call starts.
+        wait_until(lambda: all(_stopped(pid) for pid in pids), "the bookies to stop")
         child.stdin.write("go\n")
         child.stdin.flush()
         assert child.stdout.readline().strip() == "waiting"
         # Not a wait on a condition: half a second for a call that must not return (and that
         # nothing outside shows blocked).
         time.sleep(0.5)
-        assert child.poll() is None, child.stderr.read() if child.stderr else ""
+        if child.poll() is not None:
+            states = {pid: _stopped(pid) for pid in pids}
+            pytest.fail(
+                f"the call returned (exit {child.returncode}) with every bookie stopped "
+                f"({states}); stdout: {child.stdout.read()!r}; stderr: "
+                f"{child.stderr.read() if child.stderr else ''}"
+            )
         child.send_signal(signal.SIGINT)
         started = time.monotonic()
         assert child.wait(timeout=10) == 3
