@@ -93,6 +93,15 @@ struct WriterState {
     pushed_length: i64,
 }
 
+/// One copy of an entry to send to one slot of the ensemble.
+struct EntrySend {
+    index: usize,
+    generation: u64,
+    bookie: String,
+    entry: i64,
+    body: Bytes,
+}
+
 /// Why a writer takes no more appends: it failed, or it is closed.
 fn refusal(st: &WriterState) -> Option<LedgerError> {
     if let Some(err) = &st.fatal {
@@ -264,6 +273,50 @@ impl LedgerWriter {
         self.append_with_id(None, payload, done)
     }
 
+    /// Packages entry `entry` (carrying the LAC now and the length with `payload`), puts it
+    /// in the pending queue at `place` (ordered by entry id) and returns the sends to its write
+    /// set's live slots: what every append does under the state lock.
+    fn stage(
+        &self,
+        st: &mut WriterState,
+        place: usize,
+        entry: i64,
+        payload: &Bytes,
+        done: AppendDone,
+    ) -> Vec<EntrySend> {
+        st.length += payload.len() as i64;
+        let body = self.digest.package(entry, st.lac, st.length, payload);
+        st.pending.insert(
+            place,
+            PendingAdd {
+                entry,
+                body: body.clone(),
+                length: st.length,
+                acked: vec![false; self.e],
+                done: Some(done),
+                started: crate::metrics::start(),
+            },
+        );
+        client_stats().pending_adds.inc();
+        write_set(entry, self.e, self.qw)
+            .filter(|i| !st.failed.contains(i))
+            .map(|i| EntrySend {
+                index: i,
+                generation: st.generations[i],
+                bookie: st.ensemble[i].clone(),
+                entry,
+                body: body.clone(),
+            })
+            .collect()
+    }
+
+    /// Sends what [`stage`](Self::stage) returned, once the state lock is released.
+    fn send_all(&self, sends: Vec<EntrySend>) {
+        for s in sends {
+            self.send(s.index, s.generation, s.bookie, s.entry, s.body);
+        }
+    }
+
     /// Refuses an entry larger than the bookies accept (the frame limit minus headers).
     fn check_payload(&self, len: usize) -> Result<(), LedgerError> {
         if len > self.max_payload {
@@ -301,34 +354,10 @@ impl LedgerWriter {
                 ))));
             }
             st.next_entry += 1;
-            st.length += payload.len() as i64;
-            let body = self.digest.package(entry, st.lac, st.length, &payload);
-            let length = st.length;
-            st.pending.push_back(PendingAdd {
-                entry,
-                body: body.clone(),
-                length,
-                acked: vec![false; self.e],
-                done: Some(done),
-                started: crate::metrics::start(),
-            });
-            client_stats().pending_adds.inc();
-            write_set(entry, self.e, self.qw)
-                .filter(|i| !st.failed.contains(i))
-                .map(|i| {
-                    (
-                        i,
-                        st.generations[i],
-                        st.ensemble[i].clone(),
-                        entry,
-                        body.clone(),
-                    )
-                })
-                .collect::<Vec<_>>()
+            let place = st.pending.len();
+            self.stage(&mut st, place, entry, &payload, done)
         };
-        for (index, generation, bookie, entry, body) in sends {
-            self.send(index, generation, bookie, entry, body);
-        }
+        self.send_all(sends);
     }
 
     /// Appends every payload, keeping at most `throttle` pending, and waits for all of them.

@@ -4,10 +4,8 @@
 
 use bytes::Bytes;
 
-use super::{AppendDone, LedgerWriter, PendingAdd};
+use super::{AppendDone, LedgerWriter};
 use crate::ledger::error::LedgerError;
-use crate::ledger::quorum::write_set;
-use crate::ledger::stats::client_stats;
 
 impl LedgerWriter {
     /// Appends `payload` as entry `entry_id`; `done` gets the id once Qa bookies hold it and
@@ -43,28 +41,8 @@ impl LedgerWriter {
                 }));
             };
             st.next_entry = st.next_entry.max(entry_id + 1);
-            st.length += payload.len() as i64;
-            let body = self.digest.package(entry_id, st.lac, st.length, &payload);
-            let length = st.length;
-            st.pending.insert(
-                place,
-                PendingAdd {
-                    entry: entry_id,
-                    body: body.clone(),
-                    length,
-                    acked: vec![false; self.e],
-                    done: Some(done),
-                    started: crate::metrics::start(),
-                },
-            );
-            client_stats().pending_adds.inc();
-            write_set(entry_id, self.e, self.qw)
-                .filter(|i| !st.failed.contains(i))
-                .map(|i| (i, st.generations[i], st.ensemble[i].clone(), body.clone()))
-                .collect::<Vec<_>>()
+            self.stage(&mut st, place, entry_id, &payload, done)
         };
-        for (index, generation, bookie, body) in sends {
-            self.send(index, generation, bookie, entry_id, body);
-        }
+        self.send_all(sends);
     }
 }
