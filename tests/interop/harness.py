@@ -14,6 +14,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 
@@ -230,6 +231,46 @@ def start_java_bookie(
 
     wait_until(process, ready, "serving")
     return process, f"127.0.0.1:{port}"
+
+
+def fresh_zookeeper_root(zookeeper: str, prefix: str) -> str:
+    """Create an empty, uniquely named ZooKeeper path ``/<prefix>-<hex>`` and return it.
+
+    Java bookies given ``zookeeper + root`` create ``<root>/ledgers`` but not ``<root>``
+    itself. A root of its own keeps a test's bookies apart from every other bookie of the
+    session (a ledger with an ensemble of one can only land on the bookie the test meant).
+    """
+    from kazoo.client import KazooClient  # only the tests need kazoo; the benchmarks do not
+
+    root = f"/{prefix}-{uuid.uuid4().hex}"
+    zk = KazooClient(hosts=zookeeper)
+    zk.start(timeout=30)
+    try:
+        zk.ensure_path(root)
+    finally:
+        zk.stop()
+        zk.close()
+    return root
+
+
+def start_java_cluster(
+    classpath: str, zookeeper: str, workdir: Path, prefix: str, bookies: int
+) -> tuple[list[Process], str]:
+    """``bookies`` Java bookies under a fresh ZooKeeper root: the processes (all stopped again
+    if one fails to start) and the metadata service URI."""
+    root = fresh_zookeeper_root(zookeeper, prefix)
+    started: list[Process] = []
+    try:
+        for i in range(bookies):
+            bookie_dir = workdir / f"{root[1:]}-{i}"
+            bookie_dir.mkdir()
+            process, _ = start_java_bookie(classpath, zookeeper + root, bookie_dir)
+            started.append(process)
+    except HarnessError:
+        for process in started:
+            process.stop()
+        raise
+    return started, f"zk+hierarchical://{zookeeper}{root}/ledgers"
 
 
 def start_pybkx_bookie(

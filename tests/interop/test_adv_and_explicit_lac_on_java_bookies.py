@@ -6,13 +6,11 @@ which is what pybkx's bookie copies); without the flush the reader sees one entr
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import harness
 import pytest
-from kazoo.client import KazooClient
 
 from pybkx.client import BookKeeper
 
@@ -28,25 +26,14 @@ def java_cluster(
     java_classpath: str, zookeeper: str, interop_dir: Path, processes: list[harness.Process]
 ) -> Iterator[str]:
     """Three Java bookies under a fresh ZooKeeper root; the metadata service URI."""
-    root = f"/adv-lac-{uuid.uuid4().hex}"
-    zk = KazooClient(hosts=zookeeper)
-    zk.start(timeout=30)
     try:
-        zk.ensure_path(root)  # the bookies create `<root>/ledgers`, not its parent
-    finally:
-        zk.stop()
-        zk.close()
-    started = []
-    try:
-        for i in range(BOOKIES):
-            workdir = interop_dir / f"{root[1:]}-{i}"
-            workdir.mkdir()
-            process, _ = harness.start_java_bookie(java_classpath, zookeeper + root, workdir)
-            processes.append(process)
-            started.append(process)
+        started, uri = harness.start_java_cluster(
+            java_classpath, zookeeper, interop_dir, "adv-lac", BOOKIES
+        )
     except harness.HarnessError as exc:
         pytest.fail(str(exc), pytrace=False)
-    yield f"zk+hierarchical://{zookeeper}{root}/ledgers"
+    processes.extend(started)
+    yield uri
     for process in started:
         process.stop()
 

@@ -14,6 +14,7 @@ import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -143,13 +144,26 @@ def get_json(url: str) -> Any:
         return json.loads(response.read())
 
 
+@dataclass(frozen=True)
+class JavaAdmin:
+    """A Java bookie alone under its own ZooKeeper root: its admin URL and its cluster's URI."""
+
+    url: str
+    metadata_uri: str
+
+
 @pytest.fixture
-def java_admin(java_classpath: str, zookeeper: str, tmp_path: Path) -> Iterator[str]:
-    """A Java bookie with BookKeeper's Prometheus provider and HTTP admin server: its URL."""
+def java_admin(java_classpath: str, zookeeper: str, tmp_path: Path) -> Iterator[JavaAdmin]:
+    """A Java bookie with BookKeeper's Prometheus provider and HTTP admin server.
+
+    Its root is its own: the session's other Java bookies live under ``/ledgers``, and a ledger
+    written to exercise this bookie must not land on one of them.
+    """
     port = harness.free_port()
+    root = harness.fresh_zookeeper_root(zookeeper, "ops-java")
     process, _address = harness.start_java_bookie(
         java_classpath,
-        zookeeper,
+        zookeeper + root,
         tmp_path,
         "statsProviderClass=org.apache.bookkeeper.stats.prometheus.PrometheusMetricsProvider",
         "httpServerEnabled=true",
@@ -159,7 +173,7 @@ def java_admin(java_classpath: str, zookeeper: str, tmp_path: Path) -> Iterator[
     try:
         url = f"http://127.0.0.1:{port}"
         harness.wait_until(process, lambda: _answers(url), "serving its admin API")
-        yield url
+        yield JavaAdmin(url, f"zk+hierarchical://{zookeeper}{root}/ledgers")
     finally:
         process.stop()
 
@@ -186,11 +200,11 @@ def exercise(uri: str, ensemble: int) -> str:
 
 
 def test_metric_names_types_and_labels_match_the_java_bookie(
-    java_admin: str, cluster: Sandbox, zookeeper: str
+    java_admin: JavaAdmin, cluster: Sandbox
 ) -> None:
-    exercise(f"zk+hierarchical://{zookeeper}/ledgers", 1)
+    exercise(java_admin.metadata_uri, 1)
     exercise(cluster.metadata_uri, 3)
-    java = scrape_families(java_admin)
+    java = scrape_families(java_admin.url)
     ours = scrape_families(cluster.admin_urls[0])
     bookkeeper_named = {
         name: kind_labels
@@ -205,9 +219,8 @@ def test_metric_names_types_and_labels_match_the_java_bookie(
         assert labels == java_labels - JAVA_ONLY_LABELS, (name, labels, java_labels)
 
 
-def test_admin_json_shapes_match_the_java_bookie(
-    java_admin: str, cluster: Sandbox, zookeeper: str
-) -> None:
+def test_admin_json_shapes_match_the_java_bookie(java_admin: JavaAdmin, cluster: Sandbox) -> None:
+    java_url = java_admin.url
     ours = cluster.admin_urls[0]
     for path in (
         "/api/v1/bookie/state",
@@ -216,23 +229,23 @@ def test_admin_json_shapes_match_the_java_bookie(
         "/api/v1/bookie/gc",
         "/api/v1/bookie/list_disk_file",
     ):
-        java_keys = set(get_json(java_admin + path))
+        java_keys = set(get_json(java_url + path))
         assert java_keys <= set(get_json(ours + path)), path
-    java_gc = get_json(java_admin + "/api/v1/bookie/gc_details")[0]
+    java_gc = get_json(java_url + "/api/v1/bookie/gc_details")[0]
     assert set(java_gc) <= set(get_json(ours + "/api/v1/bookie/gc_details")[0])
-    java_marks = get_json(java_admin + "/api/v1/bookie/last_log_mark")
+    java_marks = get_json(java_url + "/api/v1/bookie/last_log_mark")
     our_marks = get_json(ours + "/api/v1/bookie/last_log_mark")
     pattern = re.compile(r"LastLogMark: Journal Id - \d+\([0-9a-f]+\.txn\)")
     assert all(pattern.fullmatch(k) for k in [*java_marks, *our_marks])
     assert all(v.startswith("Pos - ") for v in [*java_marks.values(), *our_marks.values()])
 
-    # The same ledger metadata fields for a ledger of each cluster (the Java bookie's cluster
-    # lives under /ledgers: pybkx's client writes one there too).
-    ids = [exercise(cluster.metadata_uri, 3), exercise(f"zk+hierarchical://{zookeeper}/ledgers", 1)]
+    # The same ledger metadata fields for a ledger of each cluster (pybkx's client writes the
+    # Java bookie's too).
+    ids = [exercise(cluster.metadata_uri, 3), exercise(java_admin.metadata_uri, 1)]
     our_md = get_json(f"{ours}/api/v1/ledger/metadata?ledger_id={ids[0]}")[ids[0]]
-    java_md = get_json(f"{java_admin}/api/v1/ledger/metadata?ledger_id={ids[1]}")[ids[1]]
+    java_md = get_json(f"{java_url}/api/v1/ledger/metadata?ledger_id={ids[1]}")[ids[1]]
     assert set(java_md) == set(our_md)
     assert java_md["customMetadata"] == our_md["customMetadata"] == {"k": "dg=="}
-    java_read = get_json(f"{java_admin}/api/v1/ledger/read?ledger_id={ids[1]}")
+    java_read = get_json(f"{java_url}/api/v1/ledger/read?ledger_id={ids[1]}")
     our_read = get_json(f"{ours}/api/v1/ledger/read?ledger_id={ids[0]}")
     assert java_read == our_read == {"0": "x", "1": "x", "2": "x"}
