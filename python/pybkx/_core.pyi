@@ -380,7 +380,8 @@ class BookieClient:
     Given ``tls`` (a ``pybkx.config.tls.ClientTlsMaterial``) every connection sends START_TLS
     and runs TLS before any request, never plaintext; a bookie that refuses it, a failed
     handshake or none within ``startTLSTimeoutSecs`` fail the requests with SecurityException.
-    Raises ValueError for settings or TLS material that cannot be used.
+    Raises ValueError for settings or TLS material that cannot be used, and when ``config``
+    sets ``tlsProviderFactoryClass`` but ``tls`` is None (never plaintext where TLS was asked).
     """
 
     def __init__(self, config: object, tls: object = None) -> None: ...

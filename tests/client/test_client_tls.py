@@ -14,61 +14,23 @@ from typing import Any
 
 import pytest
 from support.bookies import needs_server
-from support.certs import Issued, TestCA, need_tools
+from support.certs import TLS_FACTORY, TestCA, bookie_keys, client_keys, need_tools
 from support.sandboxes import metric_total
 from support.sandboxes import sandboxes as sandboxes
 
 from pybkx import errors
+from pybkx._core import BookieClient
 from pybkx.client import BookKeeper
-from pybkx.config import ServerConfig
+from pybkx.config import ClientConfig, ServerConfig
+from pybkx.config.tls import client_tls_material
 
 pytestmark = [pytest.mark.integration, needs_server]
-
-TLS_FACTORY = "org.apache.bookkeeper.tls.TLSContextFactory"
-AUTHZ_FACTORY = "org.apache.bookkeeper.tls.BookieAuthZFactory"
 
 
 @pytest.fixture(scope="module")
 def ca(tmp_path_factory: pytest.TempPathFactory) -> TestCA:
     need_tools()
     return TestCA(tmp_path_factory.mktemp("ca"))
-
-
-def bookie_keys(ca: TestCA, issued: Issued, *, roles: str | None = None) -> dict[str, Any]:
-    keys: dict[str, Any] = {
-        "tlsProviderFactoryClass": TLS_FACTORY,
-        "tlsKeyStoreType": "PKCS12",
-        "tlsKeyStore": str(issued.pkcs12),
-        "tlsKeyStorePasswordPath": str(issued.password_file),
-    }
-    if roles is not None:
-        keys |= {
-            "tlsClientAuthentication": "true",
-            "tlsTrustStoreType": "PEM",
-            "tlsTrustStore": str(ca.cert),
-            "bookieAuthProviderFactoryClass": AUTHZ_FACTORY,
-            "authorizedRoles": roles,
-        }
-    return keys
-
-
-def client_keys(ca: TestCA, client: Issued | None = None, **extra: Any) -> dict[str, Any]:
-    keys: dict[str, Any] = {
-        "tlsProviderFactoryClass": TLS_FACTORY,
-        "clientTrustStoreType": "JKS",
-        "clientTrustStore": str(ca.trust_store("JKS")),
-        "clientTrustStorePasswordPath": str(ca.password_file),
-        "zkTimeout": 2000,
-        **extra,
-    }
-    if client is not None:
-        keys |= {
-            "tlsClientAuthentication": True,
-            "clientKeyStoreType": "JKS",
-            "clientKeyStore": str(client.jks),
-            "clientKeyStorePasswordPath": str(client.password_file),
-        }
-    return keys
 
 
 def write(bk: BookKeeper, entries: int = 10) -> int:
@@ -163,3 +125,12 @@ def test_the_shell_uses_the_bookies_tls_from_its_configuration(sandboxes: Any, c
         timeout=120,
     )
     assert refused.returncode != 0
+
+
+def test_a_bookie_client_asked_for_tls_without_its_material_is_refused(ca: TestCA) -> None:
+    """The binding fails closed: a configuration that asks for TLS never yields plaintext
+    connections because its material was left out."""
+    config = ClientConfig.of(**client_keys(ca))
+    with pytest.raises(ValueError, match="tlsProviderFactoryClass"):
+        BookieClient(config)
+    BookieClient(config, client_tls_material(config)).close()

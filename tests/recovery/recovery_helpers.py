@@ -6,6 +6,7 @@ from __future__ import annotations
 from pybkx._core import BookieClient, DigestManager
 from pybkx.client import BookKeeper, LedgerHandle
 from pybkx.config import ClientConfig
+from pybkx.config.tls import client_tls_material
 from pybkx.meta import LedgerMetadata
 
 FAST = {"addEntryTimeoutSec": 2, "readEntryTimeoutSec": 2, "zkTimeout": 2000}
@@ -31,13 +32,17 @@ def create_on(
     raise AssertionError(f"the placement never chose {wanted} as asked")
 
 
-def assert_replicated(bk: BookKeeper, ledger_id: int, dead: set[str]) -> LedgerMetadata:
-    """Every entry on every bookie of its write set, the copies byte-identical and valid."""
+def assert_replicated(
+    bk: BookKeeper, ledger_id: int, dead: set[str], config: ClientConfig | None = None
+) -> LedgerMetadata:
+    """Every entry on every bookie of its write set, the copies byte-identical and valid (read
+    by a bookie client with ``config``: a cluster's TLS settings, say)."""
     md = bk.store.read_ledger_metadata(ledger_id).value
     assert md.is_closed
     assert not dead & {b for ens in md.ensembles.values() for b in ens}
     digest = DigestManager(ledger_id, b"pw", md.digest_type.name)
-    raw = BookieClient(ClientConfig())
+    config = config or ClientConfig()
+    raw = BookieClient(config, client_tls_material(config))
     try:
         for entry_id in range(md.last_entry_id + 1):
             ensemble = md.ensemble_for(entry_id)

@@ -14,14 +14,18 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kazoo.client import KazooClient
 from recovery_helpers import FAST, assert_replicated, create_on
+from support.certs import TestCA, bookie_keys, client_keys, need_tools
+from support.sandboxes import sandboxes as sandboxes
 from support.wait import wait_until
 
 from pybkx import errors
 from pybkx.client import BookKeeper
+from pybkx.config import ClientConfig
 from pybkx.meta import MetadataStore, open_metadata_store
 from pybkx.tools.sandbox import Sandbox
 
@@ -89,6 +93,47 @@ def test_a_killed_auditor_is_replaced_and_its_ledgers_heal(cluster: Sandbox) -> 
         with pytest.raises((errors.LedgerFencedException, errors.LedgerClosedException)):
             open_ledger.append(b"late")
         assert store.read_ledger_metadata(open_ledger.ledger_id).value.last_entry_id == 199
+
+
+def test_ledgers_heal_on_a_cluster_that_requires_tls_and_roles(
+    sandboxes: Any, tmp_path: Path
+) -> None:
+    """AutoRecovery's own clients take the bookie's TLS settings and certificate (whose role
+    the other bookies authorize): a lost bookie's ledgers are copied over TLS, and a plaintext
+    client is still refused by every bookie."""
+    need_tools()
+    ca = TestCA(tmp_path / "ca")
+    bookie_cert = ca.issue("bookie-with-role", ou="0:bookie")
+    cluster = sandboxes(
+        {**AUTORECOVERY, **bookie_keys(ca, bookie_cert, roles="writer,bookie")}, bookies=4
+    )
+    keys = {**FAST, **client_keys(ca, ca.issue("writer", ou="0:writer"))}
+    with BookKeeper(cluster.metadata_uri, **keys) as bk:
+        first = bk.create_ledger(3, 2, 2, password=b"pw")
+        lost = first.metadata.last_ensemble[0]
+        first.close()
+        bk.delete_ledger(first.ledger_id)
+        ledgers = [create_on(bk, (3, 2, 2), {lost}, 400) for _ in range(2)]
+        for handle in ledgers:
+            handle.close()
+        cluster.kill_bookie(cluster.bookie_addresses.index(bk.address_of(lost)))
+
+        def healed() -> bool:
+            held = {
+                b
+                for handle in ledgers
+                for ens in bk.store.read_ledger_metadata(handle.ledger_id).value.ensembles.values()
+                for b in ens
+            }
+            return lost not in held and not bk.store.underreplicated_ledgers()
+
+        wait_until(healed, "the lost bookie's ledgers healed over TLS", timeout_s=HEAL_TIMEOUT_S)
+        for handle in ledgers:
+            assert_replicated(bk, handle.ledger_id, {lost}, ClientConfig.of(**keys))
+    with BookKeeper(cluster.metadata_uri, **FAST) as plaintext:
+        handle = plaintext.create_ledger(3, 2, 2)
+        with pytest.raises(errors.BKException):
+            handle.append(b"refused without TLS and a role")
 
 
 #: A replication worker in a process of its own: marks a ledger under-replicated, takes the

@@ -8,10 +8,14 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-__all__ = ["Issued", "TestCA", "need_tools"]
+__all__ = ["Issued", "TestCA", "bookie_keys", "client_keys", "need_tools"]
+
+TLS_FACTORY = "org.apache.bookkeeper.tls.TLSContextFactory"
+AUTHZ_FACTORY = "org.apache.bookkeeper.tls.BookieAuthZFactory"
 
 
 def need_tools() -> None:
@@ -105,3 +109,44 @@ class TestCA:
             password_file=self.password_file,
             password=self.password,
         )
+
+
+def bookie_keys(ca: TestCA, issued: Issued, *, roles: str | None = None) -> dict[str, Any]:
+    """A bookie's TLS settings (a PKCS12 key store); with ``roles``, client certificates of
+    ``ca`` are required and BookieAuthZFactory admits those carrying one of ``roles``."""
+    keys: dict[str, Any] = {
+        "tlsProviderFactoryClass": TLS_FACTORY,
+        "tlsKeyStoreType": "PKCS12",
+        "tlsKeyStore": str(issued.pkcs12),
+        "tlsKeyStorePasswordPath": str(issued.password_file),
+    }
+    if roles is not None:
+        keys |= {
+            "tlsClientAuthentication": "true",
+            "tlsTrustStoreType": "PEM",
+            "tlsTrustStore": str(ca.cert),
+            "bookieAuthProviderFactoryClass": AUTHZ_FACTORY,
+            "authorizedRoles": roles,
+        }
+    return keys
+
+
+def client_keys(ca: TestCA, client: Issued | None = None, **extra: Any) -> dict[str, Any]:
+    """A client's TLS settings trusting ``ca`` (JKS stores), presenting ``client``'s
+    certificate when given; ``extra`` settings added."""
+    keys: dict[str, Any] = {
+        "tlsProviderFactoryClass": TLS_FACTORY,
+        "clientTrustStoreType": "JKS",
+        "clientTrustStore": str(ca.trust_store("JKS")),
+        "clientTrustStorePasswordPath": str(ca.password_file),
+        "zkTimeout": 2000,
+        **extra,
+    }
+    if client is not None:
+        keys |= {
+            "tlsClientAuthentication": True,
+            "clientKeyStoreType": "JKS",
+            "clientKeyStore": str(client.jks),
+            "clientKeyStorePasswordPath": str(client.password_file),
+        }
+    return keys

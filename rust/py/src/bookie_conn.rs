@@ -124,13 +124,20 @@ impl PyBookieClient {
 
 #[pymethods]
 impl PyBookieClient {
-    /// Connections configured by `config` (a `pybkx.config.ClientConfig`).
     /// Connections configured by `config` (a `pybkx.config.ClientConfig`), over TLS when
     /// given `tls` (a `pybkx.config.tls.ClientTlsMaterial`). Raises ValueError for settings or
-    /// TLS material that cannot be used.
+    /// TLS material that cannot be used, and when `config` asks for TLS but no material is
+    /// given (never plaintext where TLS was asked for).
     #[new]
     #[pyo3(signature = (config, tls = None))]
     fn new(config: &Bound<'_, PyAny>, tls: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
+        let asks_for_tls = !config.getattr("tls_provider_factory_class")?.is_none();
+        if asks_for_tls && tls.is_none() {
+            return Err(PyValueError::new_err(
+                "the configuration sets tlsProviderFactoryClass but no TLS material was given: \
+                 pass pybkx.config.tls.client_tls_material(config)",
+            ));
+        }
         let mut cfg = client_config(config)?;
         if let Some(material) = tls {
             let client_tls = ClientTls::new(&client_tls_settings(material)?)
