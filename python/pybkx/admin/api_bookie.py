@@ -1,7 +1,8 @@
 """The admin endpoints about this bookie: ``/heartbeat``, ``/metrics``,
 ``/api/v1/config/server_config`` and ``/api/v1/bookie/*`` (info, state, read-only, readiness,
-last log mark, disk files, garbage collection), with BookKeeper's paths, JSON shapes and status
-codes. It answers requests; it never changes the bookie except through the bookie's own methods.
+last log mark, disk files, garbage collection) with BookKeeper's paths, JSON shapes and status
+codes, and pybkx's own ``/api/v1/bookie/orphans``. It answers requests; it never changes the
+bookie except through the bookie's own methods.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ def bookie_routes(ctx: AdminContext) -> dict[str, Handler]:
         "/api/v1/bookie/list_disk_file": api.list_disk_file,
         "/api/v1/bookie/gc": api.gc,
         "/api/v1/bookie/gc_details": api.gc_details,
+        "/api/v1/bookie/orphans": api.orphans,
     }
 
 
@@ -159,6 +161,32 @@ class _BookieEndpoints:
         if collector is None:
             raise HttpError(404, "this bookie runs standalone: it collects no garbage")
         return Response(200, [collector.details()])
+
+    def orphans(self, request: Request) -> Response:
+        """GET: what this bookie stores that no metadata accounts for (pybkx's own endpoint;
+        BookKeeper has none). PUT: remove it now — a garbage collection pass that also looks
+        for over-replicated ledgers whatever its interval — and say what went."""
+        require(request, "GET", "PUT")
+        collector = self._bookie.garbage_collector
+        if collector is None:
+            raise HttpError(404, "this bookie runs standalone: there is no metadata to compare")
+        if request.method == "GET":
+            found = collector.orphans()
+            return Response(
+                200,
+                {
+                    "ledgersWithoutMetadata": list(found.without_metadata),
+                    "overReplicatedLedgers": list(found.over_replicated),
+                },
+            )
+        done = collector.run(over_replicated_now=True)
+        return Response(
+            200,
+            {
+                "deletedLedgers": list(done.deleted),
+                "overReplicatedLedgersRemoved": list(done.over_replicated),
+            },
+        )
 
     def _read_only_or(self, default: bool) -> bool:
         try:

@@ -2,7 +2,7 @@
 read-only mode) and opening its storage from BookKeeper's keys. Control plane only; the bytes
 are the Rust core's."""
 
-from pybkx.bookie.gc import GarbageCollector, GcRun
+from pybkx.bookie.gc import GarbageCollector, GcRun, LocalOrphans
 from pybkx.bookie.process import DRAIN_TIMEOUT_MS, Bookie, BookieError, BookieService
 from pybkx.bookie.storage import open_ledger_storage
 
@@ -13,5 +13,6 @@ __all__ = [
     "BookieService",
     "GarbageCollector",
     "GcRun",
+    "LocalOrphans",
     "open_ledger_storage",
 ]

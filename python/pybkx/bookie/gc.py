@@ -23,7 +23,7 @@ from pybkx import errors
 from pybkx._core import LedgerStorage
 from pybkx.meta import MetadataStore
 
-__all__ = ["GarbageCollector", "GcRun"]
+__all__ = ["GarbageCollector", "GcRun", "LocalOrphans"]
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +60,17 @@ class GcRun:
     """Entry logs compacted (forced major or minor compaction)."""
     compaction: str = ""
     """"major", "minor" or "" (none forced)."""
+
+
+@dataclass(frozen=True)
+class LocalOrphans:
+    """What this bookie stores that no ledger's metadata accounts for (found, not removed)."""
+
+    without_metadata: tuple[int, ...]
+    """Ledgers stored here whose metadata is gone (a pass would delete them)."""
+    over_replicated: tuple[int, ...]
+    """Closed ledgers stored here that no ensemble names this bookie in (their copies moved to
+    other bookies); empty for a collector without a bookie id."""
 
 
 @dataclass
@@ -164,16 +175,24 @@ class GarbageCollector:
         with self._state_lock:
             return self._state.running
 
-    def run(self, *, force_major: bool = False, force_minor: bool = False) -> GcRun:
-        """One pass, then a major (or minor) compaction of the entry logs when forced. Raises
-        MetaStoreException if the metadata cannot be listed (nothing is deleted then),
-        BKException if the storage refuses a deletion or a compaction fails."""
+    def run(
+        self,
+        *,
+        force_major: bool = False,
+        force_minor: bool = False,
+        over_replicated_now: bool = False,
+    ) -> GcRun:
+        """One pass, then a major (or minor) compaction of the entry logs when forced;
+        ``over_replicated_now``: the pass also removes over-replicated ledgers whatever the
+        time since the last look (an operator's explicit fix). Raises MetaStoreException if the
+        metadata cannot be listed (nothing is deleted then), BKException if the storage refuses
+        a deletion or a compaction fails."""
         compaction = "major" if force_major else "minor" if force_minor else ""
         with self._run_lock:
             with self._state_lock:
                 self._state.running = True
             try:
-                done = self._pass(compaction)
+                done = self._pass(compaction, over_replicated_now)
             finally:
                 with self._state_lock:
                     self._state.running = False
@@ -190,14 +209,34 @@ class GarbageCollector:
                     self._state.last_minor_ms = done.finished_ms
             return done
 
-    def _pass(self, compaction: str) -> GcRun:
+    def orphans(self) -> LocalOrphans:
+        """What a pass would remove now, found with the same checks and removed by none:
+        ledgers whose metadata is gone, and (given a bookie id) closed ledgers no ensemble
+        names this bookie in. Raises MetaStoreException."""
+        local = self._storage.list_ledgers()
+        listed = set(self._store.list_ledgers())
+        without = [i for i in local if i not in listed and self._metadata_gone(i)]
+        over: list[int] = []
+        if self._bookie_id is not None:
+            for ledger_id in local:
+                if ledger_id not in listed:
+                    continue
+                try:
+                    if not self._must_keep(ledger_id):
+                        over.append(ledger_id)
+                except errors.NoSuchLedgerExistsOnMetadataServerException:
+                    continue  # deleted meanwhile: the next look finds it without metadata
+        return LocalOrphans(tuple(without), tuple(over))
+
+    def _pass(self, compaction: str, over_replicated_now: bool = False) -> GcRun:
         started = _now_ms()
         local = self._storage.list_ledgers()
         listed = set(self._store.list_ledgers())
         deleted = self._delete_gone(local, listed)
         over: list[int] = []
         now = time.monotonic()
-        if self._over_interval_s > 0 and now - self._last_over_check >= self._over_interval_s:
+        due = self._over_interval_s > 0 and now - self._last_over_check >= self._over_interval_s
+        if self._bookie_id is not None and (due or over_replicated_now):
             over = self._remove_over_replicated([i for i in local if i in listed])
             self._last_over_check = now
         logs, freed, compacted = self._collect(compaction)
@@ -222,11 +261,8 @@ class GarbageCollector:
                 continue
             if self._halt.is_set():
                 break  # the bookie is stopping: the next start goes on from here
-            try:
-                self._store.read_ledger_metadata(ledger_id)
+            if not self._metadata_gone(ledger_id):
                 continue  # created after the listing began
-            except errors.NoSuchLedgerExistsOnMetadataServerException:
-                pass
             try:
                 self._storage.delete_ledger(ledger_id)
             except errors.NoSuchLedgerExistsException:
@@ -234,6 +270,15 @@ class GarbageCollector:
             deleted.append(ledger_id)
             logger.info("gc: deleted ledger %d (its metadata is gone)", ledger_id)
         return deleted
+
+    def _metadata_gone(self, ledger_id: int) -> bool:
+        """Whether a second read of a ledger missing from a listing confirms its metadata is
+        gone (BookKeeper's ``verifyMetadataOnGC``): false for one created meanwhile."""
+        try:
+            self._store.read_ledger_metadata(ledger_id)
+        except errors.NoSuchLedgerExistsOnMetadataServerException:
+            return True
+        return False
 
     def _collect(self, compaction: str) -> tuple[int, int, int]:
         """Asks the storage's lifecycle to collect now, compacting as ``compaction`` says

@@ -10,7 +10,7 @@ import json
 import os
 import urllib.error
 import urllib.request
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from pybkx import errors
@@ -19,7 +19,9 @@ from pybkx.meta import MetadataStore
 __all__ = [
     "BOOKIE_INFO_TIMEOUT_S",
     "DiskInfo",
+    "admin_caller",
     "bookie_disk_info",
+    "call_json",
     "disk_info",
     "format_bytes",
     "http_endpoint",
@@ -80,12 +82,46 @@ def http_endpoint(store: MetadataStore, bookie_id: str) -> tuple[str, int] | Non
 def fetch_json(host: str, port: int, path: str, timeout_s: float = BOOKIE_INFO_TIMEOUT_S) -> object:
     """GET ``http://host:port{path}`` as JSON. Raises OSError (unreachable, HTTP error, not
     JSON)."""
+    return call_json(host, port, path, timeout_s=timeout_s)
+
+
+def call_json(
+    host: str,
+    port: int,
+    path: str,
+    *,
+    method: str = "GET",
+    token: str | None = None,
+    timeout_s: float = BOOKIE_INFO_TIMEOUT_S,
+) -> object:
+    """``method`` ``http://host:port{path}``, the answer as JSON; ``token``: sent as a bearer
+    token (the admin API's write endpoints may require one). Raises OSError (unreachable,
+    HTTP error, not JSON)."""
     url = f"http://{host}:{port}{path}"
+    request = urllib.request.Request(url, method=method)
+    if token is not None:
+        request.add_header("Authorization", f"Bearer {token}")
     try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as response:
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:
             return json.loads(response.read())
     except (urllib.error.URLError, ValueError) as exc:
         raise OSError(f"{url}: {exc}") from None
+
+
+def admin_caller(
+    store: MetadataStore, token: str | None = None, timeout_s: float = BOOKIE_INFO_TIMEOUT_S
+) -> Callable[[str, str, str], object]:
+    """``ask(bookie_id, method, path)``: the JSON a bookie's published admin endpoint answers,
+    with ``token`` as its bearer token. ``ask`` raises OSError when the bookie publishes no
+    endpoint, cannot be reached, refuses or answers no JSON."""
+
+    def ask(bookie_id: str, method: str, path: str) -> object:
+        endpoint = http_endpoint(store, bookie_id)
+        if endpoint is None:
+            raise OSError(f"{bookie_id} publishes no admin HTTP endpoint")
+        return call_json(*endpoint, path, method=method, token=token, timeout_s=timeout_s)
+
+    return ask
 
 
 def bookie_disk_info(
