@@ -1,8 +1,8 @@
 """The admin endpoints about this bookie: ``/heartbeat``, ``/metrics``,
 ``/api/v1/config/server_config`` and ``/api/v1/bookie/*`` (info, state, read-only, readiness,
 last log mark, disk files, garbage collection) with BookKeeper's paths, JSON shapes and status
-codes, and pybkx's own ``/api/v1/bookie/orphans``. It answers requests; it never changes the
-bookie except through the bookie's own methods.
+codes, and pybkx's own ``/api/v1/bookie/orphans`` and ``/api/v1/bookie/space``. It answers
+requests; it never changes the bookie except through the bookie's own methods.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from pybkx.admin.context import AdminContext
 from pybkx.admin.http import HttpError, Request, Response, require
 from pybkx.admin.prometheus import CONTENT_TYPE
 from pybkx.bookie import BookieError
+from pybkx.bookie.space import account_space
 from pybkx.tools.bookies import disk_info
 
 __all__ = ["bookie_routes"]
@@ -39,6 +40,7 @@ def bookie_routes(ctx: AdminContext) -> dict[str, Handler]:
         "/api/v1/bookie/gc": api.gc,
         "/api/v1/bookie/gc_details": api.gc_details,
         "/api/v1/bookie/orphans": api.orphans,
+        "/api/v1/bookie/space": api.space,
     }
 
 
@@ -186,6 +188,24 @@ class _BookieEndpoints:
                 "deletedLedgers": list(done.deleted),
                 "overReplicatedLedgersRemoved": list(done.over_replicated),
             },
+        )
+
+    def space(self, request: Request) -> Response:
+        """GET: this bookie's entry-log bytes per tier by what they hold (pybkx's own endpoint).
+        Orphaned and over-replicated bytes are looked up in the metadata now (one read per
+        stored ledger; ``orphans=false`` skips it and counts them as live)."""
+        require(request, "GET")
+        collector = self._bookie.garbage_collector
+        found = None
+        if collector is not None and request.param("orphans") != "false":
+            found = collector.orphans()
+        try:
+            tiers = account_space(self._bookie.storage, self._bookie.config, found)
+        except BookieError as exc:
+            raise HttpError(503, str(exc)) from None
+        return Response(
+            200,
+            {"orphansChecked": found is not None, "tiers": [t.as_json() for t in tiers]},
         )
 
     def _read_only_or(self, default: bool) -> bool:

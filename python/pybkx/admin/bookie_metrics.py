@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from pybkx import errors
 from pybkx._core import Metric
 from pybkx.bookie import Bookie, BookieError
+from pybkx.bookie.space import account_space
 
 if TYPE_CHECKING:
     from pybkx._core import LedgerStorage
@@ -111,10 +112,41 @@ def bookie_metrics(bookie: Bookie) -> list[Metric]:
     logs, log_bytes = _entry_logs(config.ledger_directories)
     out.append(_gauge("bookie_gc_ACTIVE_ENTRY_LOG_TOTAL", logs))
     out.append(_gauge("bookie_gc_ACTIVE_ENTRY_LOG_SPACE_BYTES", log_bytes))
+    out += _space_gauges(bookie)
     for service in bookie.services:  # AutoRecovery in the bookie's process: its stats
         metrics = getattr(service, "metrics", None)
         if callable(metrics):
             out.extend(metrics())
+    return out
+
+
+#: ``pybkx_space_bytes``'s ``state`` label: the fields of a tier's space account.
+_SPACE_STATES = (
+    "live",
+    "deleted",
+    "orphaned",
+    "over_replicated",
+    "compactable",
+    "overhead",
+)
+
+
+def _space_gauges(bookie: Bookie) -> list[Metric]:
+    """``pybkx_space_bytes{tier, state}``: the entry-log bytes of each tier by what they hold.
+    Orphaned and over-replicated bytes are those of the collector's last look
+    (``/api/v1/bookie/orphans`` or ``/api/v1/bookie/space``; counted as live before one)."""
+    collector = bookie.garbage_collector
+    orphans = collector.last_orphans if collector is not None else None
+    try:
+        tiers = account_space(bookie.storage, bookie.config, orphans)
+    except (errors.BKException, BookieError):
+        return []
+    out: list[Metric] = []
+    for tier in tiers:
+        for state in _SPACE_STATES:
+            value = getattr(tier, state)
+            labels = {"tier": tier.tier, "state": state}
+            out.append(Metric("pybkx_space_bytes", "gauge", "bytes", labels, value))
     return out
 
 

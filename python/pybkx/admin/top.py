@@ -1,5 +1,6 @@
 """``pybkx top``: a live view of a cluster in the terminal, refreshed every second: per bookie
-its state, adds/s, reads/s, latency, connections and disk use per directory tier, and the
+its state, adds/s, reads/s, latency, connections, disk use per directory tier and the bytes GC
+and compaction can win back, and the
 cluster's totals. It scrapes each bookie's ``/metrics`` (found through the registrations'
 ``httpserver`` endpoints, or given as URLs) and never changes anything.
 """
@@ -150,6 +151,8 @@ class Row:
     ledger_disk: float
     index_disk: float
     journal_queue: float
+    reclaimable_mib: float
+    """Entry-log bytes GC and compaction can win back: deleted, orphaned, over-replicated."""
 
 
 class View:
@@ -183,7 +186,7 @@ class View:
     def _row(target: Target, now: BookieSample, before: BookieSample | None) -> Row:
         if now.error:
             nan = math.nan
-            return Row(target.bookie_id, f"unreachable: {now.error}", *([nan] * 9))
+            return Row(target.bookie_id, f"unreachable: {now.error}", *([nan] * 10))
         status = now.value("bookie_SERVER_STATUS")
         return Row(
             bookie_id=target.bookie_id,
@@ -198,6 +201,11 @@ class View:
             index_disk=_usage(now, "index"),
             journal_queue=now.value("bookie_journal_JOURNAL_QUEUE_SIZE_total")
             + now.value("bookie_journal_JOURNAL_QUEUE_SIZE"),
+            reclaimable_mib=sum(
+                now.value("pybkx_space_bytes", state=state)
+                for state in ("deleted", "orphaned", "over_replicated")
+            )
+            / (1 << 20),
         )
 
     def close(self) -> None:
@@ -226,6 +234,7 @@ def render(rows: list[Row], header: Mapping[str, str]) -> RenderableType:
         "journal queue",
         "ledger disk %",
         "index disk %",
+        "reclaimable MiB",
     ):
         table.add_column(column, justify="left" if column in ("bookie", "state") else "right")
     total_adds = total_reads = 0.0
@@ -246,6 +255,7 @@ def render(rows: list[Row], header: Mapping[str, str]) -> RenderableType:
             num(r.journal_queue),
             num(r.ledger_disk, 1),
             num(r.index_disk, 1),
+            num(r.reclaimable_mib, 1),
         )
     facts = "   ".join(f"{k}: {v}" for k, v in header.items())
     summary = f"cluster adds/s: {total_adds:,.0f}   reads/s: {total_reads:,.0f}   {facts}"

@@ -123,6 +123,7 @@ class GarbageCollector:
         self._state = _State()
         self._halt = threading.Event()
         self._periodic: threading.Thread | None = None
+        self._last_orphans: LocalOrphans | None = None
 
     def start_periodic(self, interval_s: float) -> None:
         """Run a pass every ``interval_s`` seconds on a daemon thread until ``stop_periodic``
@@ -197,6 +198,12 @@ class GarbageCollector:
                 with self._state_lock:
                     self._state.running = False
             with self._state_lock:
+                if self._last_orphans is not None:
+                    removed = {*done.deleted, *done.over_replicated}
+                    self._last_orphans = LocalOrphans(
+                        tuple(i for i in self._last_orphans.without_metadata if i not in removed),
+                        tuple(i for i in self._last_orphans.over_replicated if i not in removed),
+                    )
                 self._state.runs += 1
                 self._state.deleted_total += len(done.deleted)
                 self._state.over_replicated_total += len(done.over_replicated)
@@ -226,7 +233,17 @@ class GarbageCollector:
                         over.append(ledger_id)
                 except errors.NoSuchLedgerExistsOnMetadataServerException:
                     continue  # deleted meanwhile: the next look finds it without metadata
-        return LocalOrphans(tuple(without), tuple(over))
+        found = LocalOrphans(tuple(without), tuple(over))
+        with self._state_lock:
+            self._last_orphans = found
+        return found
+
+    @property
+    def last_orphans(self) -> LocalOrphans | None:
+        """What the last ``orphans`` call found (None before the first), less what passes
+        since have removed: cheap, for metrics."""
+        with self._state_lock:
+            return self._last_orphans
 
     def _pass(self, compaction: str, over_replicated_now: bool = False) -> GcRun:
         started = _now_ms()
