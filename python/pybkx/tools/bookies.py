@@ -9,20 +9,20 @@ from __future__ import annotations
 import json
 import os
 import urllib.error
-import urllib.request
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from pybkx import errors
 from pybkx.meta import MetadataStore
+from pybkx.tools.admin_http import open_admin
 
 __all__ = [
     "BOOKIE_INFO_TIMEOUT_S",
     "DiskInfo",
+    "admin_url",
     "bookie_disk_info",
     "disk_info",
     "format_bytes",
-    "http_endpoint",
     "list_bookies",
 ]
 
@@ -65,24 +65,25 @@ def bookie_host(store: MetadataStore, bookie_id: str) -> str:
     return bookie_id.rsplit(":", 1)[0]
 
 
-def http_endpoint(store: MetadataStore, bookie_id: str) -> tuple[str, int] | None:
-    """``(host, port)`` of the admin HTTP server a bookie published (``httpserver``), if any."""
+def admin_url(store: MetadataStore, bookie_id: str) -> str | None:
+    """``scheme://host:port`` of the admin HTTP server a bookie published (``httpserver``;
+    ``https`` when it serves TLS), if any."""
     try:
         info = store.bookie_service_info(bookie_id)
     except errors.BKException:
         return None
     for endpoint in info.endpoints:
-        if endpoint.id == "httpserver" and endpoint.protocol == "http":
-            return endpoint.host, endpoint.port
+        if endpoint.id == "httpserver" and endpoint.protocol in ("http", "https"):
+            return f"{endpoint.protocol}://{endpoint.host}:{endpoint.port}"
     return None
 
 
-def fetch_json(host: str, port: int, path: str, timeout_s: float = BOOKIE_INFO_TIMEOUT_S) -> object:
-    """GET ``http://host:port{path}`` as JSON. Raises OSError (unreachable, HTTP error, not
-    JSON)."""
-    url = f"http://{host}:{port}{path}"
+def fetch_json(base_url: str, path: str, timeout_s: float = BOOKIE_INFO_TIMEOUT_S) -> object:
+    """GET ``{base_url}{path}`` as JSON (https as ``pybkx.tools.admin_http`` sets it up).
+    Raises OSError (unreachable, TLS refused, HTTP error, not JSON)."""
+    url = f"{base_url}{path}"
     try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as response:
+        with open_admin(url, timeout_s) as response:
             return json.loads(response.read())
     except (urllib.error.URLError, ValueError) as exc:
         raise OSError(f"{url}: {exc}") from None
@@ -93,11 +94,11 @@ def bookie_disk_info(
 ) -> DiskInfo | None:
     """A bookie's free and total space, asked from its admin HTTP endpoint; None when it
     publishes none or does not answer."""
-    endpoint = http_endpoint(store, bookie_id)
-    if endpoint is None:
+    url = admin_url(store, bookie_id)
+    if url is None:
         return None
     try:
-        info = fetch_json(*endpoint, "/api/v1/bookie/info", timeout_s)
+        info = fetch_json(url, "/api/v1/bookie/info", timeout_s)
     except OSError:
         return None
     if not isinstance(info, dict):
