@@ -7,6 +7,7 @@ processes; certificates made by openssl and keytool."""
 from __future__ import annotations
 
 import base64
+import socket
 import ssl
 import urllib.error
 import urllib.request
@@ -22,6 +23,7 @@ from support.bookies import assert_one_line_failure, needs_server, write_conf
 from support.bookies import start_bookie as start_bookie
 from support.certs import Issued, TestCA, need_tools
 from support.ports import free_port
+from support.wait import wait_until
 
 from pybkx.tools.admin_http import CA_FILE_ENV, admin_ssl_context
 from pybkx.tools.bookies import admin_url, fetch_json
@@ -168,6 +170,40 @@ def test_pybkx_tools_find_and_speak_https(
     monkeypatch.setenv(CA_FILE_ENV, str(pki.stranger_ca.cert))
     with pytest.raises(OSError, match="CERTIFICATE_VERIFY_FAILED"):
         fetch_json(base, "/api/v1/bookie/last_log_mark")
+
+
+def test_a_body_over_the_limit_is_refused_before_it_is_read(https_only: Sandbox, pki: Pki) -> None:
+    host, port = https_only.admin_urls[0].removeprefix("https://").split(":")
+    context = trusting(pki)
+    with (
+        socket.create_connection((host, int(port)), timeout=30) as raw,
+        context.wrap_socket(raw, server_hostname=host) as sock,
+    ):
+        # Announce 2 MiB (httpServerMaxRequestBytes is 1 MiB) and send none of it.
+        sock.sendall(
+            b"PUT /api/v1/bookie/state/readonly HTTP/1.1\r\nHost: x\r\n"
+            b"Authorization: Bearer " + TOKEN.encode() + b"\r\n"
+            b"Content-Type: application/json\r\nContent-Length: 2097152\r\n\r\n"
+        )
+        status_line = sock.makefile("rb").readline()
+    assert status_line.split()[1] == b"413", status_line
+
+
+def test_connections_over_the_limit_are_closed_until_one_ends(pki: Pki, tmp_path: Path) -> None:
+    conf = tls_conf(pki, httpServerMaxConnections=1)
+    with Sandbox(1, directory=tmp_path / "sandbox", conf=conf) as sb:
+        url = sb.admin_urls[0]
+        host, port = url.removeprefix("https://").split(":")
+        context = trusting(pki)
+        with socket.create_connection((host, int(port)), timeout=30):
+            # This connection says nothing and holds the only slot: the next is closed.
+            refused(url, context)
+        wait_until(
+            lambda: http("GET", f"{url}/api/v1/bookie/info", context=context).status == 200,
+            "a request served once the silent connection closed",
+            timeout_s=30,
+            ignoring=(urllib.error.URLError, HTTPException, OSError),
+        )
 
 
 def test_a_trust_store_makes_client_certificates_compulsory(mutual: Sandbox, pki: Pki) -> None:
