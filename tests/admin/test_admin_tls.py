@@ -49,7 +49,7 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
     need_tools()
     root = tmp_path_factory.mktemp("pki")
     ca = TestCA(root / "ca")
-    stranger_ca = TestCA(root / "stranger", name="another-ca")
+    stranger_ca = TestCA(root / "stranger", name="another-ca", password="its-own-password")
     return Pki(
         ca,
         ca.issue("admin-server"),
@@ -87,9 +87,15 @@ def https_only(pki: Pki, tmp_path_factory: pytest.TempPathFactory) -> Iterator[S
 @pytest.fixture(scope="module")
 def mutual(pki: Pki, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
     """TLS with a PKCS12 key store and a JKS trust store holding the CA: client certificates
-    are required. The trust store's password is left empty: the key store's is used."""
+    are required. The trust store's password is wrong and the key store's opens it: BookKeeper
+    opens it with the key store's password whatever httpServerTrustStorePassword says."""
     root = tmp_path_factory.mktemp("mutual")
-    conf = tls_conf(pki, "pkcs12", httpServerTrustStorePath=str(pki.ca.trust_store("JKS")))
+    conf = tls_conf(
+        pki,
+        "pkcs12",
+        httpServerTrustStorePath=str(pki.ca.trust_store("JKS")),
+        httpServerTrustStorePassword="not-its-password",
+    )
     with Sandbox(1, directory=root / "sandbox", conf=conf) as sb:
         yield sb
 
@@ -206,6 +212,18 @@ def test_connections_over_the_limit_are_closed_until_one_ends(pki: Pki, tmp_path
         )
 
 
+def test_a_trust_store_with_a_password_of_its_own_opens_with_it(pki: Pki, tmp_path: Path) -> None:
+    conf = tls_conf(
+        pki,
+        httpServerTrustStorePath=str(pki.stranger_ca.trust_store("PKCS12")),
+        httpServerTrustStorePassword=pki.stranger_ca.password,
+    )
+    with Sandbox(1, directory=tmp_path / "sandbox", conf=conf) as sb:
+        info = f"{sb.admin_urls[0]}/api/v1/bookie/info"
+        assert http("GET", info, context=trusting(pki, pki.stranger)).status == 200
+        refused(sb.admin_urls[0], trusting(pki, pki.client))  # not signed by the stranger CA
+
+
 def test_a_trust_store_makes_client_certificates_compulsory(mutual: Sandbox, pki: Pki) -> None:
     url = mutual.admin_urls[0]
     refused(url, trusting(pki))  # no certificate
@@ -223,18 +241,17 @@ def test_a_trust_store_makes_client_certificates_compulsory(mutual: Sandbox, pki
         ({"httpServerKeyStorePassword": "wrong"}, "httpServerKeyStorePath"),
         ({"httpServerKeyStorePath": "/nonexistent/keystore.jks"}, "httpServerKeyStorePath"),
         ({"httpServerKeyStorePath": ""}, "httpServerKeyStorePath is required"),
-        (
-            {"httpServerTrustStorePath": "TRUST", "httpServerTrustStorePassword": "wrong"},
-            "httpServerTrustStorePath",
-        ),
+        # A trust store neither its password nor the key store's opens.
+        ({"httpServerTrustStorePassword": "wrong"}, "httpServerTrustStorePath"),
+        ({}, "httpServerTrustStorePath"),
     ],
 )
 def test_an_unusable_store_stops_the_bookie(
     tmp_path: Path, start_bookie: Any, pki: Pki, change: dict[str, str], key: str
 ) -> None:
     conf = tls_conf(pki, **change)
-    if conf.get("httpServerTrustStorePath") == "TRUST":
-        conf["httpServerTrustStorePath"] = str(pki.ca.trust_store("JKS"))
+    if key == "httpServerTrustStorePath":
+        conf["httpServerTrustStorePath"] = str(pki.stranger_ca.trust_store("JKS"))
     port = free_port()
     extra = f"httpServerEnabled=true\nhttpServerPort={port}\n"
     extra += "".join(f"{k}={v}\n" for k, v in conf.items())

@@ -52,26 +52,34 @@ def admin_tls_context(config: ServerConfig) -> ssl.SSLContext | None:
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     _load_key(context, material)
-    trust_path = config.http_server_trust_store_path
-    if trust_path:
-        # BookKeeper 4.17.3's getter for the trust store's password returns the key store's;
-        # pybkx reads the trust store's own key and falls back to it when that is empty.
-        trust_password = config.http_server_trust_store_password or key_password
+    if config.http_server_trust_store_path:
+        context.load_verify_locations(cadata=b"".join(_trusted(config)))
+        context.verify_mode = ssl.CERT_REQUIRED
+    return context
+
+
+def _trusted(config: ServerConfig) -> tuple[bytes, ...]:
+    """The trust store's certificates (DER). BookKeeper 4.17.3's getter for the trust store's
+    password returns the key store's, so the store BookKeeper opens is the one the key store's
+    password opens; pybkx tries ``httpServerTrustStorePassword`` first (when set), then that.
+    Raises ConfigError naming the store when neither opens it."""
+    passwords = [config.http_server_trust_store_password, config.http_server_key_store_password]
+    tried = list(dict.fromkeys(p for p in passwords if p)) or [""]
+    failure = ""
+    for password in tried:
         try:
-            trusted = load_trust_store(
+            return load_trust_store(
                 _STORE_TYPE,
-                trust_path,
-                trust_password,
+                config.http_server_trust_store_path,
+                password,
                 names=("httpServerTlsEnable", "httpServerTrustStorePath"),
             )
         except ConfigError as exc:
-            raise ConfigError(
-                f"{exc} (its password is httpServerTrustStorePassword, "
-                "or httpServerKeyStorePassword when that is empty)"
-            ) from None
-        context.load_verify_locations(cadata=b"".join(trusted))
-        context.verify_mode = ssl.CERT_REQUIRED
-    return context
+            failure = str(exc)
+    raise ConfigError(
+        f"{failure} (tried httpServerTrustStorePassword, then httpServerKeyStorePassword, as "
+        "BookKeeper opens it)"
+    )
 
 
 def _load_key(context: ssl.SSLContext, material: KeyMaterial) -> None:

@@ -469,8 +469,8 @@ class ServerConfig(TlsKeys, KeyedConfig):
     """JKS or PKCS12 certificates the admin server trusts: when set, every client must present
     a certificate they signed (BookKeeper requires client certificates with TLS)."""
     http_server_trust_store_password: str = setting("httpServerTrustStorePassword", "", _text(""))
-    """The trust store's password; empty: ``httpServerKeyStorePassword``, which is the one
-    BookKeeper 4.17.3's getter returns for it."""
+    """The trust store's password; when it does not open the store (or is empty),
+    ``httpServerKeyStorePassword`` is tried: BookKeeper 4.17.3's getter returns that one."""
     http_server_basic_auth_path: str | None = setting("httpServerBasicAuthPath", None, optional_str)
     """pybkx's key: a file of ``user:password`` lines; every PUT, POST and DELETE of the admin
     API may then authenticate with ``Authorization: Basic`` as one of them (beside the bearer
