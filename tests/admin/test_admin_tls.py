@@ -125,6 +125,9 @@ def test_https_serves_reads_and_authenticated_writes(https_only: Sandbox, pki: P
     context = trusting(pki)
     info = http("GET", f"{url}/api/v1/bookie/info", context=context)
     assert info.status == 200 and "freeSpace" in info.json()
+    with urllib.request.urlopen(f"{url}/heartbeat", timeout=30, context=context) as response:
+        assert response.read().strip() == b"OK"
+        assert response.headers["Server"] == "pybkx"  # as under waitress: no versions
     gc = f"{url}/api/v1/bookie/gc"
     assert http("GET", gc, context=context).json() == {"is_in_force_gc": "false"}
     bearer = {"Authorization": f"Bearer {TOKEN}"}

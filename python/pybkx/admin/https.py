@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
-from wsgiref.simple_server import WSGIRequestHandler
+from wsgiref.simple_server import ServerHandler, WSGIRequestHandler
 
 __all__ = ["HttpsServer"]
 
@@ -36,6 +36,8 @@ _CONNECTION_DEADLINE_S = 60.0
 _POLL_S = 0.5
 """How often the accept loop and idle workers look at the stop flag and the deadlines."""
 _STOP_TIMEOUT_S = 5.0
+_MAX_REQUEST_LINE = 65536
+"""Longest request line read (the standard library's own bound)."""
 _LINGER_S = 2.0
 """Longest wait, after the answer, for the client to close (see ``_linger``)."""
 _LINGER_SLACK_BYTES = 64 * 1024
@@ -61,11 +63,37 @@ class _Site:
         return self._app
 
 
+class _Gateway(ServerHandler):
+    """The standard library's WSGI gateway, naming itself as waitress does for pybkx (no
+    Python version in the Server header)."""
+
+    server_software = "pybkx"
+
+
 class _Handler(WSGIRequestHandler):
     """One request on a TLS socket; logs through ``logging`` rather than to stderr."""
 
     server_version = "pybkx"
     sys_version = ""
+
+    def handle(self) -> None:
+        """Reads one request and runs the application (the base's steps, with _Gateway)."""
+        self.raw_requestline = self.rfile.readline(_MAX_REQUEST_LINE + 1)
+        if len(self.raw_requestline) > _MAX_REQUEST_LINE:
+            self.requestline, self.request_version, self.command = "", "", ""
+            self.send_error(414)
+            return
+        if not self.parse_request():
+            return
+        gateway = _Gateway(
+            self.rfile,
+            self.wfile,  # type: ignore[arg-type]  # a buffered writer, as the base passes it
+            self.get_stderr(),
+            self.get_environ(),
+            multithread=True,
+        )
+        gateway.request_handler = self  # type: ignore[attr-defined]  # it logs the request
+        gateway.run(self.server.get_app())  # type: ignore[attr-defined]
 
     def log_message(self, format: str, *args: Any) -> None:
         logger.debug("admin HTTPS %s: " + format, self.client_address[0], *args)
