@@ -134,6 +134,7 @@ class HttpsServer:
         self._site = _Site(app, host, self.port)
         self._context = context
         self._stopping = threading.Event()
+        self._at_limit = False
         self._slots = threading.BoundedSemaphore(max_connections)
         # Bounded by max_connections: a connection enters only with a slot.
         self._waiting: queue.Queue[_Connection] = queue.Queue()
@@ -165,9 +166,14 @@ class HttpsServer:
                 self._stopping.wait(_POLL_S)  # not a fixed sleep: ends early at stop
                 continue
             if not self._slots.acquire(blocking=False):
-                logger.warning("%s: over its connection limit, closing %s", self.name, address)
+                if not self._at_limit:  # once per episode, not once per connection
+                    logger.warning(
+                        "%s: at its connection limit, closing new connections", self.name
+                    )
+                self._at_limit = True
                 sock.close()
                 continue
+            self._at_limit = False
             conn = _Connection(sock, address)
             with self._lock:
                 self._open.add(conn)
