@@ -8,8 +8,9 @@ non-blocking sockets. The limits are the same settings: ``threads`` requests at 
 ``max_connections`` connections open or waiting (one more is closed at once), every read and
 write bounded by the idle timeout, and every connection by a deadline after which it is shut,
 so a client that trickles bytes cannot hold a worker for longer than that. Request bodies are
-bounded by the Router (413 before reading). Each connection carries one request
-(``Connection: close``), so an idle client never holds a worker.
+bounded by the Router (413 before reading). Each connection carries one request (answered
+as HTTP/1.0, then closed), so a kept-alive client holds no worker between requests; a silent
+one holds it for the idle timeout at most.
 """
 
 from __future__ import annotations
