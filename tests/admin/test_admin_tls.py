@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import socket
 import ssl
+import tempfile
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -25,6 +26,8 @@ from support.certs import Issued, TestCA, need_tools
 from support.ports import free_port
 from support.wait import wait_until
 
+from pybkx.admin.tls import admin_tls_context
+from pybkx.config import ServerConfig
 from pybkx.tools.admin_http import CA_FILE_ENV, admin_ssl_context
 from pybkx.tools.bookies import admin_url, fetch_json
 from pybkx.tools.sandbox import Sandbox
@@ -274,3 +277,20 @@ def test_an_unusable_user_file_stops_the_bookie(
     )
     bookie = start_bookie("--conf", str(write_conf(tmp_path, free_port(), extra)))
     assert_one_line_failure(bookie, "httpServerBasicAuthPath")
+
+
+def test_the_key_never_stays_on_disk_and_a_trust_store_asks_for_certificates(
+    pki: Pki, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Python's ssl reads the key from a file: the private directory it went to is gone once
+    the context is built."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    alone = admin_tls_context(ServerConfig.of(**tls_conf(pki)))
+    assert alone is not None and alone.verify_mode == ssl.CERT_NONE
+    trust = str(pki.ca.trust_store("PKCS12"))
+    mutual = admin_tls_context(
+        ServerConfig.of(**tls_conf(pki, "pkcs12", httpServerTrustStorePath=trust))
+    )
+    assert mutual is not None and mutual.verify_mode == ssl.CERT_REQUIRED
+    assert list(tmp_path.iterdir()) == []
+    assert admin_tls_context(ServerConfig()) is None
