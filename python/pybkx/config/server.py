@@ -459,8 +459,8 @@ class ServerConfig(TlsKeys, KeyedConfig):
     http_server_tls_enable: bool = setting("httpServerTlsEnable", False, boolean)
     """The admin HTTP server speaks HTTPS only, with the key in ``httpServerKeyStorePath``."""
     http_server_key_store_path: str | None = setting("httpServerKeyStorePath", None, optional_str)
-    """The admin server's key and certificate chain: a JKS or PKCS12 file (BookKeeper reads it
-    as JKS, which Java also accepts PKCS12 as); required with TLS."""
+    """The admin server's key and certificate chain: a JKS or PKCS12 file (BookKeeper opens it
+    as Java's JKS type, which reads PKCS12 files too); required with TLS."""
     http_server_key_store_password: str = setting("httpServerKeyStorePassword", "", _text(""))
     """The key store's password itself (not a file), as in BookKeeper."""
     http_server_trust_store_path: str | None = setting(
