@@ -4,6 +4,7 @@ status. No fixtures here."""
 from __future__ import annotations
 
 import json
+import ssl
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -31,11 +32,12 @@ def http(
     body: bytes | None = None,
     timeout_s: float = 30.0,
     headers: dict[str, str] | None = None,
+    context: ssl.SSLContext | None = None,
 ) -> Reply:
-    """One HTTP request; a 4xx/5xx answer is returned like any other."""
+    """One HTTP request (``context`` for https); a 4xx/5xx answer is returned like any other."""
     request = urllib.request.Request(url, data=body, method=method, headers=headers or {})
     try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as response:
+        with urllib.request.urlopen(request, timeout=timeout_s, context=context) as response:
             return Reply(response.status, response.headers.get("Content-Type", ""), response.read())
     except urllib.error.HTTPError as exc:
         return Reply(exc.code, exc.headers.get("Content-Type", ""), exc.read())

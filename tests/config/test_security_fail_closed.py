@@ -28,7 +28,6 @@ SASL_FACTORY = "org.apache.bookkeeper.sasl.SASLBookieAuthProviderFactory"
         ("tlsProviderFactoryClass=com.example.OtherTLSFactory", "TLS"),
         (f"bookieAuthProviderFactoryClass={SASL_FACTORY}", "client authentication"),
         ("zkEnableSecurity=true", "ZooKeeper ACLs"),
-        ("httpServerTlsEnable=true", "TLS on the admin HTTP server"),
     ],
 )
 def test_a_bookie_asked_for_security_it_lacks_refuses_to_start(

@@ -3,13 +3,13 @@ fixture: stopped at the end of the test), and the sum of one of their Prometheus
 
 from __future__ import annotations
 
-import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from pybkx.tools.admin_http import open_admin
 from pybkx.tools.sandbox import Sandbox
 
 __all__ = ["metric_total", "sandboxes"]
@@ -22,7 +22,7 @@ def metric_total(cluster: Sandbox, name: str) -> float:
     their admin endpoints' ``/metrics``)."""
     total = 0.0
     for url in cluster.admin_urls:
-        with urllib.request.urlopen(f"{url}/metrics", timeout=10) as response:
+        with open_admin(f"{url}/metrics", timeout_s=10) as response:
             for line in response.read().decode().splitlines():
                 if line.startswith(name) and not line.startswith("#"):
                     total += float(line.split()[-1])

@@ -6,11 +6,14 @@ It owns requests and responses; it never knows what an endpoint does.
 Why waitress: a production WSGI server in pure Python with no dependencies, maintained by the
 Pylons project, whose limits (worker threads, open connections, request body size, idle
 timeout) are settings; the admin API is small and infrequent, so a thread pool serving WSGI fits
-it better than an event loop or a framework.
+it better than an event loop or a framework. Waitress has no TLS: with ``httpServerTlsEnable``
+the same Router is served by ``admin/https.py`` under the same limits.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import contextlib
 import hmac
 import json
@@ -139,12 +142,15 @@ class Router:
         routes: Mapping[str, Handler],
         max_body_bytes: int,
         write_token: str | None = None,
+        basic_credentials: Iterable[str] = (),
     ) -> None:
         self._routes = dict(routes)
         self._max_body_bytes = max_body_bytes
-        # With a token, every request that changes something must carry it (pybkx's
-        # httpServerAuthTokenPath; BookKeeper's admin API has none).
+        # With a token or basic-auth users, every request that changes something must carry
+        # one of them (pybkx's httpServerAuthTokenPath and httpServerBasicAuthPath;
+        # BookKeeper's admin API has neither).
         self._write_token = write_token.encode() if write_token else None
+        self._basic = tuple(c.encode() for c in basic_credentials)
 
     @property
     def paths(self) -> list[str]:
@@ -172,11 +178,7 @@ class Router:
             if handler is None:
                 raise HttpError(404, f"no endpoint {path}; see /api/v1 for the list")
             if method in _WRITE_METHODS and not self._authorized(environ):
-                return Response(
-                    401,
-                    {"error": f"{method} {path} needs Authorization: Bearer <token>"},
-                    headers={"WWW-Authenticate": 'Bearer realm="pybkx admin"'},
-                )
+                return self._unauthorized(f"{method} {path}")
             request = Request(
                 method=method,
                 path=path,
@@ -193,14 +195,38 @@ class Router:
             return Response(500, {"error": f"internal error: {type(exc).__name__}: {exc}"})
 
     def _authorized(self, environ: dict[str, Any]) -> bool:
-        """True without a token, or when the request's bearer token is it (compared in
-        constant time)."""
-        if self._write_token is None:
+        """True with neither a token nor basic-auth users, or when the request carries the
+        bearer token or one user's ``user:password`` (compared in constant time, every user
+        compared whatever matched)."""
+        if self._write_token is None and not self._basic:
             return True
         scheme, _, given = str(environ.get("HTTP_AUTHORIZATION", "")).partition(" ")
-        if scheme.lower() != "bearer":
-            return False
-        return hmac.compare_digest(given.strip().encode(), self._write_token)
+        scheme = scheme.lower()
+        if scheme == "bearer" and self._write_token is not None:
+            return hmac.compare_digest(given.strip().encode(), self._write_token)
+        if scheme == "basic" and self._basic:
+            try:
+                credentials = base64.b64decode(given.strip(), validate=True)
+            except (binascii.Error, ValueError):
+                return False
+            matches = [hmac.compare_digest(credentials, known) for known in self._basic]
+            return any(matches)
+        return False
+
+    def _unauthorized(self, what: str) -> Response:
+        """401 naming the schemes this server takes."""
+        needs, challenges = [], []
+        if self._write_token is not None:
+            needs.append("Authorization: Bearer <token>")
+            challenges.append('Bearer realm="pybkx admin"')
+        if self._basic:
+            needs.append("Authorization: Basic <user:password>")
+            challenges.append('Basic realm="pybkx admin", charset="UTF-8"')
+        return Response(
+            401,
+            {"error": f"{what} needs {' or '.join(needs)}"},
+            headers={"WWW-Authenticate": ", ".join(challenges)},
+        )
 
     def _body(self, environ: dict[str, Any]) -> bytes:
         try:

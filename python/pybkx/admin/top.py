@@ -11,7 +11,6 @@ import math
 import threading
 import time
 import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -20,7 +19,8 @@ from typing import TYPE_CHECKING
 from prometheus_client.parser import text_string_to_metric_families
 
 from pybkx.meta import MetadataStore
-from pybkx.tools.bookies import http_endpoint, list_bookies
+from pybkx.tools.admin_http import open_admin
+from pybkx.tools.bookies import admin_url, list_bookies
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -75,9 +75,8 @@ class ClusterTargets:
         ro = store.readonly_bookies()
         found = []
         for bookie_id in list_bookies(store, "all"):
-            endpoint = http_endpoint(store, bookie_id)
-            if endpoint is not None:
-                url = f"http://{endpoint[0]}:{endpoint[1]}"
+            url = admin_url(store, bookie_id)
+            if url is not None:
                 found.append(Target(bookie_id, url, bookie_id in ro))
         self.header["bookies"] = f"{len(store.writable_bookies())} writable, {len(ro)} read-only"
         if time.monotonic() - self._counted_at >= LEDGER_COUNT_EVERY_S:
@@ -100,7 +99,7 @@ def scrape(url: str, timeout_s: float = SCRAPE_TIMEOUT_S) -> BookieSample:
     """``GET {url}/metrics``; a failure is kept in the sample, never raised."""
     now = time.monotonic()
     try:
-        with urllib.request.urlopen(f"{url}/metrics", timeout=timeout_s) as response:
+        with open_admin(f"{url}/metrics", timeout_s) as response:
             text = response.read().decode()
         return BookieSample(now, parse_metrics(text))
     except (urllib.error.URLError, OSError, ValueError) as exc:

@@ -40,7 +40,7 @@ def listbookies(
     as_json: bool,
 ) -> None:
     """List the registered bookies (BookKeeper's listbookies -rw/-ro/-a)."""
-    from pybkx.tools.bookies import bookie_host, http_endpoint
+    from pybkx.tools.bookies import admin_url, bookie_host
     from pybkx.tools.shell import ShellError, open_store
 
     uri = resolve_uri(uri, conf_path)
@@ -54,13 +54,12 @@ def listbookies(
             )
             rows = []
             for bookie_id in sorted(wanted):
-                endpoint = http_endpoint(store, bookie_id)
                 rows.append(
                     {
                         "bookie": bookie_id,
                         "state": "read-only" if bookie_id in ro else "writable",
                         "host": bookie_host(store, bookie_id) if hostnames else None,
-                        "admin": f"http://{endpoint[0]}:{endpoint[1]}" if endpoint else None,
+                        "admin": admin_url(store, bookie_id),
                     }
                 )
     except ShellError as exc:
@@ -148,7 +147,7 @@ def _conf_bookie_id(conf_path: Path | None) -> str:
 def lastmark(uri: str | None, conf_path: Path | None, bookie_id: str | None, as_json: bool) -> None:
     """The last log mark of each bookie's journals: how far its journal is durable and applied
     (asked from the bookie's admin HTTP endpoint)."""
-    from pybkx.tools.bookies import fetch_json, http_endpoint, list_bookies
+    from pybkx.tools.bookies import admin_url, fetch_json, list_bookies
     from pybkx.tools.shell import ShellError, open_store
 
     uri = resolve_uri(uri, conf_path)
@@ -156,12 +155,12 @@ def lastmark(uri: str | None, conf_path: Path | None, bookie_id: str | None, as_
     try:
         with open_store(uri) as store:
             for b in [bookie_id] if bookie_id else list_bookies(store, "all"):
-                endpoint = http_endpoint(store, b)
-                if endpoint is None:
+                url = admin_url(store, b)
+                if url is None:
                     rows.append({"bookie": b, "journal": None, "position": "no admin endpoint"})
                     continue
                 try:
-                    marks = fetch_json(*endpoint, "/api/v1/bookie/last_log_mark")
+                    marks = fetch_json(url, "/api/v1/bookie/last_log_mark")
                 except OSError as exc:
                     rows.append({"bookie": b, "journal": None, "position": str(exc)})
                     continue

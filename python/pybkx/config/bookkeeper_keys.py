@@ -146,20 +146,11 @@ _GROUPS: Final[tuple[tuple[str, tuple[str, ...]], ...]] = (
     (
         "refused, not ignored: pybkx does not implement this security yet, so a bookie given "
         "it refuses to start (pybkx.config.security) rather than run without it",
-        (
-            "zkEnableSecurity",
-            "httpServerTlsEnable",
-        ),
+        ("zkEnableSecurity",),
     ),
     (
-        "not implemented: the admin HTTP server has no TLS and the bookie no startup-user check",
-        (
-            "permittedStartupUsers",
-            "httpServerKeyStorePath",
-            "httpServerKeyStorePassword",
-            "httpServerTrustStorePath",
-            "httpServerTrustStorePassword",
-        ),
+        "not implemented: the bookie has no startup-user check",
+        ("permittedStartupUsers",),
     ),
     (
         "metrics are exported in Prometheus format only (enableStatistics, statsProviderClass, "

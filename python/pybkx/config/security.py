@@ -33,18 +33,14 @@ _ASKS: dict[str, str] = {
     "bookieAuthProviderFactoryClass": "client authentication",
     "clientAuthProviderFactoryClass": "authentication to the bookies",
     "zkEnableSecurity": "ZooKeeper ACLs and authentication",
-    "httpServerTlsEnable": "TLS on the admin HTTP server",
 }
-_BOOLEAN_KEYS = frozenset({"zkEnableSecurity", "httpServerTlsEnable"})
+_BOOLEAN_KEYS = frozenset({"zkEnableSecurity"})
 
 # The bookie's `tlsProviderFactoryClass` is a typed key (pybkx.config.tls): TLSContextFactory
 # turns TLS on, any other class is refused by its parser.
 # `bookieAuthProviderFactoryClass` is typed too (``bookie_auth_provider``): BookieAuthZFactory
 # is served, other providers are refused by the parser.
-BOOKIE_SECURITY_KEYS: tuple[str, ...] = (
-    "zkEnableSecurity",
-    "httpServerTlsEnable",
-)
+BOOKIE_SECURITY_KEYS: tuple[str, ...] = ("zkEnableSecurity",)
 # The client's `tlsProviderFactoryClass` is typed (pybkx.config.client): TLSContextFactory turns
 # TLS on, any other class is refused by its parser.
 CLIENT_SECURITY_KEYS: tuple[str, ...] = (

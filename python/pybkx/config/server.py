@@ -456,6 +456,25 @@ class ServerConfig(TlsKeys, KeyedConfig):
         "httpServerMaxRequestBytes", 1 * MIB, integer(1, 1 << 30)
     )
     """Largest request body the admin HTTP server reads (a pybkx key)."""
+    http_server_tls_enable: bool = setting("httpServerTlsEnable", False, boolean)
+    """The admin HTTP server speaks HTTPS only, with the key in ``httpServerKeyStorePath``."""
+    http_server_key_store_path: str | None = setting("httpServerKeyStorePath", None, optional_str)
+    """The admin server's key and certificate chain: a JKS or PKCS12 file (BookKeeper opens it
+    as Java's JKS type, which reads PKCS12 files too); required with TLS."""
+    http_server_key_store_password: str = setting("httpServerKeyStorePassword", "", _text(""))
+    """The key store's password itself (not a file), as in BookKeeper."""
+    http_server_trust_store_path: str | None = setting(
+        "httpServerTrustStorePath", None, optional_str
+    )
+    """JKS or PKCS12 certificates the admin server trusts: when set, every client must present
+    a certificate they signed (BookKeeper requires client certificates with TLS)."""
+    http_server_trust_store_password: str = setting("httpServerTrustStorePassword", "", _text(""))
+    """The trust store's password; when it does not open the store (or is empty),
+    ``httpServerKeyStorePassword`` is tried: BookKeeper 4.17.3's getter returns that one."""
+    http_server_basic_auth_path: str | None = setting("httpServerBasicAuthPath", None, optional_str)
+    """pybkx's key: a file of ``user:password`` lines; every PUT, POST and DELETE of the admin
+    API may then authenticate with ``Authorization: Basic`` as one of them (beside the bearer
+    token when both are set). Unset: no basic auth."""
 
     # --- AutoRecovery
     auto_recovery_daemon_enabled: bool = setting("autoRecoveryDaemonEnabled", False, boolean)

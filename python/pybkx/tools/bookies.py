@@ -15,16 +15,17 @@ from dataclasses import dataclass
 
 from pybkx import errors
 from pybkx.meta import MetadataStore
+from pybkx.tools.admin_http import open_admin
 
 __all__ = [
     "BOOKIE_INFO_TIMEOUT_S",
     "DiskInfo",
     "admin_caller",
+    "admin_url",
     "bookie_disk_info",
     "call_json",
     "disk_info",
     "format_bytes",
-    "http_endpoint",
     "list_bookies",
 ]
 
@@ -67,42 +68,42 @@ def bookie_host(store: MetadataStore, bookie_id: str) -> str:
     return bookie_id.rsplit(":", 1)[0]
 
 
-def http_endpoint(store: MetadataStore, bookie_id: str) -> tuple[str, int] | None:
-    """``(host, port)`` of the admin HTTP server a bookie published (``httpserver``), if any."""
+def admin_url(store: MetadataStore, bookie_id: str) -> str | None:
+    """``scheme://host:port`` of the admin HTTP server a bookie published (``httpserver``;
+    ``https`` when it serves TLS), if any."""
     try:
         info = store.bookie_service_info(bookie_id)
     except errors.BKException:
         return None
     for endpoint in info.endpoints:
-        if endpoint.id == "httpserver" and endpoint.protocol == "http":
-            return endpoint.host, endpoint.port
+        if endpoint.id == "httpserver" and endpoint.protocol in ("http", "https"):
+            return f"{endpoint.protocol}://{endpoint.host}:{endpoint.port}"
     return None
 
 
-def fetch_json(host: str, port: int, path: str, timeout_s: float = BOOKIE_INFO_TIMEOUT_S) -> object:
-    """GET ``http://host:port{path}`` as JSON. Raises OSError (unreachable, HTTP error, not
-    JSON)."""
-    return call_json(host, port, path, timeout_s=timeout_s)
+def fetch_json(base_url: str, path: str, timeout_s: float = BOOKIE_INFO_TIMEOUT_S) -> object:
+    """GET ``{base_url}{path}`` as JSON (https as ``pybkx.tools.admin_http`` sets it up).
+    Raises OSError (unreachable, TLS refused, HTTP error, not JSON)."""
+    return call_json(base_url, path, timeout_s=timeout_s)
 
 
 def call_json(
-    host: str,
-    port: int,
+    base_url: str,
     path: str,
     *,
     method: str = "GET",
     token: str | None = None,
     timeout_s: float = BOOKIE_INFO_TIMEOUT_S,
 ) -> object:
-    """``method`` ``http://host:port{path}``, the answer as JSON; ``token``: sent as a bearer
-    token (the admin API's write endpoints may require one). Raises OSError (unreachable,
-    HTTP error, not JSON)."""
-    url = f"http://{host}:{port}{path}"
+    """``method`` ``{base_url}{path}``, the answer as JSON; ``token``: sent as a bearer token
+    (the admin API's write endpoints may require one). Raises OSError (unreachable, TLS
+    refused, HTTP error, not JSON)."""
+    url = f"{base_url}{path}"
     request = urllib.request.Request(url, method=method)
     if token is not None:
         request.add_header("Authorization", f"Bearer {token}")
     try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as response:
+        with open_admin(request, timeout_s) as response:
             return json.loads(response.read())
     except (urllib.error.URLError, ValueError) as exc:
         raise OSError(f"{url}: {exc}") from None
@@ -116,10 +117,10 @@ def admin_caller(
     endpoint, cannot be reached, refuses or answers no JSON."""
 
     def ask(bookie_id: str, method: str, path: str) -> object:
-        endpoint = http_endpoint(store, bookie_id)
-        if endpoint is None:
+        base_url = admin_url(store, bookie_id)
+        if base_url is None:
             raise OSError(f"{bookie_id} publishes no admin HTTP endpoint")
-        return call_json(*endpoint, path, method=method, token=token, timeout_s=timeout_s)
+        return call_json(base_url, path, method=method, token=token, timeout_s=timeout_s)
 
     return ask
 
@@ -129,11 +130,11 @@ def bookie_disk_info(
 ) -> DiskInfo | None:
     """A bookie's free and total space, asked from its admin HTTP endpoint; None when it
     publishes none or does not answer."""
-    endpoint = http_endpoint(store, bookie_id)
-    if endpoint is None:
+    url = admin_url(store, bookie_id)
+    if url is None:
         return None
     try:
-        info = fetch_json(*endpoint, "/api/v1/bookie/info", timeout_s)
+        info = fetch_json(url, "/api/v1/bookie/info", timeout_s)
     except OSError:
         return None
     if not isinstance(info, dict):

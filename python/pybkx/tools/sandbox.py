@@ -207,8 +207,11 @@ class Sandbox:
 
     @property
     def admin_urls(self) -> list[str]:
-        """``http://host:port`` of every bookie's admin HTTP server, by index."""
-        return [f"http://{HOST}:{slot.http_port}" for slot in self._slots]
+        """``http://host:port`` of every bookie's admin HTTP server, by index (``https`` when
+        ``conf`` turns on ``httpServerTlsEnable``)."""
+        tls = str(self.conf.get("httpServerTlsEnable", "")).strip().lower() == "true"
+        scheme = "https" if tls else "http"
+        return [f"{scheme}://{HOST}:{slot.http_port}" for slot in self._slots]
 
     @property
     def metadata_store(self) -> MetadataStore:
