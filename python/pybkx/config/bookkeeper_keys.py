@@ -146,10 +146,7 @@ _GROUPS: Final[tuple[tuple[str, tuple[str, ...]], ...]] = (
     (
         "refused, not ignored: pybkx does not implement this security yet, so a bookie given "
         "it refuses to start (pybkx.config.security) rather than run without it",
-        (
-            "zkEnableSecurity",
-            "httpServerTlsEnable",
-        ),
+        ("httpServerTlsEnable",),
     ),
     (
         "not implemented: the admin HTTP server has no TLS and the bookie no startup-user check",

@@ -411,8 +411,11 @@ class Sandbox:
         return self._slots[index]
 
     def _store_conf(self) -> dict[str, object]:
-        timeout = self.conf.get("zkTimeout")
-        return {} if timeout is None else {"zkTimeout": int(str(timeout))}
+        """The sandbox's own session as its bookies open theirs: ``zkTimeout`` and ZooKeeper's
+        security keys (with ``zkEnableSecurity`` the cluster's znodes are created under the
+        bookies' identity)."""
+        conf = ServerConfig().with_overrides(self.conf, source="sandbox configuration")
+        return {"zkTimeout": conf.zk_timeout_ms, **conf.zk_security_settings()}
 
     def _plan_slots(self) -> list[_Slot]:
         """A slot per bookie: ``base_port + i``, else the port of a kept configuration, else a
