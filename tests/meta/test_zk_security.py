@@ -5,7 +5,10 @@ neither read, alter nor delete the metadata, and without an identity nothing sta
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 import threading
 import uuid
 from collections.abc import Iterator
@@ -39,6 +42,7 @@ from pybkx.meta import (
     MetadataStore,
     open_metadata_store,
 )
+from pybkx.meta.zookeeper.auth import JAAS_ENV
 
 pytestmark = pytest.mark.integration
 
@@ -272,3 +276,44 @@ def test_a_secure_cluster_of_bookie_processes_writes_and_reads_ledgers(
     assert not not_creator_only, f"znodes without creator-only ACLs: {not_creator_only}"
     with kazoo_session(sasl_zookeeper.address) as zk, pytest.raises(NoAuthError):
         zk.delete(ledgers[0])
+
+
+def shell(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``pybkx shell ARGS`` in a process of its own, bounded in time."""
+    environment = {k: v for k, v in os.environ.items() if k != JAAS_ENV} | (env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "pybkx", "shell", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=environment,
+        check=False,
+    )
+
+
+def test_the_shell_takes_the_identity_and_acls_from_the_bookie_configuration(
+    sasl_zookeeper: SaslZooKeeper, top: str, tmp_path: Path
+) -> None:
+    """``--conf``: the shell is the bookie's configuration's client, as BookKeeper's shell; the
+    JAAS file also comes from $PYBKX_JAAS_CONFIG. Without an identity: NoAuth, named."""
+    conf = tmp_path / "bk_server.conf"
+    conf.write_text(
+        f"metadataServiceUri={uri(sasl_zookeeper, top)}\nzkEnableSecurity=true\n"
+        f"jaasConfigFile={sasl_zookeeper.jaas['bookkeeper']}\n"
+    )
+    made = shell("initnewcluster", "--conf", str(conf))
+    assert made.returncode == 0, made.stderr
+    with kazoo_session(sasl_zookeeper.address, "bookkeeper") as zk:
+        acls = walk_acls(zk, f"{top}/ledgers")
+    assert len(acls) >= 5 and all(acl == CREATOR_ONLY for acl in acls.values()), acls
+
+    assert shell("listbookies", "--conf", str(conf)).returncode == 0
+    anonymous = shell("listbookies", "--uri", uri(sasl_zookeeper, top))
+    assert anonymous.returncode != 0 and "NoAuthError" in anonymous.stderr, anonymous.stderr
+    from_env = shell(
+        "listbookies",
+        "--uri",
+        uri(sasl_zookeeper, top),
+        env={JAAS_ENV: str(sasl_zookeeper.jaas["bookkeeper"])},
+    )
+    assert from_env.returncode == 0, from_env.stderr
