@@ -225,10 +225,12 @@ def test_a_wrong_password_fails_at_once_naming_the_login(
 
 
 def test_the_digest_scheme_is_an_identity_of_its_own(
-    sasl_zookeeper: SaslZooKeeper, top: str
+    sasl_zookeeper: SaslZooKeeper, top: str, tmp_path: Path
 ) -> None:
-    """pybkx's ``zkDigestAuth``: the same user:password reads; the SASL identity does not."""
-    conf = {"zkEnableSecurity": True, "zkDigestAuth": "pybkx:digest-pw"}
+    """pybkx's ``zkDigestAuthPath``: the same user:password reads; the SASL identity does not."""
+    secret = tmp_path / "zk-digest"
+    secret.write_text("pybkx:digest-pw\n")
+    conf = {"zkEnableSecurity": True, "zkDigestAuthPath": str(secret)}
     store = open_metadata_store(uri(sasl_zookeeper, top), **conf)
     try:
         store.init_new_cluster()

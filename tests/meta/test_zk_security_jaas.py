@@ -79,9 +79,11 @@ def test_the_identity_comes_from_the_client_section_and_the_acl_from_zk_enable_s
     # The section by zkSaslClientConfig, the file from the environment when the key is unset.
     other = zk_auth({"zkSaslClientConfig": "Other"}, environ={JAAS_ENV: str(path)})
     assert other.sasl_user == "plain"
-    assert zk_auth({"zkDigestAuth": "me:pw"}, environ={}).kazoo_options() == {
-        "auth_data": [("digest", "me:pw")]
-    }
+    secret = tmp_path / "digest"
+    secret.write_text("me:pw\n")
+    digest = zk_auth({"zkDigestAuthPath": secret}, environ={})
+    assert digest.kazoo_options() == {"auth_data": [("digest", "me:pw")]}
+    assert "pw" not in repr(digest) and 'p\\"w' not in repr(auth)  # no secret in a log line
 
 
 @pytest.mark.parametrize(
@@ -104,10 +106,14 @@ def test_a_client_section_pybkx_cannot_use_is_refused(
         zk_auth({"jaasConfigFile": str(path)}, environ={})
 
 
-@pytest.mark.parametrize("value", ["nopassword", ":pw", "user:"])
-def test_a_malformed_digest_is_refused(value: str) -> None:
-    with pytest.raises(ConfigError, match="zkDigestAuth must be user:password"):
-        zk_auth({"zkDigestAuth": value}, environ={})
+@pytest.mark.parametrize("value", ["nopassword", ":pw", "user:", ""])
+def test_a_malformed_digest_file_is_refused(tmp_path: Path, value: str) -> None:
+    secret = tmp_path / "digest"
+    secret.write_text(value)
+    with pytest.raises(ConfigError, match=r"zkDigestAuthPath=.*must hold user:password"):
+        zk_auth({"zkDigestAuthPath": str(secret)}, environ={})
+    with pytest.raises(ConfigError, match=r"zkDigestAuthPath=.*cannot read"):
+        zk_auth({"zkDigestAuthPath": str(tmp_path / "absent")}, environ={})
 
 
 def test_a_missing_jaas_file_is_refused(tmp_path: Path) -> None:
@@ -129,9 +135,12 @@ def test_both_configurations_type_the_keys_and_hand_them_to_the_store(tmp_path: 
     }
     assert server.zk_security_settings() == expected
     assert {k: server.client_settings()[k] for k in expected} == expected
-    client = ClientConfig.of(zkEnableSecurity=True, zkDigestAuth="me:pw", jaasConfigFile=tmp_path)
+    client = ClientConfig.of(
+        zkEnableSecurity=True, zkDigestAuthPath="/etc/zk-digest", jaasConfigFile=tmp_path
+    )
     settings = client.store_settings()
-    assert settings["zkEnableSecurity"] is True and settings["zkDigestAuth"] == "me:pw"
+    assert settings["zkEnableSecurity"] is True
+    assert settings["zkDigestAuthPath"] == "/etc/zk-digest"
     assert settings["jaasConfigFile"] == str(tmp_path)
     with pytest.raises(ConfigError, match="zkEnableSecurity"):
         ClientConfig.of(zkEnableSecurity="perhaps")

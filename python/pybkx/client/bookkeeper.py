@@ -65,7 +65,7 @@ class BookKeeper:
     Raises ConfigError for a bad value, a TLS store that cannot be read (naming the key), or
     security it does not implement yet (``clientAuthProviderFactoryClass``: it refuses rather
     than run without it), ``zkEnableSecurity`` without an identity for ZooKeeper (a JAAS
-    ``Client`` section or ``zkDigestAuth``), ValueError for an unsupported URI,
+    ``Client`` section or ``zkDigestAuthPath``), ValueError for an unsupported URI,
     MetaStoreException if the store cannot be reached.
     """
 

@@ -199,7 +199,8 @@ class ClientConfig(TlsKeys, ZkSecurityKeys, KeyedConfig):
 
     def store_settings(self) -> dict[str, object]:
         """What the metadata store takes: ``zkTimeout``, ZooKeeper's security keys
-        (``zkEnableSecurity``, the JAAS file, ``zkDigestAuth``) and the embedded store's keys."""
+        (``zkEnableSecurity``, the JAAS file, ``zkDigestAuthPath``) and the embedded store's
+        keys."""
         out: dict[str, object] = {"zkTimeout": self.zk_timeout_ms, **self.zk_security_settings()}
         for key in ("embeddedPollIntervalMs", "embeddedBusyTimeoutMs"):
             if key in self.extra:

@@ -25,7 +25,7 @@ class ZkSecurityKeys:
 
     zk_enable_security: bool = setting("zkEnableSecurity", False, boolean)
     """Every znode this process creates gets ZooKeeper's creator-only ACL (BookKeeper's
-    ``CREATOR_ALL_ACL``); needs an identity (JAAS ``Client`` section or ``zkDigestAuth``)."""
+    ``CREATOR_ALL_ACL``); needs an identity (JAAS ``Client`` section or ``zkDigestAuthPath``)."""
     jaas_config_file: str | None = setting("jaasConfigFile", None, optional_file)
     """pybkx's: the JAAS file a JVM is given as ``java.security.auth.login.config``; unset:
     ``$PYBKX_JAAS_CONFIG``."""
@@ -34,9 +34,10 @@ class ZkSecurityKeys:
     (unset: ``Client``, its default)."""
     zk_sasl_client: bool = setting("zkSaslClient", True, boolean)
     """pybkx's: false skips SASL to ZooKeeper, as ZooKeeper's ``zookeeper.sasl.client``."""
-    zk_digest_auth: str | None = setting("zkDigestAuth", None, optional_str)
-    """pybkx's: ``user:password`` for ZooKeeper's digest scheme (an identity Java BookKeeper
-    cannot take: a cluster shared with Java processes uses the JAAS file)."""
+    zk_digest_auth_path: str | None = setting("zkDigestAuthPath", None, optional_file)
+    """pybkx's: a file holding ``user:password`` for ZooKeeper's digest scheme (an identity Java
+    BookKeeper cannot take: a cluster shared with Java processes uses the JAAS file). A file,
+    as BookKeeper's ``*PasswordPath`` keys, so the secret is in no configuration listing."""
 
     def zk_security_settings(self) -> dict[str, object]:
         """The metadata store's settings for these keys (only those set or on)."""
@@ -47,7 +48,7 @@ class ZkSecurityKeys:
         optional = {
             "jaasConfigFile": self.jaas_config_file,
             "zkSaslClientConfig": self.zk_sasl_client_config,
-            "zkDigestAuth": self.zk_digest_auth,
+            "zkDigestAuthPath": self.zk_digest_auth_path,
         }
         out |= {key: value for key, value in optional.items() if value is not None}
         return out

@@ -7,10 +7,10 @@ of ZooKeeper's DigestLoginModule in the JAAS file's ``Client`` section. A Java p
 the file from ``-Djava.security.auth.login.config`` and the section from
 ``zookeeper.sasl.clientconfig``; pybkx takes them from ``jaasConfigFile`` (else
 ``$PYBKX_JAAS_CONFIG``) and ``zkSaslClientConfig``.
-pybkx also offers ZooKeeper's ``digest`` scheme (``zkDigestAuth=user:password``), an identity
-no Java BookKeeper process can take. A creator-only ACL made by a session with no identity would
-name nobody (ZooKeeper answers InvalidACL), so with ``zkEnableSecurity`` and no identity the
-session is refused before it starts (fail closed).
+pybkx also offers ZooKeeper's ``digest`` scheme (``zkDigestAuthPath``: a file holding
+``user:password``), an identity no Java BookKeeper process can take. A creator-only ACL made
+by a session with no identity would name nobody (ZooKeeper answers InvalidACL), so with
+``zkEnableSecurity`` and no identity the session is refused before it starts (fail closed).
 """
 
 from __future__ import annotations
@@ -18,11 +18,12 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from kazoo.security import CREATOR_ALL_ACL
 
+from pybkx.config.keystores import read_password
 from pybkx.config.values import ConfigError, InvalidValue, boolean, optional_str
 from pybkx.config.zk_security import optional_file
 from pybkx.meta.zookeeper.jaas import read_section
@@ -50,7 +51,7 @@ ENABLE_KEY: Final = "zkEnableSecurity"
 JAAS_KEY: Final = "jaasConfigFile"
 SECTION_KEY: Final = "zkSaslClientConfig"
 SASL_KEY: Final = "zkSaslClient"
-DIGEST_KEY: Final = "zkDigestAuth"
+DIGEST_KEY: Final = "zkDigestAuthPath"
 
 
 @dataclass(frozen=True)
@@ -60,10 +61,10 @@ class ZkAuth:
     secure_acls: bool
     """``zkEnableSecurity``: every znode created gets ``CREATOR_ALL_ACL``."""
     sasl_user: str | None = None
-    sasl_password: str | None = None
+    sasl_password: str | None = field(default=None, repr=False)
     sasl_source: str = ""
     """Where the SASL identity came from (``file [section]``), for messages."""
-    digest: str | None = None
+    digest: str | None = field(default=None, repr=False)
     """``user:password`` for ZooKeeper's digest scheme."""
 
     @property
@@ -104,14 +105,16 @@ def _setting(conf: Mapping[str, object], key: str, parse: Any, default: Any) -> 
 
 
 def _digest(conf: Mapping[str, object]) -> str | None:
-    value: str | None = _setting(conf, DIGEST_KEY, optional_str, None)
-    if value is None:
+    """``user:password`` from the file ``zkDigestAuthPath`` names, None without the key."""
+    path: str | None = _setting(conf, DIGEST_KEY, optional_file, None)
+    if path is None:
         return None
+    value = read_password(DIGEST_KEY, path)
     user, colon, password = value.partition(":")
     if not colon or not user.strip() or not password:
         raise ConfigError(
-            f"{DIGEST_KEY} must be user:password (ZooKeeper's digest scheme), got a value "
-            "without a user or a password"
+            f"{DIGEST_KEY}={path}: the file must hold user:password (ZooKeeper's digest "
+            "scheme); it has no user or no password"
         )
     return value
 
@@ -142,12 +145,13 @@ def zk_auth(conf: Mapping[str, object], environ: Mapping[str, str] | None = None
     """The identity and ACL choice a session with the store settings ``conf`` uses:
     ``zkEnableSecurity`` (default false), ``jaasConfigFile`` (else ``$PYBKX_JAAS_CONFIG``),
     ``zkSaslClientConfig`` (default ``Client``), ``zkSaslClient`` (default true; false skips
-    SASL as ZooKeeper's ``zookeeper.sasl.client``), ``zkDigestAuth`` (``user:password``).
+    SASL as ZooKeeper's ``zookeeper.sasl.client``), ``zkDigestAuthPath`` (a file holding
+    ``user:password``).
 
     As ZooKeeper's Java client, a JAAS file without the section means no SASL; a section
     present is used whether or not ``zkEnableSecurity`` is on (it only chooses the ACLs).
-    Raises ConfigError for an unreadable JAAS file or unusable section, a malformed
-    ``zkDigestAuth``, or ``zkEnableSecurity`` without any identity.
+    Raises ConfigError for an unreadable JAAS file or unusable section, an unreadable or
+    malformed ``zkDigestAuthPath`` file, or ``zkEnableSecurity`` without any identity.
     """
     env = os.environ if environ is None else environ
     secure: bool = _setting(conf, ENABLE_KEY, boolean, False)
@@ -171,6 +175,6 @@ def zk_auth(conf: Mapping[str, object], environ: Mapping[str, str] | None = None
             f"ACLs would name nobody. Give {JAAS_KEY} (or ${JAAS_ENV}) a JAAS file whose "
             f"[{section}] section has {DIGEST_LOGIN_MODULE} with username and password (the "
             f"same file as the Java processes' java.security.auth.login.config), or "
-            f"{DIGEST_KEY}=user:password"
+            f"{DIGEST_KEY} (a file holding user:password)"
         )
     return auth
