@@ -103,10 +103,14 @@ class ZkSession:
         except (NoNodeError, NodeExistsError, BadVersionError, NotEmptyError):
             raise
         except AuthFailedError:
+            login = (
+                f"the SASL login of {self._auth.sasl_user} ({self._auth.sasl_source}): wrong "
+                "username or password, or no SASL on the server"
+                if self._auth.sasl_user is not None
+                else f"the login of {', '.join(self._auth.identities) or 'this session'}"
+            )
             raise errors.ZKException(
-                f"ZooKeeper {what} failed: the server refused the SASL login of "
-                f"{self._auth.sasl_user} ({self._auth.sasl_source}): wrong username or password, "
-                "or no SASL on the server"
+                f"ZooKeeper {what} failed: the server refused {login}"
             ) from None
         except NoAuthError:
             who = ", ".join(self._auth.identities) or "no identity (unauthenticated)"
