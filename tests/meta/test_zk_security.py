@@ -23,6 +23,7 @@ from support.bookies import start_bookie as start_bookie
 from support.ports import free_port
 from support.sandboxes import StartSandbox
 from support.sandboxes import sandboxes as sandboxes
+from support.wait import wait_until
 from support.zk_sasl import (
     SaslZooKeeper,
     client_jaas,
@@ -319,3 +320,41 @@ def test_the_shell_takes_the_identity_and_acls_from_the_bookie_configuration(
         env={JAAS_ENV: str(sasl_zookeeper.jaas["bookkeeper"])},
     )
     assert from_env.returncode == 0, from_env.stderr
+
+
+def test_autorecovery_heals_a_secure_cluster_and_keeps_every_znode_creator_only(
+    sasl_zookeeper: SaslZooKeeper, top: str, sandboxes: StartSandbox
+) -> None:
+    """The bookies' AutoRecovery (auditor, replication workers) opens its client from the
+    bookie's configuration: same identity, same ACLs."""
+    conf = {
+        "zkEnableSecurity": "true",
+        "jaasConfigFile": str(sasl_zookeeper.jaas["bookkeeper"]),
+        "zkTimeout": 2000,
+        "autoRecoveryDaemonEnabled": True,
+        "rwRereplicateBackoffMs": 500,
+    }
+    cluster = sandboxes(conf, zk_uri=uri(sasl_zookeeper, top), bookies=4)
+    with BookKeeper(cluster.metadata_uri, **conf) as bk:
+        writer = bk.create_ledger(3, 2, 2, password=b"pw")
+        for i in range(50):
+            writer.append(b"entry-%d" % i)
+        writer.close()
+        lost = writer.metadata.ensembles[0][0]
+        cluster.kill_bookie(cluster.bookie_addresses.index(bk.address_of(lost)))
+
+        def healed() -> bool:
+            ensembles = bk.store.read_ledger_metadata(writer.ledger_id).value.ensembles
+            in_use = {b for ensemble in ensembles.values() for b in ensemble}
+            return lost not in in_use and not bk.store.underreplicated_ledgers()
+
+        wait_until(healed, "the ledger re-replicated off the killed bookie", timeout_s=90)
+        reader = bk.open_ledger(writer.ledger_id, password=b"pw")
+        assert [bytes(e.payload) for e in reader.read(0, 49)] == [
+            b"entry-%d" % i for i in range(50)
+        ]
+        with kazoo_session(sasl_zookeeper.address, "bookkeeper") as zk:
+            acls = walk_acls(zk, f"{top}/ledgers")
+    assert any("/underreplication/auditorelection/" in path for path in acls), sorted(acls)
+    not_creator_only = {path: acl for path, acl in acls.items() if acl != CREATOR_ONLY}
+    assert not not_creator_only, f"znodes without creator-only ACLs: {not_creator_only}"
