@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
 from kazoo.security import ACL, Id
 from support.bookies import assert_one_line_failure, needs_server, write_conf
@@ -43,6 +44,7 @@ from pybkx.meta import (
     MetadataStore,
     open_metadata_store,
 )
+from pybkx.meta.zookeeper import ZooKeeperMetadataStore
 from pybkx.meta.zookeeper.auth import JAAS_ENV
 
 pytestmark = pytest.mark.integration
@@ -358,3 +360,29 @@ def test_autorecovery_heals_a_secure_cluster_and_keeps_every_znode_creator_only(
     assert any("/underreplication/auditorelection/" in path for path in acls), sorted(acls)
     not_creator_only = {path: acl for path, acl in acls.items() if acl != CREATOR_ONLY}
     assert not not_creator_only, f"znodes without creator-only ACLs: {not_creator_only}"
+
+
+def test_after_the_session_expires_the_new_one_logs_in_and_registers_creator_only(
+    sasl_zookeeper: SaslZooKeeper, top: str, secure_store: MetadataStore
+) -> None:
+    store = secure_store
+    assert isinstance(store, ZooKeeperMetadataStore)
+    store.register_bookie(BOOKIE, False, BookieServiceInfo.for_address("127.0.0.1", 3181))
+    # Expire the session from outside: a second client joins it, then closes it.
+    session_id, password = store._zk.client_id
+    intruder = KazooClient(
+        hosts=sasl_zookeeper.address, client_id=(session_id, password), timeout=5.0
+    )
+    intruder.start(timeout=10)
+    intruder.stop()
+    intruder.close()
+    wait_until(
+        lambda: store._zk.client_id not in (None, (session_id, password)),
+        "on a new session",
+        timeout_s=30,
+    )
+    wait_until(lambda: store.writable_bookies() == {BOOKIE}, "registered again", timeout_s=30)
+    with kazoo_session(sasl_zookeeper.address, "bookkeeper") as zk:
+        acl, stat = zk.get_acls(f"{top}/ledgers/available/{BOOKIE}")
+    assert acl == CREATOR_ONLY
+    assert stat.ephemeralOwner == store._zk.client_id[0]
