@@ -10,6 +10,8 @@ import pytest
 from kazoo.security import CREATOR_ALL_ACL
 
 from pybkx.config import ClientConfig, ConfigError, ServerConfig
+from pybkx.config.values import keyed_fields
+from pybkx.config.zk_security import ZK_SECURITY_KEYS, ZkSecurityKeys
 from pybkx.meta.zookeeper.auth import JAAS_ENV, zk_auth
 from pybkx.meta.zookeeper.jaas import LoginModule, read_section
 
@@ -144,3 +146,8 @@ def test_both_configurations_type_the_keys_and_hand_them_to_the_store(tmp_path: 
     assert settings["jaasConfigFile"] == str(tmp_path)
     with pytest.raises(ConfigError, match="zkEnableSecurity"):
         ClientConfig.of(zkEnableSecurity="perhaps")
+
+
+def test_the_key_list_is_the_mixins_keys() -> None:
+    """The sandbox hands exactly these to its own store session."""
+    assert set(ZK_SECURITY_KEYS) == set(keyed_fields(ZkSecurityKeys))

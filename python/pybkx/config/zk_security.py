@@ -8,10 +8,20 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Final
 
 from pybkx.config.values import boolean, optional_str, setting
 
-__all__ = ["ZkSecurityKeys", "optional_file"]
+__all__ = ["ZK_SECURITY_KEYS", "ZkSecurityKeys", "optional_file"]
+
+ZK_SECURITY_KEYS: Final = (
+    "zkEnableSecurity",
+    "jaasConfigFile",
+    "zkSaslClientConfig",
+    "zkSaslClient",
+    "zkDigestAuthPath",
+)
+"""Every key of ``ZkSecurityKeys``, as spelt in a configuration."""
 
 
 def optional_file(value: object) -> str | None:
