@@ -27,7 +27,6 @@ SASL_FACTORY = "org.apache.bookkeeper.sasl.SASLBookieAuthProviderFactory"
         # TLSContextFactory is served (tests/security/); any other provider is refused.
         ("tlsProviderFactoryClass=com.example.OtherTLSFactory", "TLS"),
         (f"bookieAuthProviderFactoryClass={SASL_FACTORY}", "client authentication"),
-        ("zkEnableSecurity=true", "ZooKeeper ACLs"),
     ],
 )
 def test_a_bookie_asked_for_security_it_lacks_refuses_to_start(
@@ -59,7 +58,6 @@ def test_empty_or_false_security_keys_ask_for_nothing_as_in_bookkeeper(tmp_path:
         # TLSContextFactory is served (tests/client/test_client_tls.py); another is refused.
         ("tlsProviderFactoryClass", "com.example.OtherTLSFactory"),
         ("clientAuthProviderFactoryClass", "org.apache.bookkeeper.sasl.SASLClientProviderFactory"),
-        ("zkEnableSecurity", True),
     ],
 )
 def test_a_client_asked_for_security_it_lacks_is_not_created(

@@ -15,7 +15,7 @@ import signal
 import subprocess
 import sys
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -181,8 +181,11 @@ def java_classpath(build_dir: Path = BUILD_DIR) -> str:
     return f"{jar}{os.pathsep}{classpath_file.read_text().strip()}"
 
 
-def java_argv(classpath: str, main: str, *args: str, heap: str = "128m") -> list[str]:
-    return [tool("java"), f"-Xmx{heap}", *JVM_OPTS, "-cp", classpath, main, *args]
+def java_argv(
+    classpath: str, main: str, *args: str, heap: str = "128m", jvm_options: Sequence[str] = ()
+) -> list[str]:
+    """``jvm_options``: more JVM flags, e.g. ``-Djava.security.auth.login.config=FILE``."""
+    return [tool("java"), f"-Xmx{heap}", *JVM_OPTS, *jvm_options, "-cp", classpath, main, *args]
 
 
 def start_zookeeper(classpath: str, workdir: Path) -> tuple[Process, str]:
@@ -208,11 +211,16 @@ def start_zookeeper(classpath: str, workdir: Path) -> tuple[Process, str]:
 
 
 def start_java_bookie(
-    classpath: str, zookeeper: str, workdir: Path, *overrides: str, heap: str = "256m"
+    classpath: str,
+    zookeeper: str,
+    workdir: Path,
+    *overrides: str,
+    heap: str = "256m",
+    jvm_options: Sequence[str] = (),
 ) -> tuple[Process, str]:
     """A real Apache BookKeeper bookie (metadata in ``zookeeper``) and its address.
 
-    ``overrides`` are ``key=value`` bookie settings.
+    ``overrides`` are ``key=value`` bookie settings; ``jvm_options`` more JVM flags.
     """
     port = free_port()
     argv = java_argv(
@@ -223,6 +231,7 @@ def start_java_bookie(
         str(workdir / "java-bookie"),
         *overrides,
         heap=heap,
+        jvm_options=jvm_options,
     )
     process = Process("java-bookie", argv, workdir / "java-bookie.log")
 

@@ -9,7 +9,7 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import NoReturn
 
@@ -69,10 +69,13 @@ def _wait_serving(process: subprocess.Popen[bytes], port: int, log: Path) -> Non
 
 
 @contextlib.contextmanager
-def run_zookeeper(workdir: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+def run_zookeeper(
+    workdir: Path, *, config_lines: Sequence[str] = (), jvm_options: Sequence[str] = ()
+) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     """A standalone ZooKeeper on a free loopback port with its data under ``workdir``:
     ``("127.0.0.1:port", process)``; stopped (SIGCONT, SIGTERM, then SIGKILL) on exit, so a
-    test may pause or kill it.
+    test may pause or kill it. ``config_lines`` are added to its zoo.cfg, ``jvm_options``
+    (``-Dkey=value``) to its JVM (e.g. SASL: an ``authProvider`` line and a JAAS file).
 
     Fails (not skips) when the Debian package is missing: ``make deps`` installs it.
     """
@@ -94,7 +97,7 @@ def run_zookeeper(workdir: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]
         "admin.enableServer=false\n"
         "4lw.commands.whitelist=ruok\n"
         "minSessionTimeout=1000\n"
-        "forceSync=no\n"
+        "forceSync=no\n" + "".join(line + "\n" for line in config_lines)
     )
     log = workdir / "zookeeper.log"
     argv = [
@@ -103,6 +106,7 @@ def run_zookeeper(workdir: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]
         "-XX:+UseSerialGC",
         "-XX:TieredStopAtLevel=1",
         "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
+        *jvm_options,
         "-cp",
         os.pathsep.join(str(path) for path in ZOOKEEPER_JARS),
         "org.apache.zookeeper.server.ZooKeeperServerMain",

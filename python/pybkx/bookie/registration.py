@@ -133,7 +133,11 @@ def _open_store(config: ServerConfig, uri: str) -> MetadataStore:
         zk_timeout_ms=config.zk_timeout_ms,
     )
     try:
-        return open_metadata_store(uri, zkTimeout=config.zk_timeout_ms)
+        return open_metadata_store(
+            uri, zkTimeout=config.zk_timeout_ms, **config.zk_security_settings()
+        )
+    except ConfigError as exc:  # zkEnableSecurity without an identity, a bad JAAS file
+        raise BookieError(f"{exc} (in {config.source})") from None
     except ValueError as exc:
         raise BookieError(f"invalid metadataServiceUri in {config.source}: {exc}") from None
     except errors.BKException as exc:

@@ -19,7 +19,7 @@ from pybkx._core import scan_journal
 from pybkx.cli.shell_autorecovery import AUTORECOVERY_COMMANDS
 from pybkx.cli.shell_bookies import BOOKIE_COMMANDS
 from pybkx.cli.shell_ledgers import LEDGER_COMMANDS
-from pybkx.cli.shell_options import cluster, confirmed, resolve_uri
+from pybkx.cli.shell_options import client_conf, cluster, confirmed, resolve_uri
 from pybkx.cli.shell_orphans import ORPHAN_COMMANDS
 from pybkx.cli.shell_recover import RECOVERY_COMMANDS
 
@@ -38,7 +38,7 @@ def initnewcluster(uri: str | None, conf_path: Path | None) -> None:
 
     uri = resolve_uri(uri, conf_path)
     try:
-        instance_id = init_new_cluster(uri)
+        instance_id = init_new_cluster(uri, **client_conf(conf_path))
     except ShellError as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(f"initialised a new cluster at {uri} (instance id {instance_id})")
@@ -61,7 +61,7 @@ def metaformat(uri: str | None, conf_path: Path | None, force: bool) -> None:
     ):
         raise click.ClickException("metaformat not confirmed: nothing changed (use --force)")
     try:
-        instance_id = meta_format(uri)
+        instance_id = meta_format(uri, **client_conf(conf_path))
     except ShellError as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(f"formatted the metadata at {uri} (new instance id {instance_id})")

@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 from pybkx.cli.output import emit, emit_json
-from pybkx.cli.shell_options import cluster, failed, json_option, resolve_uri
+from pybkx.cli.shell_options import client_conf, cluster, failed, json_option, resolve_uri
 
 __all__ = ["AUTORECOVERY_COMMANDS"]
 
@@ -25,7 +25,7 @@ def listunderreplicated(uri: str | None, conf_path: Path | None, as_json: bool) 
 
     uri = resolve_uri(uri, conf_path)
     try:
-        with open_store(uri) as store:
+        with open_store(uri, **client_conf(conf_path)) as store:
             markers = store.underreplicated_ledgers()
     except ShellError as exc:
         raise failed(exc) from None
@@ -44,7 +44,7 @@ def whoisauditor(uri: str | None, conf_path: Path | None) -> None:
 
     uri = resolve_uri(uri, conf_path)
     try:
-        with open_store(uri) as store:
+        with open_store(uri, **client_conf(conf_path)) as store:
             election = store.auditor_election("pybkx-shell")
             auditor = election.leader()
     except ShellError as exc:
@@ -65,7 +65,7 @@ def triggeraudit(uri: str | None, conf_path: Path | None) -> None:
 
     uri = resolve_uri(uri, conf_path)
     try:
-        with open_store(uri) as store:
+        with open_store(uri, **client_conf(conf_path)) as store:
             try:
                 delay = trigger_audit(store)
             except AuditUnavailable as exc:
@@ -89,7 +89,7 @@ def lostbookierecoverydelay(
         raise click.UsageError("give exactly one of -g and -s N")
     uri = resolve_uri(uri, conf_path)
     try:
-        with open_store(uri) as store:
+        with open_store(uri, **client_conf(conf_path)) as store:
             if seconds is not None:
                 store.set_lost_bookie_recovery_delay(seconds)
             delay = store.lost_bookie_recovery_delay()
@@ -110,7 +110,7 @@ def autorecovery(uri: str | None, conf_path: Path | None, enable: bool, disable:
         raise click.UsageError("give -e or -d, not both")
     uri = resolve_uri(uri, conf_path)
     try:
-        with open_store(uri) as store:
+        with open_store(uri, **client_conf(conf_path)) as store:
             if enable or disable:
                 store.set_replication_enabled(enable)
             enabled = store.replication_enabled()

@@ -45,7 +45,7 @@ def listbookies(
 
     uri = resolve_uri(uri, conf_path)
     try:
-        with open_store(uri) as store:
+        with open_store(uri, **client_conf(conf_path)) as store:
             writable, ro = store.writable_bookies(), store.readonly_bookies()
             wanted = (
                 (writable | ro)
@@ -79,7 +79,7 @@ def bookieinfo(uri: str | None, conf_path: Path | None, as_json: bool) -> None:
 
     uri = resolve_uri(uri, conf_path)
     try:
-        with open_store(uri) as store:
+        with open_store(uri, **client_conf(conf_path)) as store:
             infos = {b: bookie_disk_info(store, b) for b in list_bookies(store, "all")}
     except ShellError as exc:
         raise failed(exc) from None
@@ -153,7 +153,7 @@ def lastmark(uri: str | None, conf_path: Path | None, bookie_id: str | None, as_
     uri = resolve_uri(uri, conf_path)
     rows: list[dict[str, object]] = []
     try:
-        with open_store(uri) as store:
+        with open_store(uri, **client_conf(conf_path)) as store:
             for b in [bookie_id] if bookie_id else list_bookies(store, "all"):
                 url = admin_url(store, b)
                 if url is None:
@@ -210,7 +210,7 @@ def cookie(
     if action == "delete" and not force and not confirmed(f"Delete the cookie of {bookie_id}?"):
         raise click.ClickException("not confirmed: nothing changed (use --force)")
     try:
-        with open_store(uri) as store:
+        with open_store(uri, **client_conf(conf_path)) as store:
             if action == "get":
                 found = cookie_get(store, bookie_id)
             elif action == "update":

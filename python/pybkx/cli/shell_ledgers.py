@@ -38,7 +38,7 @@ def listledgers(uri: str | None, conf_path: Path | None, meta: bool, as_json: bo
     uri = resolve_uri(uri, conf_path)
     rows: list[dict[str, object]] = []
     try:
-        with open_store(uri) as store:
+        with open_store(uri, **client_conf(conf_path)) as store:
             ids = list(store.list_ledgers())
             with progress(len(ids) if meta else 0, "reading metadata") as update:
                 for n, ledger_id in enumerate(ids, 1):
@@ -76,7 +76,7 @@ def ledgermetadata(uri: str | None, conf_path: Path | None, ledger_id: int) -> N
 
     uri = resolve_uri(uri, conf_path)
     try:
-        with open_store(uri) as store:
+        with open_store(uri, **client_conf(conf_path)) as store:
             try:
                 md = store.read_ledger_metadata(ledger_id).value
             except errors.NoSuchLedgerExistsOnMetadataServerException:
@@ -158,7 +158,7 @@ def deleteledger(uri: str | None, conf_path: Path | None, ledger_id: int, force:
     if not force and not confirmed(f"Delete ledger {ledger_id}?"):
         raise click.ClickException("not confirmed: nothing changed (use --force)")
     try:
-        with open_store(uri) as store:
+        with open_store(uri, **client_conf(conf_path)) as store:
             delete_ledger(store, ledger_id)
     except ShellError as exc:
         raise failed(exc) from None
@@ -252,7 +252,7 @@ def updateledgers(
 
     uri = resolve_uri(uri, conf_path)
     try:
-        with open_store(uri) as store:
+        with open_store(uri, **client_conf(conf_path)) as store:
             total = sum(1 for _ in store.list_ledgers())
             with progress(total, f"updating {src} -> {dest}") as update:
                 result = update_ledgers(

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from pybkx.cli.shell_options import resolve_uri
+from pybkx.cli.shell_options import client_conf, resolve_uri
 
 
 @click.command("top")
@@ -59,7 +59,8 @@ def top_command(
 
     else:
         try:
-            store = closing.enter_context(open_store(resolve_uri(uri, conf_path)))
+            found = resolve_uri(uri, conf_path)
+            store = closing.enter_context(open_store(found, **client_conf(conf_path)))
         except ShellError as exc:
             raise click.ClickException(str(exc)) from None
         cluster = ClusterTargets(store)

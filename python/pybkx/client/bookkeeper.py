@@ -63,9 +63,10 @@ class BookKeeper:
     never plaintext: a bookie that refuses it fails its requests with SecurityException.
 
     Raises ConfigError for a bad value, a TLS store that cannot be read (naming the key), or
-    security it does not implement yet (``clientAuthProviderFactoryClass``,
-    ``zkEnableSecurity``: it refuses rather than run without them), ValueError for an
-    unsupported URI, MetaStoreException if the store cannot be reached.
+    security it does not implement yet (``clientAuthProviderFactoryClass``: it refuses rather
+    than run without it), ``zkEnableSecurity`` without an identity for ZooKeeper (a JAAS
+    ``Client`` section or ``zkDigestAuthPath``), ValueError for an unsupported URI,
+    MetaStoreException if the store cannot be reached.
     """
 
     def __init__(self, metadata_service_uri: str | None = None, **conf: Any) -> None:

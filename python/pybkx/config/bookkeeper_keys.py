@@ -144,11 +144,6 @@ _GROUPS: Final[tuple[tuple[str, tuple[str, ...]], ...]] = (
         ),
     ),
     (
-        "refused, not ignored: pybkx does not implement this security yet, so a bookie given "
-        "it refuses to start (pybkx.config.security) rather than run without it",
-        ("zkEnableSecurity",),
-    ),
-    (
         "not implemented: the bookie has no startup-user check",
         ("permittedStartupUsers",),
     ),

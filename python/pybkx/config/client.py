@@ -25,6 +25,7 @@ from pybkx.config.values import (
     optional_str,
     setting,
 )
+from pybkx.config.zk_security import ZkSecurityKeys
 
 __all__ = ["ClientConfig"]
 
@@ -32,7 +33,7 @@ _DEFAULT_WORKERS = max(1, os.cpu_count() or 1)
 
 
 @dataclass(frozen=True)
-class ClientConfig(TlsKeys, KeyedConfig):
+class ClientConfig(TlsKeys, ZkSecurityKeys, KeyedConfig):
     """A client's configuration; build it with ``ClientConfig.of(**keys)``.
 
     Every value is checked on construction (ConfigError).
@@ -197,8 +198,10 @@ class ClientConfig(TlsKeys, KeyedConfig):
         return cls().with_overrides(values, source="client configuration")
 
     def store_settings(self) -> dict[str, object]:
-        """What the metadata store takes: ``zkTimeout`` and the embedded store's keys."""
-        out: dict[str, object] = {"zkTimeout": self.zk_timeout_ms}
+        """What the metadata store takes: ``zkTimeout``, ZooKeeper's security keys
+        (``zkEnableSecurity``, the JAAS file, ``zkDigestAuthPath``) and the embedded store's
+        keys."""
+        out: dict[str, object] = {"zkTimeout": self.zk_timeout_ms, **self.zk_security_settings()}
         for key in ("embeddedPollIntervalMs", "embeddedBusyTimeoutMs"):
             if key in self.extra:
                 out[key] = self.extra[key]

@@ -32,21 +32,21 @@ _ASKS: dict[str, str] = {
     "tlsProviderFactoryClass": "TLS",
     "bookieAuthProviderFactoryClass": "client authentication",
     "clientAuthProviderFactoryClass": "authentication to the bookies",
-    "zkEnableSecurity": "ZooKeeper ACLs and authentication",
 }
-_BOOLEAN_KEYS = frozenset({"zkEnableSecurity"})
+# Every boolean security key is implemented now (zkEnableSecurity, httpServerTlsEnable).
+_BOOLEAN_KEYS: frozenset[str] = frozenset()
 
 # The bookie's `tlsProviderFactoryClass` is a typed key (pybkx.config.tls): TLSContextFactory
 # turns TLS on, any other class is refused by its parser.
 # `bookieAuthProviderFactoryClass` is typed too (``bookie_auth_provider``): BookieAuthZFactory
 # is served, other providers are refused by the parser.
-BOOKIE_SECURITY_KEYS: tuple[str, ...] = ("zkEnableSecurity",)
+# `zkEnableSecurity` is typed (pybkx.config.zk_security): creator-only ACLs, and the metadata
+# store refuses to open without an identity for ZooKeeper. `httpServerTlsEnable` is typed
+# (pybkx.config.server): the admin server serves TLS.
+BOOKIE_SECURITY_KEYS: tuple[str, ...] = ()
 # The client's `tlsProviderFactoryClass` is typed (pybkx.config.client): TLSContextFactory turns
 # TLS on, any other class is refused by its parser.
-CLIENT_SECURITY_KEYS: tuple[str, ...] = (
-    "clientAuthProviderFactoryClass",
-    "zkEnableSecurity",
-)
+CLIENT_SECURITY_KEYS: tuple[str, ...] = ("clientAuthProviderFactoryClass",)
 
 
 def _asks(key: str, value: object) -> bool:

@@ -52,6 +52,7 @@ from pybkx.config.values import (
     servers,
     setting,
 )
+from pybkx.config.zk_security import ZkSecurityKeys
 
 __all__ = ["MAX_LOG_SIZE_LIMIT", "NULL_STATS_PROVIDER", "PROMETHEUS_STATS_PROVIDER", "ServerConfig"]
 
@@ -84,7 +85,7 @@ def _root_path(value: object) -> str:
 
 
 @dataclass(frozen=True)
-class ServerConfig(TlsKeys, KeyedConfig):
+class ServerConfig(TlsKeys, ZkSecurityKeys, KeyedConfig):
     """A bookie's configuration; construct it with ``from_file``/``load`` or keyword arguments.
 
     Every value is checked on construction (``ConfigError``). Directory lists are tuples.
@@ -760,8 +761,9 @@ class ServerConfig(TlsKeys, KeyedConfig):
         admin API, the shell with ``--conf``), as BookKeeper builds a ClientConfiguration from
         the server's: ``zkTimeout`` and, with TLS on, the TLS keys (the ``tls*`` stores serve
         as the client's, ``client*`` keys in the file win; with ``tlsClientAuthentication`` the
-        bookie's own certificate is presented)."""
-        out: dict[str, object] = {"zkTimeout": self.zk_timeout_ms}
+        bookie's own certificate is presented), and ZooKeeper's security keys (the bookie's
+        identity and ACLs serve its clients too)."""
+        out: dict[str, object] = {"zkTimeout": self.zk_timeout_ms, **self.zk_security_settings()}
         if self.tls_provider_factory_class is None:
             return out
         tls: dict[str, object] = {

@@ -33,6 +33,7 @@ from typing import IO, Final
 
 from pybkx import errors
 from pybkx.config import PROMETHEUS_STATS_PROVIDER, ConfigError, ServerConfig
+from pybkx.config.zk_security import ZK_SECURITY_KEYS
 from pybkx.meta import MetadataStore, open_metadata_store
 from pybkx.meta.discovery import clear_sandbox_record, record_sandbox
 
@@ -414,8 +415,14 @@ class Sandbox:
         return self._slots[index]
 
     def _store_conf(self) -> dict[str, object]:
-        timeout = self.conf.get("zkTimeout")
-        return {} if timeout is None else {"zkTimeout": int(str(timeout))}
+        """The sandbox's own session as its bookies open theirs: ``zkTimeout`` and ZooKeeper's
+        security keys (with ``zkEnableSecurity`` the cluster's znodes are created under the
+        bookies' identity)."""
+        # Only these keys: any other bad value is the bookies' to report, as before.
+        keys = ("zkTimeout", *ZK_SECURITY_KEYS)
+        given = {key: value for key, value in self.conf.items() if key in keys}
+        conf = ServerConfig().with_overrides(given, source="sandbox configuration")
+        return {"zkTimeout": conf.zk_timeout_ms, **conf.zk_security_settings()}
 
     def _plan_slots(self) -> list[_Slot]:
         """A slot per bookie: ``base_port + i``, else the port of a kept configuration, else a

@@ -1,5 +1,6 @@
-"""A ZooKeeper session for the metadata store: kazoo client, retries, error mapping, LAYOUT
-check, and re-registration after a session expires. The store's concerns build on it; it must
+"""A ZooKeeper session for the metadata store: kazoo client, its identity and default ACL
+(``zkEnableSecurity``, auth.py), retries, error mapping, LAYOUT check, and re-registration
+after a session expires. The store's concerns build on it; it must
 never block kazoo's event thread."""
 
 from __future__ import annotations
@@ -12,8 +13,10 @@ from typing import Any, TypeVar
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import (
+    AuthFailedError,
     BadVersionError,
     KazooException,
+    NoAuthError,
     NodeExistsError,
     NoNodeError,
     NotEmptyError,
@@ -23,6 +26,7 @@ from kazoo.retry import KazooRetry
 
 from pybkx import errors
 from pybkx.meta import serde
+from pybkx.meta.zookeeper.auth import ZkAuth, zk_auth
 from pybkx.meta.zookeeper.layout import (
     DEFAULT_ZK_TIMEOUT_MS,
     LAYOUT,
@@ -53,6 +57,8 @@ class ZkSession:
         self._timeout_s = int(conf.get("zkTimeout", DEFAULT_ZK_TIMEOUT_MS)) / 1000.0
         if self._timeout_s <= 0:
             raise ValueError(f"zkTimeout must be positive, got {conf.get('zkTimeout')}")
+        # Read before connecting: zkEnableSecurity without an identity stops here.
+        self._auth: ZkAuth = zk_auth(conf)
         self._zk = KazooClient(
             hosts=self._hosts,
             timeout=self._timeout_s,
@@ -60,6 +66,7 @@ class ZkSession:
             command_retry=KazooRetry(
                 max_tries=-1, delay=0.05, backoff=2, max_delay=1.0, deadline=self._timeout_s
             ),
+            **self._auth.kazoo_options(),
         )
         self._closed = False
         self._lock = threading.Lock()
@@ -95,6 +102,23 @@ class ZkSession:
             return result
         except (NoNodeError, NodeExistsError, BadVersionError, NotEmptyError):
             raise
+        except AuthFailedError:
+            login = (
+                f"the SASL login of {self._auth.sasl_user} ({self._auth.sasl_source}): wrong "
+                "username or password, or no SASL on the server"
+                if self._auth.sasl_user is not None
+                else f"the login of {', '.join(self._auth.identities) or 'this session'}"
+            )
+            raise errors.ZKException(
+                f"ZooKeeper {what} failed: the server refused {login}"
+            ) from None
+        except NoAuthError:
+            who = ", ".join(self._auth.identities) or "no identity (unauthenticated)"
+            raise errors.ZKException(
+                f"ZooKeeper {what} failed: NoAuthError, the znode's ACL does not admit this "
+                f"session ({who}); a cluster made with zkEnableSecurity admits only the identity "
+                "that created it"
+            ) from None
         except (KazooException, KazooTimeoutError) as exc:
             raise zk_error(exc, what) from None
 
