@@ -27,7 +27,7 @@ CARGO_TEST_ENV := LD_LIBRARY_PATH="$(PY_LIBDIR)$${LD_LIBRARY_PATH:+:$$LD_LIBRARY
 
 .PHONY: help venv deps build lint test demo bench bench-client bench-suite bench-compare bench-builds \
 	bench-metrics bench-striped bench-speculative bench-recovery bench-v3 bench-tls bench-spark bench-storage-scale \
-	bench-cold-read bench-cold-read-java bench-java-client bench-group-commit bench-gc bench-tiers bench-large-adds bench-sustained-adds bench-journal-reuse faults faults-deps fuzz clean distclean
+	bench-cold-read bench-cold-read-java bench-java-client bench-group-commit bench-gc bench-tiers bench-large-adds bench-sustained-adds bench-journal-reuse bench-noisy faults faults-deps fuzz clean distclean
 
 help:
 	@echo "make demo   build everything, then run the cluster demo (pybkx demo)"
@@ -46,6 +46,7 @@ help:
 	@echo "make bench-recovery a bookie killed for good, its ledgers healed: MB/s vs the disk"
 	@echo "make bench-v3       adds and reads over V3 beside V2, pybkx and Java bookies, one run"
 	@echo "make bench-tls      adds and batch reads over TLS beside plaintext, pybkx and Java bookies"
+	@echo "make bench-noisy    one client's add p50/p99 alone and beside another's batch-read flood"
 	@echo "make bench-storage-scale ENTRIES=N  N entries indexed: memory, restart, lookups/s"
 	@echo "make bench-cold-read      an interleaved ledger read back cold vs the disk's speed"
 	@echo "make bench-cold-read-java the same over the wire beside the Java DbLedgerStorage"
@@ -189,6 +190,9 @@ bench-v3: venv deps build
 
 bench-tls: venv deps build
 	$(VPY) -m bench.tls $(BENCH_ARGS)
+
+bench-noisy: venv deps build
+	$(VPY) -m bench.noisy_neighbour $(BENCH_ARGS)
 
 bench-recovery: venv deps build
 	$(VPY) bench/recovery_speed.py $(BENCH_ARGS)
