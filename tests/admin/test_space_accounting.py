@@ -17,6 +17,7 @@ from support.wait import wait_until
 
 import pybkx
 from pybkx.admin.top import Target, View, scrape
+from pybkx.bookie.space import compaction_progress
 from pybkx.tools.sandbox import Sandbox
 
 pytestmark = pytest.mark.integration
@@ -39,6 +40,7 @@ def space(url: str, orphans: bool = True) -> dict[str, Any]:
     (tier,) = answer["tiers"]
     assert tier["tier"] == "default"
     tier["orphansChecked"] = answer["orphansChecked"]
+    tier["compaction"] = answer["compaction"]
     return tier
 
 
@@ -59,6 +61,7 @@ def test_a_ledger_is_live_then_orphaned_then_deleted_and_compactable(bookie: San
             accept=lambda s: s["liveBytes"] >= 150 * len(ENTRY),
         )
         assert first["orphansChecked"] and first["ledgers"] == 2
+        assert first["compaction"] is None  # none runs
         assert first["deletedBytes"] == first["orphanedBytes"] == first["compactableBytes"] == 0
         live = first["liveBytes"]
 
@@ -88,3 +91,25 @@ def test_a_ledger_is_live_then_orphaned_then_deleted_and_compactable(bookie: San
     finally:
         view.close()
     assert row.reclaimable_mib == pytest.approx(doomed_bytes / (1 << 20))
+
+
+def test_compaction_progress_gives_an_eta_at_the_rate_so_far() -> None:
+    assert compaction_progress({}) is None  # none runs
+    gauges = {
+        "pybkx_compaction_started_ms": 1_000_000,
+        "pybkx_compaction_logs_planned": 8,
+        "pybkx_compaction_logs_done": 2,
+        "pybkx_compaction_bytes_planned": 800,
+        "pybkx_compaction_bytes_done": 200,
+    }
+    progress = compaction_progress(gauges, now_ms=1_010_000)
+    assert progress == {
+        "logsPlanned": 8,
+        "logsDone": 2,
+        "bytesPlanned": 800,
+        "bytesDone": 200,
+        "runningSeconds": 10.0,
+        "etaSeconds": 30.0,  # 600 bytes left at 20 bytes/s
+    }
+    just_started = compaction_progress({**gauges, "pybkx_compaction_bytes_done": 0}, 1_000_500)
+    assert just_started is not None and just_started["etaSeconds"] is None

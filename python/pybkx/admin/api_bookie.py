@@ -16,7 +16,7 @@ from pybkx.admin.context import AdminContext
 from pybkx.admin.http import HttpError, Request, Response, require
 from pybkx.admin.prometheus import CONTENT_TYPE
 from pybkx.bookie import BookieError
-from pybkx.bookie.space import account_space
+from pybkx.bookie.space import account_space, compaction_progress
 from pybkx.tools.bookies import disk_info
 
 __all__ = ["bookie_routes"]
@@ -200,12 +200,18 @@ class _BookieEndpoints:
         if collector is not None and request.param("orphans") != "false":
             found = collector.orphans()
         try:
-            tiers = account_space(self._bookie.storage, self._bookie.config, found)
+            storage = self._bookie.storage
+            tiers = account_space(storage, self._bookie.config, found)
+            compaction = compaction_progress(storage.stats())
         except BookieError as exc:
             raise HttpError(503, str(exc)) from None
         return Response(
             200,
-            {"orphansChecked": found is not None, "tiers": [t.as_json() for t in tiers]},
+            {
+                "orphansChecked": found is not None,
+                "tiers": [t.as_json() for t in tiers],
+                "compaction": compaction,
+            },
         )
 
     def _read_only_or(self, default: bool) -> bool:

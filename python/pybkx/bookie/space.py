@@ -10,6 +10,7 @@ compacts (``bookie.gc`` and the storage's lifecycle do).
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
     from pybkx._core import LedgerStorage
     from pybkx.config import ServerConfig
 
-__all__ = ["TierSpace", "account_space"]
+__all__ = ["TierSpace", "account_space", "compaction_progress"]
 
 DEFAULT_TIER = "default"
 """The tier name of ``ledgerDirectories`` on a bookie without ``tieredStorageLevels``."""
@@ -130,3 +131,27 @@ def _entry_log_files(tier_of: dict[str, str]) -> dict[int, tuple[str, int]]:
             except (ValueError, OSError):
                 continue
     return found
+
+
+def compaction_progress(
+    stats: dict[str, int], now_ms: int | None = None
+) -> dict[str, object] | None:
+    """The compaction under way, from the storage's ``pybkx_compaction_*`` gauges
+    (``LedgerStorage.stats()``): logs and bytes planned and done, seconds running, and an ETA
+    at the rate so far (None before the first log is done); None while none runs."""
+    started = stats.get("pybkx_compaction_started_ms", 0)
+    if not started:
+        return None
+    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    elapsed_s = max(0.0, (now_ms - started) / 1000)
+    planned = stats.get("pybkx_compaction_bytes_planned", 0)
+    done = stats.get("pybkx_compaction_bytes_done", 0)
+    eta = elapsed_s * (planned - done) / done if done else None
+    return {
+        "logsPlanned": stats.get("pybkx_compaction_logs_planned", 0),
+        "logsDone": stats.get("pybkx_compaction_logs_done", 0),
+        "bytesPlanned": planned,
+        "bytesDone": done,
+        "runningSeconds": round(elapsed_s, 3),
+        "etaSeconds": None if eta is None else round(eta, 1),
+    }

@@ -9,7 +9,7 @@ use parking_lot::Mutex;
 
 use super::journal::Journal;
 use super::stores::Stores;
-use crate::metrics::{Counter, Export, Kind, Metric, OpStats, Unit, Value};
+use crate::metrics::{Counter, Export, Gauge, Kind, Metric, OpStats, Unit, Value};
 
 /// What the storage itself measures; the journals measure their own ([`super::journal`]).
 #[derive(Debug)]
@@ -34,6 +34,9 @@ pub struct StorageStats {
     pub gc_reclaimed_bytes: Counter,
     /// Entry logs compacted.
     pub compacted_logs: Counter,
+    /// The compaction under way (all 0 while none runs): when it started (ms since the epoch),
+    /// the logs it chose and their bytes, and how many of them (and their bytes) are done.
+    pub compaction: CompactionProgress,
     /// Index segment merges done.
     pub index_merges: Counter,
     /// Entry logs moved down a tier, up a tier, and the bytes moved.
@@ -47,6 +50,58 @@ pub struct StorageStats {
     /// The corrupt records already logged (each is logged once; bounded).
     corrupt_logged: Mutex<HashSet<String>>,
 }
+
+/// The progress of the compaction under way, for an operator's ETA: gauges, all 0 while no
+/// compaction runs.
+#[derive(Debug, Default)]
+pub struct CompactionProgress {
+    pub started_ms: Gauge,
+    pub logs_planned: Gauge,
+    pub logs_done: Gauge,
+    pub bytes_planned: Gauge,
+    pub bytes_done: Gauge,
+}
+
+impl CompactionProgress {
+    /// A compaction of `logs` logs holding `bytes` bytes starts now.
+    pub fn start(&self, logs: u64, bytes: u64) {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        self.started_ms.set(now);
+        self.logs_planned.set(logs);
+        self.bytes_planned.set(bytes);
+        self.logs_done.set(0);
+        self.bytes_done.set(0);
+    }
+
+    /// One log of `bytes` bytes is done.
+    pub fn log_done(&self, bytes: u64) {
+        self.logs_done.inc();
+        self.bytes_done.add(bytes);
+    }
+
+    /// No compaction runs any more.
+    pub fn finish(&self) {
+        for gauge in [
+            &self.started_ms,
+            &self.logs_planned,
+            &self.logs_done,
+            &self.bytes_planned,
+            &self.bytes_done,
+        ] {
+            gauge.set(0);
+        }
+    }
+}
+
+crate::named_stats!(CompactionProgress {
+    started_ms => "pybkx_compaction_started_ms",
+    logs_planned => "pybkx_compaction_logs_planned",
+    logs_done => "pybkx_compaction_logs_done",
+    bytes_planned => "pybkx_compaction_bytes_planned",
+    bytes_done => "pybkx_compaction_bytes_done",
+});
 
 /// How many distinct corrupt records are remembered to log each only once; past it every
 /// further one is still counted but no longer logged.
@@ -81,6 +136,7 @@ impl Default for StorageStats {
             gc_logs_removed: Counter::default(),
             gc_reclaimed_bytes: Counter::default(),
             compacted_logs: Counter::default(),
+            compaction: CompactionProgress::default(),
             write_bytes: Counter::default(),
             read_ahead_entries: Counter::default(),
             corrupt_entries: Counter::default(),
@@ -109,6 +165,7 @@ pub(super) fn export(
     out: &mut Vec<Metric>,
 ) {
     stats.export(out);
+    stats.compaction.export(out);
     export_journals(journals, out);
     out.push(Metric::gauge(
         "bookie_gc_ACTIVE_LEDGER_TOTAL",

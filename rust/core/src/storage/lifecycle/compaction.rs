@@ -29,6 +29,15 @@ pub struct CompactionReport {
     pub bytes_freed: u64,
 }
 
+/// Clears the progress gauges when a compaction ends, however it ends.
+struct Finish<'a>(&'a crate::storage::stats::CompactionProgress);
+
+impl Drop for Finish<'_> {
+    fn drop(&mut self) {
+        self.0.finish();
+    }
+}
+
 /// What a compaction works with.
 pub(super) struct Compactor<'a> {
     pub(super) stores: &'a Stores,
@@ -53,18 +62,28 @@ impl Compactor<'_> {
         if !(threshold > 0.0 && threshold <= 1.0) {
             return Ok(report);
         }
-        for id in self.candidates(threshold)? {
+        let candidates = self.candidates(threshold)?;
+        let progress = &self.stats.compaction;
+        progress.start(
+            candidates.len() as u64,
+            candidates.iter().map(|(_, bytes)| bytes).sum(),
+        );
+        // Reset however the loop ends (a failed log returns early).
+        let _finish = Finish(progress);
+        for (id, bytes) in candidates {
             if stop() {
                 break;
             }
             // Held by a move between tiers: compacted by a later pass.
             let Some(_pin) = self.stores.entrylog.pin(id) else {
+                progress.log_done(bytes);
                 continue;
             };
             let (moved, freed) = self.compact_log(id)?;
             report.logs_compacted += 1;
             report.bytes_moved += moved;
             report.bytes_freed += freed;
+            progress.log_done(bytes);
             between();
         }
         self.stats.compacted_logs.add(report.logs_compacted);
@@ -72,10 +91,10 @@ impl Compactor<'_> {
         Ok(report)
     }
 
-    /// The logs at most `threshold` live, least live first.
-    fn candidates(&self, threshold: f64) -> Result<Vec<u32>> {
+    /// The logs at most `threshold` live, least live first, with their bytes.
+    fn candidates(&self, threshold: f64) -> Result<Vec<(u32, u64)>> {
         let logs = collectable_logs(self.stores, self.checkpointer)?;
-        let mut candidates: Vec<(f64, u32)> = {
+        let mut candidates: Vec<(f64, u32, u64)> = {
             let idx = self.stores.index.read();
             logs.iter()
                 .filter_map(|(id, map)| {
@@ -90,12 +109,15 @@ impl Compactor<'_> {
                     } else {
                         live as f64 / total as f64
                     };
-                    (share <= threshold).then_some((share, *id))
+                    (share <= threshold).then_some((share, *id, total))
                 })
                 .collect()
         };
         candidates.sort_by(|a, b| a.0.total_cmp(&b.0));
-        Ok(candidates.into_iter().map(|(_, id)| id).collect())
+        Ok(candidates
+            .into_iter()
+            .map(|(_, id, total)| (id, total))
+            .collect())
     }
 
     /// Rewrites the live entries of log `id` and removes it; returns (bytes moved, freed).

@@ -302,3 +302,49 @@ fn a_demoted_log_read_again_is_promoted_when_the_top_tier_has_room() {
     }
     assert!(matches!(s.read_entry(7, 0), Err(StorageError::NoLedger(7))));
 }
+
+fn compaction_gauges(s: &LedgerStorage) -> [u64; 5] {
+    let flat = crate::metrics::flat(&s.metrics());
+    let get = |name: &str| flat.iter().find(|(n, _)| *n == name).map_or(0, |(_, v)| *v);
+    [
+        get("pybkx_compaction_started_ms"),
+        get("pybkx_compaction_logs_planned"),
+        get("pybkx_compaction_logs_done"),
+        get("pybkx_compaction_bytes_planned"),
+        get("pybkx_compaction_bytes_done"),
+    ]
+}
+
+#[test]
+fn a_running_compaction_shows_its_progress_and_clears_it_when_done() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = crate::config::StorageConfig {
+        // Paced (bytes scanned per second) so that a run lasts long enough to be watched.
+        compaction_rate_bytes: 1 << 20,
+        ..small_cache_config(dir.path())
+    };
+    let s = std::sync::Arc::new(LedgerStorage::open(cfg).unwrap());
+    fill_three_ledgers(&s);
+    wait(|d| s.delete_ledger(1, d)).unwrap();
+    wait(|d| s.delete_ledger(2, d)).unwrap();
+    assert_eq!(compaction_gauges(&s), [0; 5], "none runs yet");
+    let running = {
+        let s = s.clone();
+        std::thread::spawn(move || s.compact(0.5))
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let mut seen = [0; 5];
+    while std::time::Instant::now() < deadline && !running.is_finished() {
+        seen = compaction_gauges(&s);
+        if seen[2] >= 1 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let report = running.join().unwrap().unwrap();
+    let [started, planned, done, bytes_planned, bytes_done] = seen;
+    assert!(started > 0, "{seen:?}");
+    assert!(planned >= report.logs_compacted && done >= 1 && done <= planned, "{seen:?}");
+    assert!(bytes_planned > 0 && bytes_done > 0 && bytes_done <= bytes_planned, "{seen:?}");
+    assert_eq!(compaction_gauges(&s), [0; 5], "cleared once it ended");
+}
