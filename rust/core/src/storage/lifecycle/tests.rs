@@ -344,7 +344,13 @@ fn a_running_compaction_shows_its_progress_and_clears_it_when_done() {
     let report = running.join().unwrap().unwrap();
     let [started, planned, done, bytes_planned, bytes_done] = seen;
     assert!(started > 0, "{seen:?}");
-    assert!(planned >= report.logs_compacted && done >= 1 && done <= planned, "{seen:?}");
-    assert!(bytes_planned > 0 && bytes_done > 0 && bytes_done <= bytes_planned, "{seen:?}");
+    assert!(
+        planned >= report.logs_compacted && done >= 1 && done <= planned,
+        "{seen:?}"
+    );
+    assert!(
+        bytes_planned > 0 && bytes_done > 0 && bytes_done <= bytes_planned,
+        "{seen:?}"
+    );
     assert_eq!(compaction_gauges(&s), [0; 5], "cleared once it ended");
 }
