@@ -34,6 +34,10 @@ use crate::protocol::{self, OutFrames, ProtocolError};
 
 /// Stop coalescing responses into one write beyond this many bytes.
 const MAX_WRITE_BATCH: usize = 1 << 20;
+/// The longest a connection handles requests before it lets the runtime's other tasks run.
+/// Reads are served inline: without a turn, a client with hundreds of batch reads buffered
+/// keeps a worker thread for all of them while another client's adds wait to be read.
+const TURN: Duration = Duration::from_micros(200);
 /// A paused reader also re-checks the budgets this often (the total budget has no per-connection
 /// wake-up).
 const PAUSE_RECHECK: Duration = Duration::from_millis(10);
@@ -119,6 +123,7 @@ async fn read_requests<R: AsyncRead + Unpin>(
 ) -> End {
     let state = outbox.state();
     loop {
+        let mut turn = Instant::now();
         loop {
             // Checked before every request, so one read of many requests cannot queue more
             // than one response past the mark.
@@ -126,6 +131,10 @@ async fn read_requests<R: AsyncRead + Unpin>(
                 && wait_for_room(outbox, peer, stop).await
             {
                 return End::Stopping;
+            }
+            if turn.elapsed() >= TURN {
+                tokio::task::yield_now().await;
+                turn = Instant::now();
             }
             match protocol::take_frame(buf, state.cfg.max_frame_size) {
                 Ok(Some(body)) => {
