@@ -10,8 +10,10 @@ answers a request itself (the endpoints live in ``api_*``).
 from __future__ import annotations
 
 import abc
+import functools
 import logging
 import ssl
+from collections.abc import Callable
 from pathlib import Path
 
 from pybkx.admin.api_autorecovery import autorecovery_routes
@@ -97,20 +99,11 @@ class _HttpService(abc.ABC):
         port: int,
         tls: ssl.SSLContext | None,
     ) -> HttpServer | HttpsServer:
-        app = self._routes(ctx)
-        if tls is not None:
-            return HttpsServer(
-                app,
-                host,
-                port,
-                name=self.name,
-                threads=config.http_server_threads,
-                max_connections=config.http_server_max_connections,
-                max_request_bytes=config.http_server_max_request_bytes,
-                context=tls,
-            )
-        return HttpServer(
-            app,
+        server: Callable[..., HttpServer | HttpsServer] = (
+            HttpServer if tls is None else functools.partial(HttpsServer, context=tls)
+        )
+        return server(
+            self._routes(ctx),
             host,
             port,
             name=self.name,
