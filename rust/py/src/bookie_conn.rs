@@ -124,14 +124,24 @@ impl PyBookieClient {
 
 #[pymethods]
 impl PyBookieClient {
-    /// Connections configured by `config` (a `pybkx.config.ClientConfig`).
     /// Connections configured by `config` (a `pybkx.config.ClientConfig`), over TLS when
-    /// given `tls` (a `pybkx.config.tls.ClientTlsMaterial`). Raises ValueError for settings or
-    /// TLS material that cannot be used.
+    /// given `tls` (a `pybkx.config.tls.ClientTlsMaterial`), authenticated by SASL
+    /// DIGEST-MD5 when given `sasl` (a `pybkx.config.jaas.ClientSasl`). Raises ValueError for
+    /// settings or TLS material that cannot be used.
     #[new]
-    #[pyo3(signature = (config, tls = None))]
-    fn new(config: &Bound<'_, PyAny>, tls: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
+    #[pyo3(signature = (config, tls = None, sasl = None))]
+    fn new(
+        config: &Bound<'_, PyAny>,
+        tls: Option<&Bound<'_, PyAny>>,
+        sasl: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
         let mut cfg = client_config(config)?;
+        if let Some(sasl) = sasl {
+            cfg.sasl = Some(pybkx_core::sasl::Credentials {
+                username: sasl.getattr("username")?.extract()?,
+                password: sasl.getattr("password")?.extract()?,
+            });
+        }
         if let Some(material) = tls {
             let client_tls = ClientTls::new(&client_tls_settings(material)?)
                 .map_err(|e| PyValueError::new_err(format!("TLS: {e}")))?;

@@ -72,10 +72,10 @@ pub(super) async fn serve_connection(
     let (mut reader, writer) = stream.into_split();
     let (tx, rx) = mpsc::unbounded_channel::<(Reply, Timed)>();
     let usage = Arc::new(Usage::default());
-    // Without an authorization provider every connection is authenticated (AuthDisabled).
-    usage
-        .authenticated
-        .store(state.cfg.authorized_roles.is_none(), Ordering::Release);
+    // Without an authentication or authorization provider every connection is authenticated
+    // (AuthDisabled).
+    let open = state.cfg.authorized_roles.is_none() && state.cfg.sasl.is_none();
+    usage.authenticated.store(open, Ordering::Release);
     let outbox = Outbox {
         tx,
         usage: usage.clone(),
@@ -105,6 +105,8 @@ struct Frames {
     /// When the bytes in the buffer arrived: one clock read per socket read, shared by its
     /// frames.
     received: Option<Instant>,
+    /// The SASL exchange of a connection not authenticated yet (it spans a TLS upgrade).
+    sasl: crate::sasl::ServerExchange,
 }
 
 /// Reads and handles requests until the client closes, the server stops or START_TLS is
@@ -185,15 +187,17 @@ async fn read_requests<R: AsyncRead + Unpin>(
 /// (Ok(None)), given back to be served (START_TLS), or a reason to close.
 fn gate(body: Bytes, outbox: &Outbox, frames: &mut Frames) -> Result<Option<Bytes>, ProtocolError> {
     if !frames.v2_for_good {
-        match v3::unauthenticated(body, outbox) {
-            Ok(pass) => return Ok(pass),
+        match v3::unauthenticated(body, outbox, &mut frames.sasl) {
+            Ok(v3::Gated::Serve(body)) => return Ok(Some(body)),
+            Ok(v3::Gated::Answered) => return Ok(None),
+            Ok(v3::Gated::Refused(why)) => return Err(ProtocolError::AuthenticationFailed(why)),
             Err(body) => {
                 frames.v2_for_good = true;
-                return v2::unauthenticated(body, outbox).map(|()| None);
+                return v2::unauthenticated(body, outbox, &mut frames.sasl).map(|()| None);
             }
         }
     }
-    v2::unauthenticated(body, outbox).map(|()| None)
+    v2::unauthenticated(body, outbox, &mut frames.sasl).map(|()| None)
 }
 
 /// Waits while the connection's responses are not being read; true if the server stops
@@ -327,7 +331,10 @@ async fn finish<R: AsyncRead + Unpin, W>(
 }
 
 fn close_for(state: &ServerState, peer: SocketAddr, why: &ProtocolError) {
-    state.stats.protocol_errors.inc();
+    // A refused authentication is counted as such (authentication_failures), not as a bad frame.
+    if !matches!(why, ProtocolError::AuthenticationFailed(_)) {
+        state.stats.protocol_errors.inc();
+    }
     log::warn!("closing connection from {peer}: {why}");
 }
 
