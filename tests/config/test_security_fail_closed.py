@@ -17,7 +17,7 @@ from pybkx.config import ConfigError, ServerConfig
 from pybkx.config.security import refuse_unsupported_security
 
 TLS_FACTORY = "org.apache.bookkeeper.tls.TLSContextFactory"
-SASL_FACTORY = "org.apache.bookkeeper.sasl.SASLBookieAuthProviderFactory"
+OTHER_AUTH_FACTORY = "com.example.OtherAuthProviderFactory"
 
 
 @needs_server
@@ -26,7 +26,9 @@ SASL_FACTORY = "org.apache.bookkeeper.sasl.SASLBookieAuthProviderFactory"
     [
         # TLSContextFactory is served (tests/security/); any other provider is refused.
         ("tlsProviderFactoryClass=com.example.OtherTLSFactory", "TLS"),
-        (f"bookieAuthProviderFactoryClass={SASL_FACTORY}", "client authentication"),
+        # BookieAuthZFactory and SASL are served (tests/server/test_tls_start.py,
+        # tests/server/test_sasl.py); any other provider is refused.
+        (f"bookieAuthProviderFactoryClass={OTHER_AUTH_FACTORY}", "client authentication"),
         ("zkEnableSecurity=true", "ZooKeeper ACLs"),
         ("httpServerTlsEnable=true", "TLS on the admin HTTP server"),
     ],
@@ -59,7 +61,8 @@ def test_empty_or_false_security_keys_ask_for_nothing_as_in_bookkeeper(tmp_path:
     [
         # TLSContextFactory is served (tests/client/test_client_tls.py); another is refused.
         ("tlsProviderFactoryClass", "com.example.OtherTLSFactory"),
-        ("clientAuthProviderFactoryClass", "org.apache.bookkeeper.sasl.SASLClientProviderFactory"),
+        # SASLClientProviderFactory is served (tests/server/test_sasl.py); another is refused.
+        ("clientAuthProviderFactoryClass", OTHER_AUTH_FACTORY),
         ("zkEnableSecurity", True),
     ],
 )

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, ClassVar
 
+from pybkx.config.jaas import SaslKeys
+from pybkx.config.security import client_auth_provider
 from pybkx.config.tls import TlsKeys, store_type
 from pybkx.config.values import (
     MIB,
@@ -32,7 +34,7 @@ _DEFAULT_WORKERS = max(1, os.cpu_count() or 1)
 
 
 @dataclass(frozen=True)
-class ClientConfig(TlsKeys, KeyedConfig):
+class ClientConfig(TlsKeys, SaslKeys, KeyedConfig):
     """A client's configuration; build it with ``ClientConfig.of(**keys)``.
 
     Every value is checked on construction (ConfigError).
@@ -158,6 +160,16 @@ class ClientConfig(TlsKeys, KeyedConfig):
     """The bookie's certificate must name the host dialled (its chain is always verified)."""
     start_tls_timeout_secs: float = setting("startTLSTimeoutSecs", 10.0, number(0.001))
     """The most START_TLS and the handshake may take on a new connection."""
+
+    # --- SASL to the bookies (SASLClientProviderFactory, DIGEST-MD5): the JAAS file is
+    # SaslKeys'
+    client_auth_provider_factory_class: str | None = setting(
+        "clientAuthProviderFactoryClass", None, client_auth_provider
+    )
+    """``org.apache.bookkeeper.sasl.SASLClientProviderFactory``: every bookie connection
+    authenticates (within ``clientConnectTimeoutMillis``) before any request."""
+    sasl_jaas_client_section_name: str = setting("saslJaasClientSectionName", "BookKeeper", str)
+    """The JAAS section holding the client's ``username`` and ``password``."""
 
     extra: Mapping[str, object] = field(
         default_factory=lambda: MappingProxyType({}), hash=False, repr=False

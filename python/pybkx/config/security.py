@@ -9,22 +9,33 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Final
 
+from pybkx.config.jaas import BookieSasl, ClientSasl, bookie_sasl, client_sasl
 from pybkx.config.values import ConfigError, InvalidValue, KeyedConfig, optional_str
 
 if TYPE_CHECKING:
+    from pybkx.config.client import ClientConfig
     from pybkx.config.server import ServerConfig
 
 __all__ = [
     "AUTHZ_FACTORY",
     "BOOKIE_SECURITY_KEYS",
     "CLIENT_SECURITY_KEYS",
+    "SASL_BOOKIE_FACTORY",
+    "SASL_CLIENT_FACTORY",
     "authorized_roles",
     "bookie_auth_provider",
+    "bookie_sasl_policy",
+    "client_auth_provider",
+    "client_sasl_credentials",
     "refuse_unsupported_security",
 ]
 
 AUTHZ_FACTORY: Final = "org.apache.bookkeeper.tls.BookieAuthZFactory"
 """BookKeeper's authorization by the role in a TLS client certificate (``authorizedRoles``)."""
+SASL_BOOKIE_FACTORY: Final = "org.apache.bookkeeper.sasl.SASLBookieAuthProviderFactory"
+"""BookKeeper's SASL authentication of clients (DIGEST-MD5 here; the JAAS file's users)."""
+SASL_CLIENT_FACTORY: Final = "org.apache.bookkeeper.sasl.SASLClientProviderFactory"
+"""BookKeeper's SASL authentication of a client to the bookies (DIGEST-MD5 here)."""
 
 # key -> what setting it asks for. A class key asks when it names any class; a boolean key when
 # it is true.
@@ -40,17 +51,16 @@ _BOOLEAN_KEYS = frozenset({"zkEnableSecurity", "httpServerTlsEnable"})
 # The bookie's `tlsProviderFactoryClass` is a typed key (pybkx.config.tls): TLSContextFactory
 # turns TLS on, any other class is refused by its parser.
 # `bookieAuthProviderFactoryClass` is typed too (``bookie_auth_provider``): BookieAuthZFactory
-# is served, other providers are refused by the parser.
+# and SASLBookieAuthProviderFactory are served, other providers are refused by the parser.
 BOOKIE_SECURITY_KEYS: tuple[str, ...] = (
     "zkEnableSecurity",
     "httpServerTlsEnable",
 )
 # The client's `tlsProviderFactoryClass` is typed (pybkx.config.client): TLSContextFactory turns
 # TLS on, any other class is refused by its parser.
-CLIENT_SECURITY_KEYS: tuple[str, ...] = (
-    "clientAuthProviderFactoryClass",
-    "zkEnableSecurity",
-)
+# `clientAuthProviderFactoryClass` is typed (``client_auth_provider``): SASLClientProviderFactory
+# is served, any other class is refused by its parser.
+CLIENT_SECURITY_KEYS: tuple[str, ...] = ("zkEnableSecurity",)
 
 
 def _asks(key: str, value: object) -> bool:
@@ -74,21 +84,60 @@ def refuse_unsupported_security(config: KeyedConfig, keys: Iterable[str], what: 
 
 
 def bookie_auth_provider(value: object) -> str | None:
-    """``bookieAuthProviderFactoryClass``: unset or blank (every client served) or BookKeeper's
-    BookieAuthZFactory; any other provider (SASL, a custom class) is refused, never ignored."""
+    """``bookieAuthProviderFactoryClass``: unset or blank (every client served), BookKeeper's
+    BookieAuthZFactory or SASLBookieAuthProviderFactory; any other provider (a custom class)
+    is refused, never ignored."""
     text = optional_str(value)
-    if text is None or text == AUTHZ_FACTORY:
+    if text is None or text in (AUTHZ_FACTORY, SASL_BOOKIE_FACTORY):
         return text
     raise InvalidValue(
         f"{text!r} asks for client authentication, which pybkx does not implement yet (only "
-        f"{AUTHZ_FACTORY} is): the bookie refuses to start rather than run without it"
+        f"{AUTHZ_FACTORY} and {SASL_BOOKIE_FACTORY} are): the bookie refuses to start rather "
+        "than run without it"
     )
+
+
+def client_auth_provider(value: object) -> str | None:
+    """``clientAuthProviderFactoryClass``: unset or blank (no authentication) or BookKeeper's
+    SASLClientProviderFactory; any other provider is refused, never ignored."""
+    text = optional_str(value)
+    if text is None or text == SASL_CLIENT_FACTORY:
+        return text
+    raise InvalidValue(
+        f"{text!r} asks for authentication to the bookies, which pybkx does not implement yet "
+        f"(only {SASL_CLIENT_FACTORY} is): the client refuses to start rather than run "
+        "without it"
+    )
+
+
+def bookie_sasl_policy(config: ServerConfig) -> BookieSasl | None:
+    """With SASLBookieAuthProviderFactory: the users of the JAAS file's
+    ``saslJaasBookieSectionName`` section and ``saslJaasClientAllowedIds``; else None. Raises
+    ConfigError for a missing or unusable JAAS file or section (BookKeeper does not start
+    then either)."""
+    if config.bookie_auth_provider_factory_class != SASL_BOOKIE_FACTORY:
+        return None
+    return bookie_sasl(
+        config.jaas_config_file,
+        config.sasl_jaas_bookie_section_name,
+        config.sasl_jaas_client_allowed_ids,
+    )
+
+
+def client_sasl_credentials(config: ClientConfig) -> ClientSasl | None:
+    """With SASLClientProviderFactory: the username and password of the JAAS file's
+    ``saslJaasClientSectionName`` section; else None. Raises ConfigError for a missing or
+    unusable JAAS file or section (the client is not created: it never connects
+    unauthenticated)."""
+    if config.client_auth_provider_factory_class != SASL_CLIENT_FACTORY:
+        return None
+    return client_sasl(config.jaas_config_file, config.sasl_jaas_client_section_name)
 
 
 def authorized_roles(config: ServerConfig) -> tuple[str, ...] | None:
     """The roles a client certificate must carry when BookieAuthZFactory is on, else None.
     Raises ConfigError when it is on without roles, as BookKeeper refuses to start then."""
-    if config.bookie_auth_provider_factory_class is None:
+    if config.bookie_auth_provider_factory_class != AUTHZ_FACTORY:
         return None
     if not config.authorized_roles or any(not role for role in config.authorized_roles):
         raise ConfigError(

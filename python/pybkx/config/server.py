@@ -22,6 +22,7 @@ from types import MappingProxyType
 from typing import ClassVar, Final
 
 from pybkx.config.bookkeeper_keys import NOT_IMPLEMENTED
+from pybkx.config.jaas import JAAS_FILE_KEY, SaslKeys, allowed_ids_pattern
 from pybkx.config.network import interface_ipv4, interface_names, is_ip
 from pybkx.config.properties import read_file
 from pybkx.config.security import bookie_auth_provider
@@ -84,7 +85,7 @@ def _root_path(value: object) -> str:
 
 
 @dataclass(frozen=True)
-class ServerConfig(TlsKeys, KeyedConfig):
+class ServerConfig(TlsKeys, SaslKeys, KeyedConfig):
     """A bookie's configuration; construct it with ``from_file``/``load`` or keyword arguments.
 
     Every value is checked on construction (``ConfigError``). Directory lists are tuples.
@@ -118,6 +119,14 @@ class ServerConfig(TlsKeys, KeyedConfig):
     """``org.apache.bookkeeper.tls.BookieAuthZFactory``: a connection is served only once its
     TLS handshake shows a client certificate whose first role is in ``authorizedRoles``."""
     authorized_roles: tuple[str, ...] = setting("authorizedRoles", (), names)
+    # --- SASL (SASLBookieAuthProviderFactory, DIGEST-MD5): the JAAS file is SaslKeys'
+    sasl_jaas_bookie_section_name: str = setting("saslJaasBookieSectionName", "Bookie", str)
+    """The JAAS section whose ``user_<name>="password"`` options are the clients' accounts."""
+    sasl_jaas_client_allowed_ids: str = setting(
+        "saslJaasClientAllowedIds", ".*bookkeeper.*", allowed_ids_pattern
+    )
+    """A regular expression an authenticated client id must match whole (BookKeeper's
+    default admits ids containing ``bookkeeper``)."""
 
     # --- directories (``journalDirectory`` is the legacy single-directory key)
     journal_directories: tuple[str, ...] = setting(
@@ -741,8 +750,16 @@ class ServerConfig(TlsKeys, KeyedConfig):
         admin API, the shell with ``--conf``), as BookKeeper builds a ClientConfiguration from
         the server's: ``zkTimeout`` and, with TLS on, the TLS keys (the ``tls*`` stores serve
         as the client's, ``client*`` keys in the file win; with ``tlsClientAuthentication`` the
-        bookie's own certificate is presented)."""
+        bookie's own certificate is presented) and the SASL client keys given in the file
+        (``clientAuthProviderFactoryClass``, ``saslJaasClientSectionName``, the JAAS file)."""
         out: dict[str, object] = {"zkTimeout": self.zk_timeout_ms}
+        # BookKeeper copies every server key into such a client's configuration; a JVM's JAAS
+        # system property is the process's, so the bookie's JAAS file serves its clients too.
+        if self.jaas_config_file is not None:
+            out[JAAS_FILE_KEY] = self.jaas_config_file
+        for key in ("clientAuthProviderFactoryClass", "saslJaasClientSectionName"):
+            if key in self.extra:
+                out[key] = self.extra[key]
         if self.tls_provider_factory_class is None:
             return out
         tls: dict[str, object] = {
