@@ -15,7 +15,7 @@ import signal
 import subprocess
 import sys
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -181,8 +181,17 @@ def java_classpath(build_dir: Path = BUILD_DIR) -> str:
     return f"{jar}{os.pathsep}{classpath_file.read_text().strip()}"
 
 
-def java_argv(classpath: str, main: str, *args: str, heap: str = "128m") -> list[str]:
-    return [tool("java"), f"-Xmx{heap}", *JVM_OPTS, "-cp", classpath, main, *args]
+def java_argv(
+    classpath: str,
+    main: str,
+    *args: str,
+    heap: str = "128m",
+    system_properties: Mapping[str, str] | None = None,
+) -> list[str]:
+    """The command line running ``main``; ``system_properties`` become ``-Dkey=value`` (e.g.
+    ``java.security.auth.login.config``, which BookKeeper reads from the JVM, not its conf)."""
+    props = [f"-D{key}={value}" for key, value in (system_properties or {}).items()]
+    return [tool("java"), f"-Xmx{heap}", *JVM_OPTS, *props, "-cp", classpath, main, *args]
 
 
 def start_zookeeper(classpath: str, workdir: Path) -> tuple[Process, str]:
@@ -208,11 +217,16 @@ def start_zookeeper(classpath: str, workdir: Path) -> tuple[Process, str]:
 
 
 def start_java_bookie(
-    classpath: str, zookeeper: str, workdir: Path, *overrides: str, heap: str = "256m"
+    classpath: str,
+    zookeeper: str,
+    workdir: Path,
+    *overrides: str,
+    heap: str = "256m",
+    system_properties: Mapping[str, str] | None = None,
 ) -> tuple[Process, str]:
     """A real Apache BookKeeper bookie (metadata in ``zookeeper``) and its address.
 
-    ``overrides`` are ``key=value`` bookie settings.
+    ``overrides`` are ``key=value`` bookie settings; ``system_properties`` the JVM's.
     """
     port = free_port()
     argv = java_argv(
@@ -223,6 +237,7 @@ def start_java_bookie(
         str(workdir / "java-bookie"),
         *overrides,
         heap=heap,
+        system_properties=system_properties,
     )
     process = Process("java-bookie", argv, workdir / "java-bookie.log")
 
