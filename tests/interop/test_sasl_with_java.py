@@ -21,6 +21,7 @@ from typing import Any
 
 import harness
 import pytest
+from support.certs import TestCA, need_tools
 from support.jaas import SASL_BOOKIE_FACTORY, SASL_CLIENT_FACTORY, write_jaas
 from support.sandboxes import metric_total
 from support.sandboxes import sandboxes as sandboxes
@@ -38,6 +39,7 @@ JAAS_KEY = "java.security.auth.login.config"
 USERS = {"bookkeeper-app": "s3cret"}
 ENTRIES = 10
 PASSWORD_HEX = b"sasl".hex()
+TLS_FACTORY = "org.apache.bookkeeper.tls.TLSContextFactory"
 
 
 def java_client_jaas(tmp_path: Path, password: str) -> dict[str, str]:
@@ -181,3 +183,44 @@ def test_pybkx_client_authenticates_to_the_java_bookie(
                 reader.read(java_sasl_bookie, refused_ledger, 0).result()
     finally:
         reader.close()
+
+
+@pytest.mark.parametrize("protocol", ["V2", "V3"])
+def test_java_client_authenticates_inside_tls(
+    zookeeper_server: str, sandboxes: Any, java_classpath: str, tmp_path: Path, protocol: str
+) -> None:
+    """SASL and TLS together: BookKeeper's client sends its first AUTH right behind START_TLS,
+    before the answer; the pybkx bookie serves it after the handshake, inside TLS, as
+    BookKeeper's bookie does, and the exchange goes on inside TLS."""
+    need_tools()
+    ca = TestCA(tmp_path / "ca")
+    issued = ca.issue("bookie")
+    jaas = write_jaas(tmp_path / "bookie-jaas.conf", users=USERS)
+    uri = f"zk+hierarchical://{zookeeper_server}/sasl-{uuid.uuid4().hex}/ledgers"
+    cluster = sandboxes(
+        {
+            "zkTimeout": 2000,
+            "bookieAuthProviderFactoryClass": SASL_BOOKIE_FACTORY,
+            JAAS_KEY: str(jaas),
+            "tlsProviderFactoryClass": TLS_FACTORY,
+            "tlsKeyStoreType": "PKCS12",
+            "tlsKeyStore": str(issued.pkcs12),
+            "tlsKeyStorePasswordPath": str(issued.password_file),
+        },
+        zk_uri=uri,
+    )
+    settings = (
+        f"clientAuthProviderFactoryClass={SASL_CLIENT_FACTORY}",
+        f"tlsProviderFactoryClass={TLS_FACTORY}",
+        "tlsTrustStoreType=PEM",
+        f"tlsTrustStore={ca.cert}",
+        f"useV2WireProtocol={'true' if protocol == 'V2' else 'false'}",
+    )
+    good = Java(java_classpath, cluster, tmp_path, settings, java_client_jaas(tmp_path, "s3cret"))
+    created, appended, closed = write(good)
+    assert closed.get("lac") == ENTRIES - 1, (created, appended, closed)
+    assert metric_total(cluster, "pybkx_server_tls_connections") >= 3
+    assert metric_total(cluster, "pybkx_server_authentication_failures") == 0
+    wrong = Java(java_classpath, cluster, tmp_path, settings, java_client_jaas(tmp_path, "nope"))
+    created, appended, _ = write(wrong)
+    assert "error" in appended or "error" in created, (created, appended)

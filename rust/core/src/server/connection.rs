@@ -238,9 +238,9 @@ async fn upgrade(
     let state = outbox.state();
     let tls = state.cfg.tls.as_ref()?.acceptor();
     let (writer, rx) = writer_task.await.ok().flatten()?;
-    if !buf.is_empty() {
-        // The client must wait for the answer before its handshake: bytes already here are
-        // neither a request nor a ClientHello we could use.
+    if !whole_frames(buf, state.cfg.max_frame_size) {
+        // The client must wait for the answer before its handshake: bytes already here that
+        // are not whole requests are neither a request nor a ClientHello we could use.
         log::warn!("connection from {peer}: data after START_TLS before the handshake; closing");
         return None;
     }
@@ -274,6 +274,21 @@ async fn upgrade(
             state.stats.tls_handshake_failures.inc();
             log::warn!("connection from {peer}: no TLS handshake within {TLS_HANDSHAKE_TIMEOUT:?}");
             None
+        }
+    }
+}
+
+/// Whether `buf` holds only whole requests. Requests that arrived with START_TLS in the same
+/// read are served after the handshake, their answers inside TLS, as BookKeeper's bookie (whose
+/// TLS handler only sees bytes read after it) serves them: its client sends its first AUTH
+/// right behind START_TLS when SASL and TLS are both on.
+fn whole_frames(buf: &BytesMut, max_frame: usize) -> bool {
+    let mut rest = buf.clone();
+    loop {
+        match protocol::take_frame(&mut rest, max_frame) {
+            Ok(Some(_)) => {}
+            Ok(None) => return rest.is_empty(),
+            Err(_) => return false,
         }
     }
 }
