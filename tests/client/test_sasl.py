@@ -8,6 +8,8 @@ nothing is written."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +22,7 @@ from support.sandboxes import sandboxes as sandboxes
 
 from pybkx import errors
 from pybkx.client import BookKeeper
+from pybkx.config import ServerConfig
 
 pytestmark = [pytest.mark.integration, needs_server]
 
@@ -135,3 +138,31 @@ def test_sasl_inside_tls(sandboxes: Any, tmp_path: Path) -> None:
         ):
             bk.bookies.read(cluster.bookie_addresses[0], 1, 0).result()
     assert metric_total(cluster, "pybkx_server_tls_connections") >= 3
+
+
+def test_the_shell_authenticates_with_the_bookies_configuration(
+    sandboxes: Any, tmp_path: Path
+) -> None:
+    """As BookKeeper's shell builds its client configuration from the bookie's (as AutoRecovery
+    and the admin API do): `pybkx shell simpletest --conf` of a bookie whose configuration
+    names the client provider and a JAAS file with a client section passes; without the
+    configuration the shell's client has no credentials and is refused."""
+    jaas = write_jaas(tmp_path / "jaas.conf", users=USERS, client=("bookkeeper-app", "s3cret"))
+    cluster = sandboxes(
+        {
+            "bookieAuthProviderFactoryClass": SASL_BOOKIE_FACTORY,
+            "clientAuthProviderFactoryClass": SASL_CLIENT_FACTORY,
+            JAAS_KEY: str(jaas),
+        }
+    )
+    conf = cluster.directory / "bookie-0" / "bk_server.conf"
+    settings = ServerConfig.from_file(conf, lenient=True).client_settings()
+    assert settings["clientAuthProviderFactoryClass"] == SASL_CLIENT_FACTORY
+    assert settings[JAAS_KEY] == str(jaas)
+    pybkx = [sys.executable, "-m", "pybkx", "shell", "simpletest", "--numEntries", "5"]
+    ok = subprocess.run([*pybkx, "--conf", str(conf)], capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0, ok.stderr
+    refused = subprocess.run(
+        [*pybkx, "--uri", cluster.metadata_uri], capture_output=True, text=True, timeout=120
+    )
+    assert refused.returncode != 0

@@ -25,7 +25,7 @@ from pybkx.config.bookkeeper_keys import NOT_IMPLEMENTED
 from pybkx.config.jaas import JAAS_FILE_KEY, SaslKeys, allowed_ids_pattern
 from pybkx.config.network import interface_ipv4, interface_names, is_ip
 from pybkx.config.properties import read_file
-from pybkx.config.security import bookie_auth_provider
+from pybkx.config.security import bookie_auth_provider, client_auth_provider
 from pybkx.config.tiers import (
     ALLOCATORS,
     ANNOTATORS,
@@ -127,6 +127,13 @@ class ServerConfig(TlsKeys, SaslKeys, KeyedConfig):
     )
     """A regular expression an authenticated client id must match whole (BookKeeper's
     default admits ids containing ``bookkeeper``)."""
+    client_auth_provider_factory_class: str | None = setting(
+        "clientAuthProviderFactoryClass", None, client_auth_provider
+    )
+    """For the bookie's own clients (AutoRecovery, the admin API, ``pybkx shell --conf``):
+    ``org.apache.bookkeeper.sasl.SASLClientProviderFactory`` makes them authenticate."""
+    sasl_jaas_client_section_name: str = setting("saslJaasClientSectionName", "BookKeeper", str)
+    """The JAAS section of those clients' ``username`` and ``password``."""
 
     # --- directories (``journalDirectory`` is the legacy single-directory key)
     journal_directories: tuple[str, ...] = setting(
@@ -755,11 +762,11 @@ class ServerConfig(TlsKeys, SaslKeys, KeyedConfig):
         out: dict[str, object] = {"zkTimeout": self.zk_timeout_ms}
         # BookKeeper copies every server key into such a client's configuration; a JVM's JAAS
         # system property is the process's, so the bookie's JAAS file serves its clients too.
+        if self.client_auth_provider_factory_class is not None:
+            out["clientAuthProviderFactoryClass"] = self.client_auth_provider_factory_class
+            out["saslJaasClientSectionName"] = self.sasl_jaas_client_section_name
         if self.jaas_config_file is not None:
             out[JAAS_FILE_KEY] = self.jaas_config_file
-        for key in ("clientAuthProviderFactoryClass", "saslJaasClientSectionName"):
-            if key in self.extra:
-                out[key] = self.extra[key]
         if self.tls_provider_factory_class is None:
             return out
         tls: dict[str, object] = {
