@@ -32,6 +32,7 @@ from pybkx._core import BookieClient, DigestManager, master_key
 from pybkx.client import BookKeeper
 from pybkx.config import ClientConfig
 from pybkx.config.security import client_sasl_credentials
+from pybkx.config.tls import client_tls_material
 
 pytestmark = pytest.mark.interop
 
@@ -224,3 +225,49 @@ def test_java_client_authenticates_inside_tls(
     wrong = Java(java_classpath, cluster, tmp_path, settings, java_client_jaas(tmp_path, "nope"))
     created, appended, _ = write(wrong)
     assert "error" in appended or "error" in created, (created, appended)
+
+
+def test_pybkx_client_authenticates_inside_tls_to_the_java_bookie(
+    java_classpath: str, zookeeper: str, tmp_path: Path
+) -> None:
+    """A Java bookie with TLS and SASL answers START_TLS a second time (EIO) once the handshake
+    is done, the connection not being authenticated yet; BookKeeper's client drops that
+    answer and authenticates inside TLS, and so does pybkx's, over V2 and V3."""
+    need_tools()
+    ca = TestCA(tmp_path / "ca")
+    issued = ca.issue("java-bookie")
+    jaas = write_jaas(tmp_path / "jaas.conf", users=USERS, client=("bookkeeper-app", "s3cret"))
+    root = harness.fresh_zookeeper_root(zookeeper, "sasl-tls-java")
+    process, bookie = harness.start_java_bookie(
+        java_classpath,
+        zookeeper + root,
+        tmp_path,
+        f"bookieAuthProviderFactoryClass={SASL_BOOKIE_FACTORY}",
+        f"tlsProviderFactoryClass={TLS_FACTORY}",
+        "tlsKeyStoreType=PEM",
+        f"tlsKeyStore={issued.key_pem}",
+        f"tlsCertificatePath={issued.chain_pem}",
+        system_properties={JAAS_KEY: str(jaas)},
+    )
+    try:
+        for ledger, v2 in ((91, True), (92, False)):
+            config = ClientConfig.of(
+                useV2WireProtocol=v2,
+                clientAuthProviderFactoryClass=SASL_CLIENT_FACTORY,
+                tlsProviderFactoryClass=TLS_FACTORY,
+                clientTrustStoreType="PEM",
+                clientTrustStore=str(ca.cert),
+                **{JAAS_KEY: str(jaas)},
+            )
+            client = BookieClient(
+                config, client_tls_material(config), client_sasl_credentials(config)
+            )
+            key = master_key(b"sasl")
+            entry = DigestManager(ledger, b"sasl", "CRC32C").package(0, -1, 9, b"tls+sasl!")
+            try:
+                client.add(bookie, ledger, 0, key, entry).result()
+                assert bytes(client.read(bookie, ledger, 0).result()).endswith(b"tls+sasl!")
+            finally:
+                client.close()
+    finally:
+        process.stop()

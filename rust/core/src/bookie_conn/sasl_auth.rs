@@ -107,7 +107,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AuthLink<'_, S> {
             .flush()
             .await
             .map_err(|e| format!("sending AUTH: {e}"))?;
-        let body = self.next_frame().await?;
+        let body = self.next_answer().await?;
         if protocol::looks_like_v3(&body) {
             let answer =
                 v3::decode_response(body).map_err(|e| format!("bad answer to AUTH: {e}"))?;
@@ -127,6 +127,25 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AuthLink<'_, S> {
                 Ok(_) => Err("the bookie answered AUTH with another response".into()),
                 Err(e) => Err(format!("bad answer to AUTH: {e}")),
             }
+        }
+    }
+
+    /// The next frame that is not an answer to START_TLS. A Java bookie with TLS and SASL
+    /// answers START_TLS a second time, EIO, once the handshake is done and the connection is
+    /// not authenticated yet (SASL comes after); BookKeeper's client drops that answer, and so
+    /// does this one.
+    async fn next_answer(&mut self) -> Result<Bytes, String> {
+        loop {
+            let body = self.next_frame().await?;
+            if protocol::looks_like_v3(&body) {
+                if let Ok(r) = v3::decode_response(body.clone()) {
+                    if r.header.operation == v3::OperationType::StartTls as i32 {
+                        log::debug!("dropping a START_TLS answer during SASL: {}", r.status);
+                        continue;
+                    }
+                }
+            }
+            return Ok(body);
         }
     }
 
