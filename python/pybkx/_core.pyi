@@ -326,9 +326,13 @@ class BookieServer:
     Given ``authorized_roles`` (BookKeeper's BookieAuthZFactory), a connection is served only
     once its TLS client certificate's first role is one of them; before that ADD and READ get
     EUA and other requests close the connection (V2) or get EUA (V3).
+    Given ``sasl`` (a ``pybkx.config.jaas.BookieSasl``: users and the allowed-ids pattern,
+    BookKeeper's SASLBookieAuthProviderFactory), a connection is served only once its SASL
+    DIGEST-MD5 exchange (AUTH messages of the plugin ``sasl``) succeeded; a failed exchange is
+    answered EUA (V3) and the connection closes.
 
-    Raises OSError if the address cannot be bound, ValueError on limits that cannot work or TLS
-    material that cannot be used.
+    Raises OSError if the address cannot be bound, ValueError on limits that cannot work, TLS
+    material that cannot be used or an allowed-ids pattern that does not compile.
     """
 
     def __init__(
@@ -339,6 +343,7 @@ class BookieServer:
         port: int,
         tls: object = None,
         authorized_roles: list[str] | tuple[str, ...] | None = None,
+        sasl: object = None,
     ) -> None: ...
     def reload_tls(self, tls: object) -> None:
         """Replace the TLS material (a ``pybkx.config.tls.ServerTlsMaterial``) for the
@@ -380,11 +385,16 @@ class BookieClient:
     Given ``tls`` (a ``pybkx.config.tls.ClientTlsMaterial``) every connection sends START_TLS
     and runs TLS before any request, never plaintext; a bookie that refuses it, a failed
     handshake or none within ``startTLSTimeoutSecs`` fail the requests with SecurityException.
+    Given ``sasl`` (a ``pybkx.config.jaas.ClientSasl``) every connection runs the SASL
+    DIGEST-MD5 exchange (after TLS, within ``clientConnectTimeoutMillis``) before any request;
+    refused credentials, or no answer in time, fail the requests with
+    UnauthorizedAccessException naming the bookie.
     Raises ValueError for settings or TLS material that cannot be used, and when ``config``
-    sets ``tlsProviderFactoryClass`` but ``tls`` is None (never plaintext where TLS was asked).
+    sets ``tlsProviderFactoryClass`` but ``tls`` is None, or ``clientAuthProviderFactoryClass``
+    but ``sasl`` is None (never plaintext or unauthenticated where security was asked for).
     """
 
-    def __init__(self, config: object, tls: object = None) -> None: ...
+    def __init__(self, config: object, tls: object = None, sasl: object = None) -> None: ...
     def add(
         self,
         bookie: str,

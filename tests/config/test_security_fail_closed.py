@@ -14,10 +14,9 @@ from support.ports import accepts_tcp, free_port
 
 from pybkx.client import BookKeeper
 from pybkx.config import ConfigError, ServerConfig
-from pybkx.config.security import refuse_unsupported_security
 
 TLS_FACTORY = "org.apache.bookkeeper.tls.TLSContextFactory"
-SASL_FACTORY = "org.apache.bookkeeper.sasl.SASLBookieAuthProviderFactory"
+OTHER_AUTH_FACTORY = "com.example.OtherAuthProviderFactory"
 
 
 @needs_server
@@ -26,7 +25,9 @@ SASL_FACTORY = "org.apache.bookkeeper.sasl.SASLBookieAuthProviderFactory"
     [
         # TLSContextFactory is served (tests/security/); any other provider is refused.
         ("tlsProviderFactoryClass=com.example.OtherTLSFactory", "TLS"),
-        (f"bookieAuthProviderFactoryClass={SASL_FACTORY}", "client authentication"),
+        # BookieAuthZFactory and SASL are served (tests/server/test_tls_start.py,
+        # tests/client/test_sasl.py); any other provider is refused.
+        (f"bookieAuthProviderFactoryClass={OTHER_AUTH_FACTORY}", "client authentication"),
     ],
 )
 def test_a_bookie_asked_for_security_it_lacks_refuses_to_start(
@@ -47,9 +48,9 @@ def test_empty_or_false_security_keys_ask_for_nothing_as_in_bookkeeper(tmp_path:
         "httpServerTlsEnable=false\n"
     )
     config = ServerConfig.from_file(conf)
-    refuse_unsupported_security(
-        config, ("tlsProviderFactoryClass", "zkEnableSecurity"), "the bookie"
-    )  # no error
+    assert config.tls_provider_factory_class is None
+    assert config.bookie_auth_provider_factory_class is None
+    assert not config.zk_enable_security and not config.http_server_tls_enable
 
 
 @pytest.mark.parametrize(
@@ -57,7 +58,8 @@ def test_empty_or_false_security_keys_ask_for_nothing_as_in_bookkeeper(tmp_path:
     [
         # TLSContextFactory is served (tests/client/test_client_tls.py); another is refused.
         ("tlsProviderFactoryClass", "com.example.OtherTLSFactory"),
-        ("clientAuthProviderFactoryClass", "org.apache.bookkeeper.sasl.SASLClientProviderFactory"),
+        # SASLClientProviderFactory is served (tests/client/test_sasl.py); another is refused.
+        ("clientAuthProviderFactoryClass", OTHER_AUTH_FACTORY),
     ],
 )
 def test_a_client_asked_for_security_it_lacks_is_not_created(

@@ -15,7 +15,7 @@ import signal
 import subprocess
 import sys
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -182,10 +182,21 @@ def java_classpath(build_dir: Path = BUILD_DIR) -> str:
 
 
 def java_argv(
-    classpath: str, main: str, *args: str, heap: str = "128m", jvm_options: Sequence[str] = ()
+    classpath: str,
+    main: str,
+    *args: str,
+    heap: str = "128m",
+    jvm_options: Sequence[str] = (),
+    system_properties: Mapping[str, str] | None = None,
 ) -> list[str]:
-    """``jvm_options``: more JVM flags, e.g. ``-Djava.security.auth.login.config=FILE``."""
-    return [tool("java"), f"-Xmx{heap}", *JVM_OPTS, *jvm_options, "-cp", classpath, main, *args]
+    """The command line running ``main``; ``jvm_options`` are more JVM flags and
+    ``system_properties`` become ``-Dkey=value`` (e.g. ``java.security.auth.login.config``,
+    which BookKeeper reads from the JVM, not its conf)."""
+    props = [f"-D{key}={value}" for key, value in (system_properties or {}).items()]
+    return [
+        tool("java"), f"-Xmx{heap}", *JVM_OPTS, *jvm_options, *props, "-cp", classpath, main,
+        *args,
+    ]  # fmt: skip
 
 
 def start_zookeeper(classpath: str, workdir: Path) -> tuple[Process, str]:
@@ -217,10 +228,12 @@ def start_java_bookie(
     *overrides: str,
     heap: str = "256m",
     jvm_options: Sequence[str] = (),
+    system_properties: Mapping[str, str] | None = None,
 ) -> tuple[Process, str]:
     """A real Apache BookKeeper bookie (metadata in ``zookeeper``) and its address.
 
-    ``overrides`` are ``key=value`` bookie settings; ``jvm_options`` more JVM flags.
+    ``overrides`` are ``key=value`` bookie settings; ``jvm_options`` more JVM flags,
+    ``system_properties`` the JVM's.
     """
     port = free_port()
     argv = java_argv(
@@ -232,6 +245,7 @@ def start_java_bookie(
         *overrides,
         heap=heap,
         jvm_options=jvm_options,
+        system_properties=system_properties,
     )
     process = Process("java-bookie", argv, workdir / "java-bookie.log")
 

@@ -250,10 +250,16 @@ class Java:
     to send one operation at a time and act in between. Scripts and logs go to ``workdir``."""
 
     def __init__(
-        self, classpath: str, cluster: Sandbox, workdir: Path, settings: tuple[str, ...] = ()
+        self,
+        classpath: str,
+        cluster: Sandbox,
+        workdir: Path,
+        settings: tuple[str, ...] = (),
+        system_properties: dict[str, str] | None = None,
     ) -> None:
         self.classpath, self.cluster, self.workdir = classpath, cluster, workdir
         self.settings = settings
+        self.system_properties = system_properties
         self.runs = itertools.count(1)
 
     def _start(
@@ -262,7 +268,13 @@ class Java:
         log = self.workdir / f"ledger-client-{n}.log"
         uri = self.cluster.metadata_uri
         argv = java_argv(
-            self.classpath, "pybkx.interop.LedgerClient", uri, script, *self.settings, heap="384m"
+            self.classpath,
+            "pybkx.interop.LedgerClient",
+            uri,
+            script,
+            *self.settings,
+            heap="384m",
+            system_properties=self.system_properties,
         )
         argv.insert(1, "-XX:TieredStopAtLevel=1")  # short-lived: start fast
         with log.open("wb") as stderr:

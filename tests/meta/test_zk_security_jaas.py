@@ -10,10 +10,10 @@ import pytest
 from kazoo.security import CREATOR_ALL_ACL
 
 from pybkx.config import ClientConfig, ConfigError, ServerConfig
+from pybkx.config.jaas import JaasEntry, read_section
 from pybkx.config.values import keyed_fields
 from pybkx.config.zk_security import ZK_SECURITY_KEYS, ZkSecurityKeys
 from pybkx.meta.zookeeper.auth import JAAS_ENV, zk_auth
-from pybkx.meta.zookeeper.jaas import LoginModule, read_section
 
 DIGEST = "org.apache.zookeeper.server.auth.DigestLoginModule"
 
@@ -37,10 +37,10 @@ def test_a_section_is_read_with_comments_quotes_and_escapes(tmp_path: Path) -> N
     path = tmp_path / "jaas.conf"
     path.write_text(JAAS)
     assert read_section(path, "Client") == [
-        LoginModule(DIGEST, "required", {"username": "bookkeeper", "password": 'p"w;{}'})
+        JaasEntry(DIGEST, "required", {"username": "bookkeeper", "password": 'p"w;{}'})
     ]
     assert read_section(path, "Other") == [
-        LoginModule(DIGEST, "required", {"username": "plain", "password": "word"})
+        JaasEntry(DIGEST, "required", {"username": "plain", "password": "word"})
     ]
     assert read_section(path, "client") is None  # section names are exact, as in Java
 

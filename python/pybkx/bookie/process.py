@@ -41,10 +41,10 @@ from pybkx.bookie.serving import (
 )
 from pybkx.bookie.tls_reload import TlsReloader
 from pybkx.config import ConfigError, ServerConfig
+from pybkx.config.jaas import BookieSasl
 from pybkx.config.security import (
-    BOOKIE_SECURITY_KEYS,
     authorized_roles,
-    refuse_unsupported_security,
+    bookie_sasl_policy,
 )
 from pybkx.config.tls import ServerTlsMaterial, server_tls_material
 from pybkx.meta import Endpoint, MetadataStore
@@ -211,9 +211,10 @@ class Bookie:
 
         Raises BookieError with one line for the operator: bad identity, unreachable or
         uninitialised metadata store, a cookie mismatch (the line starts with
-        ``InvalidCookieException``), security asked for that pybkx does not implement (the
-        line names the key: ``tlsProviderFactoryClass``, ``bookieAuthProviderFactoryClass``,
-        ...), storage, listening or service failures. Nothing stays open after a failed start.
+        ``InvalidCookieException``), a JAAS file SASL cannot use, security asked for that pybkx
+        does not implement (the line names the key: ``tlsProviderFactoryClass``,
+        ``bookieAuthProviderFactoryClass``, ...), storage, listening or service failures.
+        Nothing stays open after a failed start.
         """
         if self._running is not None:
             raise BookieError("the bookie is already running")
@@ -221,11 +222,12 @@ class Bookie:
         try:
             host, port = config.listening_address(), config.bookie_port
             config.bookie_address(config.bookie_port)  # refuse a bad identity before any I/O
-            refuse_unsupported_security(config, BOOKIE_SECURITY_KEYS, "the bookie")
             # Read the TLS stores before anything opens: a missing store or a bad password
             # stops the start here.
             tls = server_tls_material(config)
             roles = authorized_roles(config)
+            # The JAAS file's users: a missing file or section stops the start here.
+            sasl = bookie_sasl_policy(config)
         except ConfigError as exc:
             raise BookieError(str(exc)) from None
         self._note_what_is_not_implemented()
@@ -248,7 +250,7 @@ class Bookie:
                     "start interrupted by a stop request (cookie not checked)",
                 )
                 return
-        running = self._serve(host, port, store, bookie_id, (tls, roles))
+        running = self._serve(host, port, store, bookie_id, (tls, roles, sasl))
         if self._announce(running, wait):
             running.disks.start()
             self._log_serving(running, f"{host}:{running.server.port}", uri)
@@ -259,15 +261,15 @@ class Bookie:
         port: int,
         store: MetadataStore | None,
         bookie_id: str | None,
-        security: tuple[ServerTlsMaterial | None, tuple[str, ...] | None],
+        security: tuple[ServerTlsMaterial | None, tuple[str, ...] | None, BookieSasl | None],
     ) -> _Running:
-        """Open the storage, listen (with ``security``'s TLS material for START_TLS and its
-        authorized roles), check the disks, start the collector; put it all in place. Raises
-        BookieError (what was opened, ``store`` too, is closed again)."""
-        tls, roles = security
+        """Open the storage, listen (with ``security``'s TLS material for START_TLS, its
+        authorized roles and its SASL users), check the disks, start the collector; put it all
+        in place. Raises BookieError (what was opened, ``store`` too, is closed again)."""
+        tls, roles, sasl = security
         try:
             storage = open_storage(self.config)
-            server = start_server(storage, self.config, host, port, tls, roles)
+            server = start_server(storage, self.config, host, port, tls, roles, sasl)
         except BaseException:
             if store is not None:
                 close_store_quietly(store)

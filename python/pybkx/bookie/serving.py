@@ -12,6 +12,7 @@ from pybkx._core import BookieServer, LedgerStorage
 from pybkx.bookie.events import log_event
 from pybkx.bookie.exceptions import BookieError
 from pybkx.config import ServerConfig
+from pybkx.config.jaas import BookieSasl
 from pybkx.config.tls import ServerTlsMaterial
 
 __all__ = [
@@ -72,12 +73,13 @@ def start_server(
     port: int,
     tls: ServerTlsMaterial | None = None,
     authorized_roles: tuple[str, ...] | None = None,
+    sasl: BookieSasl | None = None,
 ) -> BookieServer:
     """Listen on ``host:port`` (answering START_TLS with ``tls``, serving only clients whose
-    certificate's role is in ``authorized_roles`` when given); closes ``storage`` and raises
-    BookieError on failure."""
+    certificate's role is in ``authorized_roles`` when given, or that authenticated by SASL
+    with ``sasl``); closes ``storage`` and raises BookieError on failure."""
     try:
-        return BookieServer(storage, config, host, port, tls, authorized_roles)
+        return BookieServer(storage, config, host, port, tls, authorized_roles, sasl)
     except Exception as exc:
         close_storage_after_failure(storage)
         if isinstance(exc, OSError):

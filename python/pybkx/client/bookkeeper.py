@@ -22,7 +22,10 @@ from pybkx.client.metrics import ensure_registered, timed
 from pybkx.client.read_handle import ReadHandle
 from pybkx.client.write_handle import LedgerHandle, WriteFlag, parse_write_flags
 from pybkx.config import ClientConfig
-from pybkx.config.security import CLIENT_SECURITY_KEYS, refuse_unsupported_security
+from pybkx.config.jaas import ClientSasl
+from pybkx.config.security import (
+    client_sasl_credentials,
+)
 from pybkx.config.tls import ClientTlsMaterial, client_tls_material
 from pybkx.meta import (
     MAX_METADATA_RETRIES,
@@ -62,19 +65,26 @@ class BookKeeper:
     ``tlsClientAuthentication``, ``tlsHostnameVerificationEnabled``, ``startTLSTimeoutSecs``),
     never plaintext: a bookie that refuses it fails its requests with SecurityException.
 
-    Raises ConfigError for a bad value, a TLS store that cannot be read (naming the key), or
-    security it does not implement yet (``clientAuthProviderFactoryClass``: it refuses rather
-    than run without it), ``zkEnableSecurity`` without an identity for ZooKeeper (a JAAS
-    ``Client`` section or ``zkDigestAuthPath``), ValueError for an unsupported URI,
+    With ``clientAuthProviderFactoryClass=org.apache.bookkeeper.sasl.SASLClientProviderFactory``
+    every bookie connection authenticates by SASL DIGEST-MD5 with the ``username`` and
+    ``password`` of the JAAS file's (``jaasConfigFile``, else ``$PYBKX_JAAS_CONFIG``)
+    ``saslJaasClientSectionName`` section before any request; refused credentials fail the
+    requests with UnauthorizedAccessException naming the bookie.
+
+    Raises ConfigError for a bad value, a TLS store or JAAS file that cannot be read (naming the
+    key), security it does not implement (another ``clientAuthProviderFactoryClass``: it
+    refuses rather than run without it), ``zkEnableSecurity`` without an identity for ZooKeeper
+    (a JAAS ``Client`` section or ``zkDigestAuthPath``), ValueError for an unsupported URI,
     MetaStoreException if the store cannot be reached.
     """
 
     def __init__(self, metadata_service_uri: str | None = None, **conf: Any) -> None:
         self.config = ClientConfig.of(**conf)
-        refuse_unsupported_security(self.config, CLIENT_SECURITY_KEYS, "the client")
         # Read before anything opens: a missing store or a bad password stops here.
         self.tls_material: ClientTlsMaterial | None = client_tls_material(self.config)
         """The TLS every bookie connection of this client uses (None: plaintext)."""
+        self.sasl_credentials: ClientSasl | None = client_sasl_credentials(self.config)
+        """What every bookie connection authenticates with (None: no authentication)."""
         self._uri_given = metadata_service_uri is not None
         ensure_registered()
         self.store: MetadataStore = open_metadata_store(
@@ -88,7 +98,7 @@ class BookKeeper:
             )
             self._registered: frozenset[str] = frozenset()
             self._unwatch = self.store.watch_bookies(self._on_bookies_changed)
-            self.bookies = BookieClient(self.config, self.tls_material)
+            self.bookies = BookieClient(self.config, self.tls_material, self.sasl_credentials)
         except BaseException:
             self.store.close()
             raise

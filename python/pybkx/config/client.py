@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, ClassVar
 
+from pybkx.config.jaas import JAAS_FILE_KEY, JAVA_PROPERTY
+from pybkx.config.security import client_auth_provider
 from pybkx.config.tls import TlsKeys, store_type
 from pybkx.config.values import (
     MIB,
@@ -42,7 +44,7 @@ class ClientConfig(TlsKeys, ZkSecurityKeys, KeyedConfig):
     # BookKeeper's setter is setStickyReadsEnabled but the key it writes is
     # "stickyReadSEnabled"; the setter's spelling is taken too (a real key wins over it).
     LEGACY_KEYS: ClassVar[Mapping[str, str]] = MappingProxyType(
-        {"stickyReadsEnabled": "stickyReadSEnabled"}
+        {"stickyReadsEnabled": "stickyReadSEnabled", JAVA_PROPERTY: JAAS_FILE_KEY}
     )
 
     read_timeout_sec: float = setting("readTimeout", 5.0, number(0.001))
@@ -159,6 +161,16 @@ class ClientConfig(TlsKeys, ZkSecurityKeys, KeyedConfig):
     """The bookie's certificate must name the host dialled (its chain is always verified)."""
     start_tls_timeout_secs: float = setting("startTLSTimeoutSecs", 10.0, number(0.001))
     """The most START_TLS and the handshake may take on a new connection."""
+
+    # --- SASL to the bookies (SASLClientProviderFactory, DIGEST-MD5): the JAAS file is
+    # jaasConfigFile
+    client_auth_provider_factory_class: str | None = setting(
+        "clientAuthProviderFactoryClass", None, client_auth_provider
+    )
+    """``org.apache.bookkeeper.sasl.SASLClientProviderFactory``: every bookie connection
+    authenticates (within ``clientConnectTimeoutMillis``) before any request."""
+    sasl_jaas_client_section_name: str = setting("saslJaasClientSectionName", "BookKeeper", str)
+    """The JAAS section holding the client's ``username`` and ``password``."""
 
     extra: Mapping[str, object] = field(
         default_factory=lambda: MappingProxyType({}), hash=False, repr=False

@@ -22,9 +22,10 @@ from types import MappingProxyType
 from typing import ClassVar, Final
 
 from pybkx.config.bookkeeper_keys import NOT_IMPLEMENTED
+from pybkx.config.jaas import JAAS_FILE_KEY, JAVA_PROPERTY, allowed_ids_pattern
 from pybkx.config.network import interface_ipv4, interface_names, is_ip
 from pybkx.config.properties import read_file
-from pybkx.config.security import bookie_auth_provider
+from pybkx.config.security import bookie_auth_provider, client_auth_provider
 from pybkx.config.tiers import (
     ALLOCATORS,
     ANNOTATORS,
@@ -92,7 +93,7 @@ class ServerConfig(TlsKeys, ZkSecurityKeys, KeyedConfig):
     """
 
     LEGACY_KEYS: ClassVar[Mapping[str, str]] = MappingProxyType(
-        {"journalDirectory": "journalDirectories"}
+        {"journalDirectory": "journalDirectories", JAVA_PROPERTY: JAAS_FILE_KEY}
     )
     FOREIGN_KEYS: ClassVar[Mapping[str, str]] = NOT_IMPLEMENTED
 
@@ -119,6 +120,21 @@ class ServerConfig(TlsKeys, ZkSecurityKeys, KeyedConfig):
     """``org.apache.bookkeeper.tls.BookieAuthZFactory``: a connection is served only once its
     TLS handshake shows a client certificate whose first role is in ``authorizedRoles``."""
     authorized_roles: tuple[str, ...] = setting("authorizedRoles", (), names)
+    # --- SASL (SASLBookieAuthProviderFactory, DIGEST-MD5): the JAAS file is jaasConfigFile
+    sasl_jaas_bookie_section_name: str = setting("saslJaasBookieSectionName", "Bookie", str)
+    """The JAAS section whose ``user_<name>="password"`` options are the clients' accounts."""
+    sasl_jaas_client_allowed_ids: str = setting(
+        "saslJaasClientAllowedIds", ".*bookkeeper.*", allowed_ids_pattern
+    )
+    """A regular expression an authenticated client id must match whole (BookKeeper's
+    default admits ids containing ``bookkeeper``)."""
+    client_auth_provider_factory_class: str | None = setting(
+        "clientAuthProviderFactoryClass", None, client_auth_provider
+    )
+    """For the bookie's own clients (AutoRecovery, the admin API, ``pybkx shell --conf``):
+    ``org.apache.bookkeeper.sasl.SASLClientProviderFactory`` makes them authenticate."""
+    sasl_jaas_client_section_name: str = setting("saslJaasClientSectionName", "BookKeeper", str)
+    """The JAAS section of those clients' ``username`` and ``password``."""
 
     # --- directories (``journalDirectory`` is the legacy single-directory key)
     journal_directories: tuple[str, ...] = setting(
@@ -761,9 +777,16 @@ class ServerConfig(TlsKeys, ZkSecurityKeys, KeyedConfig):
         admin API, the shell with ``--conf``), as BookKeeper builds a ClientConfiguration from
         the server's: ``zkTimeout`` and, with TLS on, the TLS keys (the ``tls*`` stores serve
         as the client's, ``client*`` keys in the file win; with ``tlsClientAuthentication`` the
-        bookie's own certificate is presented), and ZooKeeper's security keys (the bookie's
-        identity and ACLs serve its clients too)."""
+        bookie's own certificate is presented), ZooKeeper's security keys (the bookie's
+        identity and ACLs serve its clients too) and the SASL client keys given in the file
+        (``clientAuthProviderFactoryClass``, ``saslJaasClientSectionName``)."""
+        # BookKeeper copies every server key into such a client's configuration; a JVM's JAAS
+        # system property is the process's, so the bookie's JAAS file (among the ZooKeeper
+        # security settings) serves its clients too.
         out: dict[str, object] = {"zkTimeout": self.zk_timeout_ms, **self.zk_security_settings()}
+        if self.client_auth_provider_factory_class is not None:
+            out["clientAuthProviderFactoryClass"] = self.client_auth_provider_factory_class
+            out["saslJaasClientSectionName"] = self.sasl_jaas_client_section_name
         if self.tls_provider_factory_class is None:
             return out
         tls: dict[str, object] = {

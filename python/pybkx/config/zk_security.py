@@ -37,8 +37,9 @@ class ZkSecurityKeys:
     """Every znode this process creates gets ZooKeeper's creator-only ACL (BookKeeper's
     ``CREATOR_ALL_ACL``); needs an identity (JAAS ``Client`` section or ``zkDigestAuthPath``)."""
     jaas_config_file: str | None = setting("jaasConfigFile", None, optional_file)
-    """pybkx's: the JAAS file a JVM is given as ``java.security.auth.login.config``; unset:
-    ``$PYBKX_JAAS_CONFIG``."""
+    """pybkx's: the JAAS file a JVM is given as ``java.security.auth.login.config`` (that name is
+    taken as this key's other spelling); unset: ``$PYBKX_JAAS_CONFIG``. One file for every
+    section: ZooKeeper's ``Client`` login and BookKeeper's SASL sections."""
     zk_sasl_client_config: str | None = setting("zkSaslClientConfig", None, optional_str)
     """pybkx's: the JAAS section for ZooKeeper, ZooKeeper's ``zookeeper.sasl.clientconfig``
     (unset: ``Client``, its default)."""

@@ -313,7 +313,7 @@ class Auditor:
             config = self.bk.config.with_overrides(
                 {"useV2WireProtocol": False}, source="the auditor's replicas check"
             )
-            self._v3 = BookieClient(config, self.bk.tls_material)
+            self._v3 = BookieClient(config, self.bk.tls_material, self.bk.sasl_credentials)
         alive = store.writable_bookies() | store.readonly_bookies()
         marked_before = set(store.underreplicated_ledgers())
         none = below_aq = below_wq = 0

@@ -270,7 +270,7 @@ class AutoRecovery:
             config = self.bk.config.with_overrides(
                 {"useV2WireProtocol": False}, source="the replication worker"
             )
-            self._v3 = BookieClient(config, self.bk.tls_material)
+            self._v3 = BookieClient(config, self.bk.tls_material, self.bk.sasl_credentials)
         finding = check_replicas(self._v3, self.bk.address_of, named, ledger_id, md)
         return merge_fragments(found, missing_fragments(md, finding))
 

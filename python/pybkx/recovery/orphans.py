@@ -121,7 +121,7 @@ def _find_missing_copies(bk: BookKeeper, report: OrphanReport) -> None:
     store = bk.store
     alive = store.writable_bookies() | store.readonly_bookies()
     config = bk.config.with_overrides({"useV2WireProtocol": False}, source="the orphans check")
-    client = BookieClient(config, bk.tls_material)
+    client = BookieClient(config, bk.tls_material, bk.sasl_credentials)
     try:
         for ledger_id in store.list_ledgers():
             try:

@@ -222,6 +222,10 @@ pub struct ServerConfig {
     /// client certificate's first role must be one of; a connection is unauthenticated until
     /// its TLS handshake shows one. None: every connection is authenticated (AuthDisabled).
     pub authorized_roles: Option<Vec<String>>,
+    /// With `bookieAuthProviderFactoryClass=SASLBookieAuthProviderFactory`: the JAAS users and
+    /// `saslJaasClientAllowedIds`; a connection is unauthenticated until its DIGEST-MD5
+    /// exchange succeeds. None: no SASL.
+    pub sasl: Option<std::sync::Arc<crate::sasl::ServerPolicy>>,
 }
 
 impl ServerConfig {
@@ -281,6 +285,10 @@ pub struct ClientConfig {
     pub tls: Option<std::sync::Arc<crate::tls::ClientTls>>,
     /// `startTLSTimeoutSecs`: the most START_TLS and the handshake may take together.
     pub start_tls_timeout: Duration,
+    /// With `clientAuthProviderFactoryClass=SASLClientProviderFactory`: every connection runs
+    /// the DIGEST-MD5 exchange with these credentials (after START_TLS, within
+    /// `connect_timeout`) before any request. None: no authentication.
+    pub sasl: Option<crate::sasl::Credentials>,
 }
 
 impl ClientConfig {

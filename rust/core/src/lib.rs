@@ -21,6 +21,7 @@ pub mod protocol;
 pub mod queue;
 pub mod record;
 pub mod runtime;
+pub mod sasl;
 pub mod server;
 pub mod storage;
 pub mod tls;

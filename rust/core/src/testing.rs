@@ -82,6 +82,7 @@ pub fn server_config() -> ServerConfig {
         read_only: false,
         tls: None,
         authorized_roles: None,
+        sasl: None,
     }
 }
 
@@ -95,6 +96,7 @@ pub fn client_config() -> ClientConfig {
         use_v2_wire_protocol: true,
         tls: None,
         start_tls_timeout: Duration::from_secs(10),
+        sasl: None,
     }
 }
 
@@ -105,7 +107,12 @@ pub type TestBookie = (Arc<LedgerStorage>, TestServer);
 
 /// A bookie on a loopback port over fresh directories, for tests of the layers above.
 pub fn test_bookie(dir: &Path) -> TestBookie {
+    test_bookie_with(dir, server_config())
+}
+
+/// [`test_bookie`] with the server configuration `cfg` (authentication, limits).
+pub fn test_bookie_with(dir: &Path, cfg: ServerConfig) -> TestBookie {
     let storage = Arc::new(LedgerStorage::open(storage_config(dir)).expect("test storage"));
-    let server = BookieServer::start(storage.clone(), server_config()).expect("test server");
+    let server = BookieServer::start(storage.clone(), cfg).expect("test server");
     (storage, server)
 }

@@ -125,12 +125,18 @@ impl PyBookieClient {
 #[pymethods]
 impl PyBookieClient {
     /// Connections configured by `config` (a `pybkx.config.ClientConfig`), over TLS when
-    /// given `tls` (a `pybkx.config.tls.ClientTlsMaterial`). Raises ValueError for settings or
-    /// TLS material that cannot be used, and when `config` asks for TLS but no material is
-    /// given (never plaintext where TLS was asked for).
+    /// given `tls` (a `pybkx.config.tls.ClientTlsMaterial`), authenticated by SASL
+    /// DIGEST-MD5 when given `sasl` (a `pybkx.config.jaas.ClientSasl`). Raises ValueError for
+    /// settings or TLS material that cannot be used, and when `config` asks for TLS or SASL
+    /// but no material or credentials are given (never plaintext or unauthenticated where
+    /// security was asked for).
     #[new]
-    #[pyo3(signature = (config, tls = None))]
-    fn new(config: &Bound<'_, PyAny>, tls: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
+    #[pyo3(signature = (config, tls = None, sasl = None))]
+    fn new(
+        config: &Bound<'_, PyAny>,
+        tls: Option<&Bound<'_, PyAny>>,
+        sasl: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
         let asks_for_tls = !config.getattr("tls_provider_factory_class")?.is_none();
         if asks_for_tls && tls.is_none() {
             return Err(PyValueError::new_err(
@@ -138,7 +144,22 @@ impl PyBookieClient {
                  pass pybkx.config.tls.client_tls_material(config)",
             ));
         }
+        let asks_for_sasl = !config
+            .getattr("client_auth_provider_factory_class")?
+            .is_none();
+        if asks_for_sasl && sasl.is_none() {
+            return Err(PyValueError::new_err(
+                "the configuration sets clientAuthProviderFactoryClass but no SASL credentials \
+                 were given: pass pybkx.config.security.client_sasl_credentials(config)",
+            ));
+        }
         let mut cfg = client_config(config)?;
+        if let Some(sasl) = sasl {
+            cfg.sasl = Some(pybkx_core::sasl::Credentials {
+                username: sasl.getattr("username")?.extract()?,
+                password: sasl.getattr("password")?.extract()?,
+            });
+        }
         if let Some(material) = tls {
             let client_tls = ClientTls::new(&client_tls_settings(material)?)
                 .map_err(|e| PyValueError::new_err(format!("TLS: {e}")))?;

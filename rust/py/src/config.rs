@@ -216,6 +216,7 @@ pub(crate) fn server_config(
         read_only: a.read_only,
         tls: None,
         authorized_roles: None,
+        sasl: None,
     })
 }
 
@@ -299,6 +300,7 @@ pub(crate) fn client_config(obj: &Bound<'_, PyAny>) -> PyResult<ClientConfig> {
         use_v2_wire_protocol: a.use_v2_wire_protocol,
         tls: None,
         start_tls_timeout: seconds("startTLSTimeoutSecs", a.start_tls_timeout_s)?,
+        sasl: None,
     };
     cfg.validate().map_err(PyValueError::new_err)?;
     Ok(cfg)

@@ -23,10 +23,13 @@ impl PyBookieServer {
     /// Listens on `host:port` (0: any free port) with the limits of `config` (a
     /// `pybkx.config.ServerConfig`) and, given `tls` (a `pybkx.config.tls.ServerTlsMaterial`),
     /// answers START_TLS; given `authorized_roles`, serves a connection only once its client
-    /// certificate's first role is one of them. Raises OSError if it cannot listen, ValueError for limits that cannot
-    /// work or TLS material that cannot be used.
+    /// certificate's first role is one of them; given `sasl` (a
+    /// `pybkx.config.jaas.BookieSasl`), only once its SASL DIGEST-MD5 exchange succeeded.
+    /// Raises OSError if it cannot listen, ValueError for limits that cannot work, TLS
+    /// material that cannot be used or an allowed-ids pattern that does not compile.
     #[new]
-    #[pyo3(signature = (storage, config, host, port, tls = None, authorized_roles = None))]
+    #[pyo3(signature = (storage, config, host, port, tls = None, authorized_roles = None, sasl = None))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         storage: PyRef<'_, PyLedgerStorage>,
@@ -35,9 +38,18 @@ impl PyBookieServer {
         port: u16,
         tls: Option<&Bound<'_, PyAny>>,
         authorized_roles: Option<Vec<String>>,
+        sasl: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let mut cfg = server_config(config, host, port)?;
         cfg.authorized_roles = authorized_roles;
+        if let Some(sasl) = sasl {
+            let users: std::collections::HashMap<String, String> =
+                sasl.getattr("users")?.extract()?;
+            let allowed: String = sasl.getattr("allowed_ids")?.extract()?;
+            let policy = pybkx_core::sasl::ServerPolicy::new(users, &allowed)
+                .map_err(PyValueError::new_err)?;
+            cfg.sasl = Some(std::sync::Arc::new(policy));
+        }
         if let Some(material) = tls {
             let settings = tls_settings(material)?;
             let server_tls = ServerTls::new(&settings)

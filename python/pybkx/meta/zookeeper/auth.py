@@ -23,10 +23,10 @@ from typing import Any, Final
 
 from kazoo.security import CREATOR_ALL_ACL
 
+from pybkx.config.jaas import DIGEST_LOGIN_MODULE, JAAS_ENV, read_section
 from pybkx.config.keystores import read_password
 from pybkx.config.values import ConfigError, InvalidValue, boolean, optional_str
 from pybkx.config.zk_security import optional_file
-from pybkx.meta.zookeeper.jaas import read_section
 
 __all__ = [
     "DEFAULT_CLIENT_SECTION",
@@ -38,13 +38,8 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-JAAS_ENV: Final = "PYBKX_JAAS_CONFIG"
-"""The JAAS file when ``jaasConfigFile`` is unset (as a JVM's system property, every process
-started with it in its environment finds it: a sandbox's bookies, the shell)."""
 DEFAULT_CLIENT_SECTION: Final = "Client"
 """ZooKeeper's default for ``zookeeper.sasl.clientconfig``."""
-DIGEST_LOGIN_MODULE: Final = "org.apache.zookeeper.server.auth.DigestLoginModule"
-"""The login module whose username/password ZooKeeper's client sends with DIGEST-MD5."""
 
 # The keys this module reads from a store's settings.
 ENABLE_KEY: Final = "zkEnableSecurity"
@@ -128,9 +123,9 @@ def _sasl_identity(path: str, section: str) -> tuple[str, str] | None:
         return None
     where = f"the JAAS file {path} [{section}]"
     for module in modules:
-        if module.class_name != DIGEST_LOGIN_MODULE:
+        if module.module != DIGEST_LOGIN_MODULE:
             raise ConfigError(
-                f"{where} uses {module.class_name}: pybkx authenticates to ZooKeeper with SASL "
+                f"{where} uses {module.module}: pybkx authenticates to ZooKeeper with SASL "
                 f"DIGEST-MD5 only ({DIGEST_LOGIN_MODULE} with username and password); it "
                 "refuses rather than connect without the identity the section asks for"
             )

@@ -323,6 +323,7 @@ pub fn run_with(
                 use_v2_wire_protocol: !opts.v3,
                 tls: opts.tls.clone(),
                 start_tls_timeout: Duration::from_secs(10),
+                sasl: None,
             })
         })
         .collect();

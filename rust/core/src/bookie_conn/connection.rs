@@ -16,6 +16,7 @@ use tokio::sync::{mpsc, Notify};
 
 use super::health::BookieHealth;
 use super::reply::{ClientError, Reply, ReplyResult};
+use super::sasl_auth::authenticate;
 use super::start_tls::start_tls;
 use crate::config::ClientConfig;
 use crate::done::Done;
@@ -74,6 +75,9 @@ pub(super) struct Conn {
     out: mpsc::UnboundedSender<Frame>,
     pending: Mutex<HashMap<Key, VecDeque<Waiter>>>,
     alive: AtomicBool,
+    /// Why the connection ended, once it did: a request that finds it ended fails with this
+    /// (a refused authentication stays UnauthorizedAccess, not a bare "closed").
+    ended: Mutex<Option<ClientError>>,
     /// Bytes of frames queued and not yet written; bounded by `high_water_mark`.
     pub(super) queued: Mutex<usize>,
     high_water_mark: usize,
@@ -107,6 +111,7 @@ impl Conn {
             out,
             pending: Mutex::new(HashMap::new()),
             alive: AtomicBool::new(true),
+            ended: Mutex::new(None),
             queued: Mutex::new(0),
             high_water_mark: cfg.write_buffer_high_water_mark,
             room: Condvar::new(),
@@ -203,15 +208,17 @@ impl Conn {
             .push_back(waiter);
         if self.out.send(Frame { chunks, size }).is_err() || !self.is_alive() {
             self.release(size);
-            self.fail_all(&ClientError::Unavailable {
+            let why = self.ended.lock().clone();
+            self.fail_all(&why.unwrap_or_else(|| ClientError::Unavailable {
                 bookie: self.bookie.clone(),
                 why: "connection closed".into(),
-            });
+            }));
         }
     }
 
     /// Fails every waiting request and marks the connection dead.
     pub(super) fn fail_all(&self, err: &ClientError) {
+        self.ended.lock().get_or_insert_with(|| err.clone());
         self.alive.store(false, Ordering::SeqCst);
         let pending = std::mem::take(&mut *self.pending.lock());
         self.room.notify_all();
@@ -358,6 +365,17 @@ impl Conn {
                 Err(failed("read", read.status))
             };
             self.complete(Key::Read(read.ledger_id, read.entry_id), result);
+        } else if resp.status == v3::StatusCode::Eua as i32 {
+            // A bookie that has not authenticated the connection answers with the header and
+            // EUA alone (BookKeeper's AuthHandler), naming no entry: nothing sent on this
+            // connection will be served, so everything waiting fails now rather than at its
+            // timeout, and the connection is dropped.
+            let op = match v3::OperationType::try_from(resp.header.operation) {
+                Ok(v3::OperationType::AddEntry) => "add",
+                Ok(v3::OperationType::ReadEntry) => "read",
+                _ => v3_op_name(resp.header.operation),
+            };
+            self.fail_all(&failed(op, resp.status));
         }
     }
 }
@@ -390,6 +408,10 @@ async fn run_connection(
     // the expiry of pending requests.
     let (mut reader_task, mut writer_task) = match &cfg.tls {
         None => {
+            let mut stream = stream;
+            if let Err(refused) = authenticated(&conn, &mut stream, &cfg).await {
+                return shut(&conn, &mut out_rx, refused);
+            }
             let (reader, writer) = stream.into_split();
             (
                 tokio::spawn(read_responses(conn.clone(), reader, max_frame)),
@@ -399,7 +421,10 @@ async fn run_connection(
         Some(tls) => {
             let upgrade = start_tls(stream, &conn.bookie, tls, max_frame);
             match tokio::time::timeout(cfg.start_tls_timeout, upgrade).await {
-                Ok(Ok(stream)) => {
+                Ok(Ok(mut stream)) => {
+                    if let Err(refused) = authenticated(&conn, &mut stream, &cfg).await {
+                        return shut(&conn, &mut out_rx, refused);
+                    }
                     let (reader, writer) = tokio::io::split(stream);
                     (
                         tokio::spawn(read_responses(conn.clone(), reader, max_frame)),
@@ -451,6 +476,45 @@ async fn run_connection(
     reader_task.abort();
     writer_task.abort();
     conn.fail_all(&unavailable(why));
+}
+
+/// With SASL configured: the connection's DIGEST-MD5 exchange, bounded by
+/// `clientConnectTimeoutMillis` (a Java bookie never answers a refused exchange). Err is the
+/// bookie's UnauthorizedAccessException: the requests waiting for the connection fail with it
+/// and none is sent.
+async fn authenticated<S: AsyncRead + AsyncWrite + Unpin>(
+    conn: &Conn,
+    stream: &mut S,
+    cfg: &ClientConfig,
+) -> Result<(), ClientError> {
+    let Some(credentials) = cfg.sasl.as_ref() else {
+        return Ok(());
+    };
+    let exchange = authenticate(
+        stream,
+        credentials,
+        cfg.use_v2_wire_protocol,
+        cfg.max_frame_size,
+    );
+    let why = match tokio::time::timeout(cfg.connect_timeout, exchange).await {
+        Ok(Ok(())) => return Ok(()),
+        Ok(Err(why)) => why,
+        Err(_) => format!(
+            "no answer within clientConnectTimeoutMillis ({:?}): the bookie refused the \
+             credentials, or does not run SASL",
+            cfg.connect_timeout
+        ),
+    };
+    log::warn!(
+        "SASL authentication to bookie {} as {:?} failed: {why}",
+        conn.bookie,
+        credentials.username
+    );
+    Err(ClientError::Bookie {
+        bookie: conn.bookie.clone(),
+        op: "authentication",
+        status: Status::Unauthorized,
+    })
 }
 
 /// Cuts the bookie's responses from the socket and completes their requests; why it stopped.

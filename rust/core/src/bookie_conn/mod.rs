@@ -13,6 +13,9 @@
 mod connection;
 mod health;
 mod reply;
+mod sasl_auth;
+#[cfg(test)]
+mod sasl_tests;
 mod start_tls;
 #[cfg(test)]
 mod tests;

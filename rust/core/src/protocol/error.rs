@@ -22,6 +22,9 @@ pub enum ProtocolError {
     BadAuthMessage(&'static str),
     #[error("V2 opcode {0} before the connection was authenticated")]
     Unauthenticated(u8),
+    /// The client's authentication (SASL) failed: the connection is not served.
+    #[error("authentication failed: {0}")]
+    AuthenticationFailed(String),
 }
 
 pub type Result<T> = std::result::Result<T, ProtocolError>;

@@ -1,10 +1,16 @@
 //! Who may use a connection, as BookKeeper's bookie decides it: with an authorization provider
 //! (`BookieAuthZFactory`, `authorizedRoles`) a connection starts unauthenticated and becomes
 //! authenticated when its TLS handshake shows a client certificate whose first role is
-//! authorized; until then BookKeeper's AuthHandler answers (V2 ADD and READ: EUA, other V2
-//! requests: the connection closes; V3: EUA, START_TLS passes). Without a provider every
-//! connection is authenticated at once (BookKeeper's AuthDisabledPlugin). It decides; it never
-//! writes a socket.
+//! authorized; with SASL (`SASLBookieAuthProviderFactory`) it becomes authenticated when its
+//! DIGEST-MD5 exchange, carried in AUTH messages of the plugin `sasl`, succeeds. Until then
+//! BookKeeper's AuthHandler answers (V2 ADD and READ: EUA, other V2 requests: the connection
+//! closes; V3: EUA, START_TLS passes). Without a provider every connection is authenticated at
+//! once (BookKeeper's AuthDisabledPlugin). It decides; it never writes a socket.
+
+use std::sync::atomic::Ordering;
+
+use super::outbox::Outbox;
+use crate::sasl::{ServerExchange, ServerStep, PLUGIN as SASL_PLUGIN};
 
 /// `BookieAuthZFactory`'s plugin name: an AUTH message naming it is taken (and, as in
 /// BookKeeper, never answered: the provider authenticates on the TLS handshake alone).
@@ -50,6 +56,40 @@ pub(super) fn authorize(
         Err(format!(
             "cert role {roles:?} doesn't match authorizedRoles {authorized:?}"
         ))
+    }
+}
+
+/// Whether an AUTH message of `plugin` is one of the connection's SASL exchange.
+pub(super) fn is_sasl(outbox: &Outbox, plugin: &str) -> bool {
+    outbox.state().cfg.sasl.is_some() && plugin == SASL_PLUGIN
+}
+
+/// One SASL token of a connection not authenticated yet: the token to answer with (the
+/// connection is authenticated once the last one is sent), or why the client is refused.
+pub(super) fn sasl_step(
+    exchange: &mut ServerExchange,
+    outbox: &Outbox,
+    token: &[u8],
+) -> Result<Vec<u8>, String> {
+    let state = outbox.state();
+    state.stats.auth_requests.inc();
+    let Some(policy) = state.cfg.sasl.as_deref() else {
+        return Err("SASL is not configured".into());
+    };
+    match exchange.step(policy, token) {
+        Ok(ServerStep::Challenge(token)) => Ok(token),
+        Ok(ServerStep::Authenticated { token, user }) => {
+            // Set before the answer is queued: the reader serves the client's next frame only
+            // after this one, and the answer is what lets the client send it.
+            outbox.usage.authenticated.store(true, Ordering::Release);
+            log::info!("SASL: client authenticated as {user:?}");
+            Ok(token)
+        }
+        Err(e) => {
+            state.stats.authentication_failures.inc();
+            log::error!("SASL: client refused: {e}");
+            Err(e.to_string())
+        }
     }
 }
 

@@ -76,10 +76,10 @@ pub(super) async fn serve_connection(
     let (mut reader, writer) = stream.into_split();
     let (tx, rx) = mpsc::unbounded_channel::<(Reply, Timed)>();
     let usage = Arc::new(Usage::default());
-    // Without an authorization provider every connection is authenticated (AuthDisabled).
-    usage
-        .authenticated
-        .store(state.cfg.authorized_roles.is_none(), Ordering::Release);
+    // Without an authentication or authorization provider every connection is authenticated
+    // (AuthDisabled).
+    let open = state.cfg.authorized_roles.is_none() && state.cfg.sasl.is_none();
+    usage.authenticated.store(open, Ordering::Release);
     let outbox = Outbox {
         tx,
         usage: usage.clone(),
@@ -109,6 +109,8 @@ struct Frames {
     /// When the bytes in the buffer arrived: one clock read per socket read, shared by its
     /// frames.
     received: Option<Instant>,
+    /// The SASL exchange of a connection not authenticated yet (it spans a TLS upgrade).
+    sasl: crate::sasl::ServerExchange,
 }
 
 /// Reads and handles requests until the client closes, the server stops or START_TLS is
@@ -194,15 +196,17 @@ async fn read_requests<R: AsyncRead + Unpin>(
 /// (Ok(None)), given back to be served (START_TLS), or a reason to close.
 fn gate(body: Bytes, outbox: &Outbox, frames: &mut Frames) -> Result<Option<Bytes>, ProtocolError> {
     if !frames.v2_for_good {
-        match v3::unauthenticated(body, outbox) {
-            Ok(pass) => return Ok(pass),
+        match v3::unauthenticated(body, outbox, &mut frames.sasl) {
+            Ok(v3::Gated::Serve(body)) => return Ok(Some(body)),
+            Ok(v3::Gated::Answered) => return Ok(None),
+            Ok(v3::Gated::Refused(why)) => return Err(ProtocolError::AuthenticationFailed(why)),
             Err(body) => {
                 frames.v2_for_good = true;
-                return v2::unauthenticated(body, outbox).map(|()| None);
+                return v2::unauthenticated(body, outbox, &mut frames.sasl).map(|()| None);
             }
         }
     }
-    v2::unauthenticated(body, outbox).map(|()| None)
+    v2::unauthenticated(body, outbox, &mut frames.sasl).map(|()| None)
 }
 
 /// Waits while the connection's responses are not being read; true if the server stops
@@ -243,9 +247,9 @@ async fn upgrade(
     let state = outbox.state();
     let tls = state.cfg.tls.as_ref()?.acceptor();
     let (writer, rx) = writer_task.await.ok().flatten()?;
-    if !buf.is_empty() {
-        // The client must wait for the answer before its handshake: bytes already here are
-        // neither a request nor a ClientHello we could use.
+    if !whole_frames(buf, state.cfg.max_frame_size) {
+        // The client must wait for the answer before its handshake: bytes already here that
+        // are not whole requests are neither a request nor a ClientHello we could use.
         log::warn!("connection from {peer}: data after START_TLS before the handshake; closing");
         return None;
     }
@@ -279,6 +283,21 @@ async fn upgrade(
             state.stats.tls_handshake_failures.inc();
             log::warn!("connection from {peer}: no TLS handshake within {TLS_HANDSHAKE_TIMEOUT:?}");
             None
+        }
+    }
+}
+
+/// Whether `buf` holds only whole requests. Requests that arrived with START_TLS in the same
+/// read are served after the handshake, their answers inside TLS, as BookKeeper's bookie (whose
+/// TLS handler only sees bytes read after it) serves them: its client sends its first AUTH
+/// right behind START_TLS when SASL and TLS are both on.
+fn whole_frames(buf: &BytesMut, max_frame: usize) -> bool {
+    let mut rest = buf.clone();
+    loop {
+        match protocol::take_frame(&mut rest, max_frame) {
+            Ok(Some(_)) => {}
+            Ok(None) => return rest.is_empty(),
+            Err(_) => return false,
         }
     }
 }
@@ -336,7 +355,10 @@ async fn finish<R: AsyncRead + Unpin, W>(
 }
 
 fn close_for(state: &ServerState, peer: SocketAddr, why: &ProtocolError) {
-    state.stats.protocol_errors.inc();
+    // A refused authentication is counted as such (authentication_failures), not as a bad frame.
+    if !matches!(why, ProtocolError::AuthenticationFailed(_)) {
+        state.stats.protocol_errors.inc();
+    }
     log::warn!("closing connection from {peer}: {why}");
 }
 

@@ -53,6 +53,8 @@ pub struct ServerStats {
     pub tls_handshake_failures: Counter,
     /// Clients whose certificate's role `authorizedRoles` does not hold (or that had none).
     pub authorization_failures: Counter,
+    /// Clients whose SASL exchange failed (wrong password, unknown user, id not allowed).
+    pub authentication_failures: Counter,
     pub protocol_errors: Counter,
     /// Response bytes waiting to be written, all connections together.
     pub response_bytes_queued: Gauge,
@@ -93,6 +95,7 @@ impl Default for ServerStats {
             tls_connections: Counter::default(),
             tls_handshake_failures: Counter::default(),
             authorization_failures: Counter::default(),
+            authentication_failures: Counter::default(),
             protocol_errors: Counter::default(),
             response_bytes_queued: Gauge::default(),
             connections_paused: Counter::default(),
@@ -125,6 +128,7 @@ crate::named_stats!(ServerStats {
     tls_connections => "pybkx_server_tls_connections",
     tls_handshake_failures => "pybkx_server_tls_handshake_failures",
     authorization_failures => "pybkx_server_authorization_failures",
+    authentication_failures => "pybkx_server_authentication_failures",
     protocol_errors => "pybkx_server_protocol_errors",
     response_bytes_queued => "pybkx_server_response_bytes_queued",
     connections_paused => "pybkx_server_connections_paused",

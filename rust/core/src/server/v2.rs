@@ -53,11 +53,29 @@ pub(super) fn handle_frame(
 }
 
 /// A V2 frame of a connection not authenticated yet, as BookKeeper's AuthHandler answers it:
-/// ADD and READ get EUA, an AUTH for `BookieAuthZFactory` is taken unanswered, anything else
-/// (a frame that does not decode too) closes the connection.
-pub(super) fn unauthenticated(body: Bytes, outbox: &Outbox) -> Result<(), ProtocolError> {
+/// ADD and READ get EUA, an AUTH of the `sasl` plugin (SASL on) is the next step of the
+/// exchange (answered with the bookie's token; a failed exchange closes the connection, as
+/// BookKeeper's legacy AUTH callback does), an AUTH for `BookieAuthZFactory` is taken
+/// unanswered, anything else (a frame that does not decode too) closes the connection.
+pub(super) fn unauthenticated(
+    body: Bytes,
+    outbox: &Outbox,
+    sasl: &mut crate::sasl::ServerExchange,
+) -> Result<(), ProtocolError> {
     let eua = Status::Unauthorized.v2_code();
-    match decode_request(body)? {
+    let request = decode_request(body)?;
+    // An ADD or READ answer gives back an in-flight slot once written: take the slot it gives
+    // back, whatever the limit (the answer is EUA either way).
+    match &request {
+        Request::Add(_) => {
+            outbox.admit(Slot::Add);
+        }
+        Request::Read(_) => {
+            outbox.admit(Slot::Read);
+        }
+        _ => {}
+    }
+    match request {
         Request::Add(add) => send(
             outbox,
             Response::Add {
@@ -79,6 +97,21 @@ pub(super) fn unauthenticated(body: Bytes, outbox: &Outbox) -> Result<(), Protoc
             },
             Timed::default(),
         ),
+        Request::Auth(auth) if super::auth::is_sasl(outbox, &auth.message.plugin_name) => {
+            let answer = super::auth::sasl_step(sasl, outbox, &auth.message.payload)
+                .map_err(ProtocolError::AuthenticationFailed)?;
+            send(
+                outbox,
+                Response::Auth {
+                    version: auth.header.version,
+                    message: AuthMessage {
+                        plugin_name: auth.message.plugin_name,
+                        payload: Bytes::from(answer),
+                    },
+                },
+                Timed::default(),
+            );
+        }
         Request::Auth(auth) if auth.message.plugin_name == super::auth::AUTHZ_PLUGIN => {}
         other => {
             return Err(ProtocolError::Unauthenticated(other.header().opcode));

@@ -137,11 +137,26 @@ fn start_tls(header: &BkPacketHeader, outbox: &Outbox) {
     outbox.send(Reply::StartTls(answer), Timed::default());
 }
 
+/// What became of a V3 frame of a connection not authenticated yet.
+pub(super) enum Gated {
+    /// START_TLS: to be served.
+    Serve(Bytes),
+    /// Answered (EUA, the next SASL token) or taken unanswered.
+    Answered,
+    /// The client's SASL exchange failed: answered EUA, the connection closes.
+    Refused(String),
+}
+
 /// A frame of a connection not authenticated yet, as BookKeeper's AuthHandler answers it if it
-/// is V3: START_TLS is given back to be served (Ok(Some)); an AUTH for `BookieAuthZFactory` is
-/// taken and never answered; anything else is answered EUA. Err gives back a frame that is
-/// not V3.
-pub(super) fn unauthenticated(body: Bytes, outbox: &Outbox) -> Result<Option<Bytes>, Bytes> {
+/// is V3: START_TLS is given back to be served; an AUTH of the `sasl` plugin (SASL on) is the
+/// next step of the exchange, answered with the bookie's token (EUA and the connection closes
+/// when the exchange fails); an AUTH for `BookieAuthZFactory` is taken and never answered;
+/// anything else is answered EUA. Err gives back a frame that is not V3.
+pub(super) fn unauthenticated(
+    body: Bytes,
+    outbox: &Outbox,
+    sasl: &mut crate::sasl::ServerExchange,
+) -> Result<Gated, Bytes> {
     if !crate::protocol::looks_like_v3(&body) {
         return Err(body);
     }
@@ -149,15 +164,19 @@ pub(super) fn unauthenticated(body: Bytes, outbox: &Outbox) -> Result<Option<Byt
         return Err(body);
     };
     let op = OperationType::try_from(req.header.operation).ok();
-    match op {
-        Some(OperationType::StartTls) if req.start_tls_request.is_some() => Ok(Some(body)),
-        Some(OperationType::Auth)
-            if req
-                .auth_request
-                .as_ref()
-                .is_some_and(|a| a.auth_plugin_name == super::auth::AUTHZ_PLUGIN) =>
+    match (op, req.auth_request) {
+        (Some(OperationType::StartTls), _) if req.start_tls_request.is_some() => {
+            Ok(Gated::Serve(body))
+        }
+        (Some(OperationType::Auth), Some(auth))
+            if super::auth::is_sasl(outbox, &auth.auth_plugin_name) =>
         {
-            Ok(None)
+            Ok(sasl_step(&req.header, &auth.payload, outbox, sasl))
+        }
+        (Some(OperationType::Auth), Some(auth))
+            if auth.auth_plugin_name == super::auth::AUTHZ_PLUGIN =>
+        {
+            Ok(Gated::Answered)
         }
         _ => {
             send(
@@ -165,7 +184,36 @@ pub(super) fn unauthenticated(body: Bytes, outbox: &Outbox) -> Result<Option<Byt
                 bare(&req.header, Status::Unauthorized),
                 Timed::default(),
             );
-            Ok(None)
+            Ok(Gated::Answered)
+        }
+    }
+}
+
+/// One V3 AUTH of the SASL exchange: EOK with the bookie's token (as BookKeeper's
+/// AuthResponseCallback), or EUA and a refusal.
+fn sasl_step(
+    header: &BkPacketHeader,
+    token: &[u8],
+    outbox: &Outbox,
+    sasl: &mut crate::sasl::ServerExchange,
+) -> Gated {
+    match super::auth::sasl_step(sasl, outbox, token) {
+        Ok(answer) => {
+            let r = pb::Response {
+                header: response_header(header),
+                status: Status::Ok.v3_code() as i32,
+                auth_response: Some(pb::AuthMessage {
+                    auth_plugin_name: crate::sasl::PLUGIN.to_string(),
+                    payload: Bytes::from(answer),
+                }),
+                ..Default::default()
+            };
+            send(outbox, msg(r), Timed::default());
+            Gated::Answered
+        }
+        Err(why) => {
+            send(outbox, bare(header, Status::Unauthorized), Timed::default());
+            Gated::Refused(why)
         }
     }
 }
