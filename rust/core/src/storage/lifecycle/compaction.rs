@@ -74,8 +74,18 @@ impl Compactor<'_> {
 
     /// The logs at most `threshold` live, least live first.
     fn candidates(&self, threshold: f64) -> Result<Vec<u32>> {
+        Ok(self
+            .candidates_with_live(threshold)?
+            .into_iter()
+            .map(|(id, _)| id)
+            .collect())
+    }
+
+    /// The logs at most `threshold` live with their live bytes (by their ledgers maps), least
+    /// live first.
+    pub(super) fn candidates_with_live(&self, threshold: f64) -> Result<Vec<(u32, u64)>> {
         let logs = collectable_logs(self.stores, self.checkpointer)?;
-        let mut candidates: Vec<(f64, u32)> = {
+        let mut candidates: Vec<(f64, u32, u64)> = {
             let idx = self.stores.index.read();
             logs.iter()
                 .filter_map(|(id, map)| {
@@ -90,16 +100,19 @@ impl Compactor<'_> {
                     } else {
                         live as f64 / total as f64
                     };
-                    (share <= threshold).then_some((share, *id))
+                    (share <= threshold).then_some((share, *id, live))
                 })
                 .collect()
         };
         candidates.sort_by(|a, b| a.0.total_cmp(&b.0));
-        Ok(candidates.into_iter().map(|(_, id)| id).collect())
+        Ok(candidates
+            .into_iter()
+            .map(|(_, id, live)| (id, live))
+            .collect())
     }
 
     /// Rewrites the live entries of log `id` and removes it; returns (bytes moved, freed).
-    fn compact_log(&self, id: u32) -> Result<(u64, u64)> {
+    pub(super) fn compact_log(&self, id: u32) -> Result<(u64, u64)> {
         let stores = self.stores;
         let Some(path) = stores.entrylog.log_path(id) else {
             return Ok((0, 0));

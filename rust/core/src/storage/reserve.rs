@@ -1,0 +1,382 @@
+//! The space reserve (`diskReservedSpaceMB`): one allocated file per directory the storage
+//! writes to, made at start, given back to the file system when the disk is full (the disk
+//! checker's Full pressure, or ENOSPC on an internal write) so that checkpoints, index records
+//! and a compaction can still write, and made again once the disk has room. While a reserve is
+//! released its bytes still count as used in the usage the disk checker sees, so giving it back
+//! never makes a full bookie look writable. It owns the reserve files and their state; it never
+//! decides when the bookie is writable (the disk checker does) nor what is compacted.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use parking_lot::Mutex;
+
+use crate::error::{Result, StorageError};
+use crate::fs;
+use crate::metrics::Counter;
+
+/// The reserve file's name, in each directory it guards.
+pub const RESERVE_FILE: &str = "pybkx-space-reserve";
+
+/// Room kept for the writes beside a compaction's rewritten entries (its index segment, the
+/// checkpoint and manifest records in `index.log`, the ledgers map of a sealed log).
+pub const INDEX_MARGIN: u64 = 4 << 20;
+
+/// The most of a file system a derived reserve takes (an eighth): on a small disk a larger
+/// one would leave little for data, and a bookie turns read-only at `diskUsageThreshold` with
+/// the reserve counted as used.
+const MAX_SHARE_DIVISOR: u64 = 8;
+
+/// What a directory's reserve is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReserveKind {
+    /// A ledger or index directory: room for a compaction and the index writes.
+    Ledger,
+    /// A journal directory: room for the records a read-only bookie still journals (deletions,
+    /// fences) and a journal file's preallocation.
+    Journal,
+}
+
+/// One directory's reserve.
+struct Slot {
+    kind: ReserveKind,
+    file: PathBuf,
+    /// The device of the directory's file system: a released reserve counts as used for every
+    /// directory on it.
+    dev: u64,
+    bytes: u64,
+    /// The file exists with `bytes` allocated.
+    held: AtomicBool,
+}
+
+/// The reserves of one storage.
+pub struct SpaceReserve {
+    slots: Vec<Slot>,
+    /// One make or release at a time.
+    changing: Mutex<()>,
+    /// Times a reserve was given back, and made again.
+    pub releases: Counter,
+    pub restores: Counter,
+}
+
+/// What a derived reserve is sized from.
+#[derive(Debug, Clone, Copy)]
+pub struct ReserveBasis {
+    /// `logSizeLimit`: the most one compaction rewrites.
+    pub log_size_limit: u64,
+    /// The write cache (`dbStorage_writeCacheMaxSizeMb`): the most one checkpoint flushes.
+    pub write_cache: u64,
+    /// `journalPreAllocSizeMB`.
+    pub journal_prealloc: u64,
+}
+
+/// The size of a derived reserve (`diskReservedSpaceMB` unset) for a directory of `kind` on a
+/// file system of `total` bytes: a ledger directory's fits one checkpoint's flush of the write
+/// cache (which lets the journal go), the live part of one entry log compacted, and
+/// [`INDEX_MARGIN`]; a journal directory's two preallocation chunks; either at most an eighth
+/// of the file system, whole MiB.
+pub fn derived_size(kind: ReserveKind, total: u64, basis: ReserveBasis) -> u64 {
+    let want = match kind {
+        ReserveKind::Ledger => basis
+            .log_size_limit
+            .saturating_add(basis.write_cache)
+            .saturating_add(INDEX_MARGIN),
+        ReserveKind::Journal => basis.journal_prealloc.saturating_mul(2).max(1 << 20),
+    };
+    want.min(total / MAX_SHARE_DIVISOR) >> 20 << 20
+}
+
+impl SpaceReserve {
+    /// No reserve at all (`diskReservedSpaceMB=0`).
+    pub fn disabled() -> SpaceReserve {
+        SpaceReserve::open(Vec::new())
+    }
+
+    /// Makes the reserve of every `(kind, directory, bytes)` (directories listed twice count
+    /// once; 0 bytes: none). A reserve that cannot be made (the disk is already full) is logged
+    /// and starts released: the bookie then starts read-only and makes it once there is room,
+    /// instead of refusing to start, which on a full disk would be a restart loop no deletion
+    /// could end.
+    pub fn open(dirs: Vec<(ReserveKind, PathBuf, u64)>) -> SpaceReserve {
+        let mut slots: Vec<Slot> = Vec::new();
+        for (kind, dir, bytes) in dirs {
+            let file = dir.join(RESERVE_FILE);
+            if bytes == 0 || slots.iter().any(|s| s.file == file) {
+                continue;
+            }
+            let dev = std::fs::metadata(&dir).map_or(0, |m| m.dev());
+            slots.push(Slot {
+                kind,
+                file,
+                dev,
+                bytes,
+                held: AtomicBool::new(false),
+            });
+        }
+        let reserve = SpaceReserve {
+            slots,
+            changing: Mutex::new(()),
+            releases: Counter::default(),
+            restores: Counter::default(),
+        };
+        {
+            let _one = reserve.changing.lock();
+            for slot in &reserve.slots {
+                match make(slot) {
+                    Ok(()) => slot.held.store(true, Ordering::Release),
+                    Err(e) => log::error!(
+                        "cannot make the space reserve {} ({} bytes, diskReservedSpaceMB): {e}; \
+                         it counts as used until the disk has room for it",
+                        slot.file.display(),
+                        slot.bytes
+                    ),
+                }
+            }
+        }
+        reserve
+    }
+
+    /// Gives every held reserve back to its file system (the disk is full): returns the bytes
+    /// freed. A reserve that cannot be removed stays held and is logged.
+    pub fn release(&self, why: &str) -> u64 {
+        let _one = self.changing.lock();
+        let mut freed = 0;
+        for slot in self.slots.iter().filter(|s| s.held.load(Ordering::Acquire)) {
+            match remove(slot) {
+                Ok(()) => {
+                    slot.held.store(false, Ordering::Release);
+                    freed += slot.bytes;
+                    self.releases.inc();
+                    log::warn!(
+                        "released the space reserve {} ({} bytes): {why}; garbage collection, \
+                         compaction and checkpoints write into it",
+                        slot.file.display(),
+                        slot.bytes
+                    );
+                }
+                Err(e) => log::error!("cannot release {}: {e}", slot.file.display()),
+            }
+        }
+        freed
+    }
+
+    /// Gives the reserves back if `e` says a disk had no room; returns whether it did.
+    pub fn release_on_no_space(&self, e: &StorageError) -> bool {
+        fs::is_no_space(e) && self.release("an internal write found the disk full") > 0
+    }
+
+    /// Makes every released reserve again; Ok(true) once all are held. A reserve that does not
+    /// fit yet stays released (Ok(false)); other failures are returned.
+    pub fn restore(&self) -> Result<bool> {
+        let _one = self.changing.lock();
+        let mut all = true;
+        for slot in self
+            .slots
+            .iter()
+            .filter(|s| !s.held.load(Ordering::Acquire))
+        {
+            match make(slot) {
+                Ok(()) => {
+                    slot.held.store(true, Ordering::Release);
+                    self.restores.inc();
+                    log::info!(
+                        "made the space reserve {} ({} bytes) again",
+                        slot.file.display(),
+                        slot.bytes
+                    );
+                }
+                Err(e) if fs::is_no_space(&e) => all = false,
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(all)
+    }
+
+    /// Bytes of released reserves on the file system holding `dir`: what the disk checker
+    /// counts as used there on top of the file system's own figure.
+    pub fn held_back_on(&self, dir: &Path) -> u64 {
+        let Ok(dev) = std::fs::metadata(dir).map(|m| m.dev()) else {
+            return 0;
+        };
+        self.slots
+            .iter()
+            .filter(|s| s.dev == dev && !s.held.load(Ordering::Acquire))
+            .map(|s| s.bytes)
+            .sum()
+    }
+
+    /// Whether some reserve is released.
+    pub fn is_released(&self) -> bool {
+        self.slots.iter().any(|s| !s.held.load(Ordering::Acquire))
+    }
+
+    /// Bytes of released reserves.
+    pub fn released_bytes(&self) -> u64 {
+        self.slots
+            .iter()
+            .filter(|s| !s.held.load(Ordering::Acquire))
+            .map(|s| s.bytes)
+            .sum()
+    }
+
+    /// The most live bytes one compaction may write while the disk is full: the largest
+    /// ledger-directory reserve, less [`INDEX_MARGIN`] (0: no compaction beyond the
+    /// configured ones).
+    pub fn compaction_budget(&self) -> u64 {
+        self.slots
+            .iter()
+            .filter(|s| s.kind == ReserveKind::Ledger)
+            .map(|s| s.bytes.saturating_sub(INDEX_MARGIN).max(s.bytes / 2))
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Every reserve file with its size and whether it is held (tests, tools).
+    pub fn files(&self) -> Vec<(PathBuf, u64, bool)> {
+        self.slots
+            .iter()
+            .map(|s| (s.file.clone(), s.bytes, s.held.load(Ordering::Acquire)))
+            .collect()
+    }
+}
+
+/// Creates (or keeps) the reserve file with its bytes allocated and synced. A file left by a
+/// failed attempt is removed, so a failure frees what it took.
+fn make(slot: &Slot) -> Result<()> {
+    let file = match fs::open_write(&slot.file) {
+        Ok(f) => f,
+        Err(_) => fs::create_new(&slot.file)?,
+    };
+    let made =
+        fs::allocate(&file, &slot.file, slot.bytes).and_then(|()| fs::fsync(&file, &slot.file));
+    if let Err(e) = made {
+        drop(file);
+        if let Err(gone) = fs::remove_file(&slot.file) {
+            log::warn!("{gone}");
+        }
+        return Err(e);
+    }
+    if let Some(dir) = slot.file.parent() {
+        fs::sync_dir(dir)?;
+    }
+    Ok(())
+}
+
+/// Removes the reserve file; its blocks return to the file system at once (nothing holds it
+/// open).
+fn remove(slot: &Slot) -> Result<()> {
+    match fs::remove_file(&slot.file) {
+        Ok(()) => Ok(()),
+        Err(StorageError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+            Ok(())
+        }
+        Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The reserve on a real directory; the full disk itself is an injected ENOSPC.
+
+    use super::*;
+    use crate::fs::{inject_fault, remove_fault, Fault, FaultAction, Op};
+
+    fn allocated(path: &Path) -> u64 {
+        std::fs::metadata(path).map_or(0, |m| m.blocks() * 512)
+    }
+
+    #[test]
+    fn made_at_open_released_and_made_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let r = SpaceReserve::open(vec![(
+            ReserveKind::Ledger,
+            dir.path().to_path_buf(),
+            8 << 20,
+        )]);
+        let file = dir.path().join(RESERVE_FILE);
+        assert!(
+            allocated(&file) >= 8 << 20,
+            "the reserve's blocks are allocated"
+        );
+        assert!(!r.is_released());
+        assert_eq!(r.held_back_on(dir.path()), 0);
+
+        assert_eq!(r.release("test"), 8 << 20);
+        assert!(!file.exists());
+        assert!(r.is_released());
+        assert_eq!(
+            r.held_back_on(dir.path()),
+            8 << 20,
+            "released counts as used"
+        );
+        assert_eq!(r.release("again"), 0, "nothing left to release");
+
+        assert!(r.restore().unwrap());
+        assert!(allocated(&file) >= 8 << 20);
+        assert_eq!(r.held_back_on(dir.path()), 0);
+        assert_eq!((r.releases.get(), r.restores.get()), (1, 1));
+    }
+
+    #[test]
+    fn a_reserve_that_does_not_fit_starts_released_and_is_made_once_it_fits() {
+        let dir = tempfile::tempdir().unwrap();
+        let no_space = inject_fault(Fault {
+            path_prefix: dir.path().to_path_buf(),
+            ops: vec![Op::Allocate],
+            action: FaultAction::Fail(libc::ENOSPC),
+            times: None,
+        });
+        let r = SpaceReserve::open(vec![(
+            ReserveKind::Journal,
+            dir.path().to_path_buf(),
+            1 << 20,
+        )]);
+        let file = dir.path().join(RESERVE_FILE);
+        assert!(r.is_released());
+        assert!(!file.exists(), "a failed attempt leaves no file");
+        assert!(!r.restore().unwrap(), "still no room");
+        remove_fault(no_space);
+        assert!(r.restore().unwrap());
+        assert!(file.exists());
+    }
+
+    #[test]
+    fn only_no_space_releases() {
+        let dir = tempfile::tempdir().unwrap();
+        let r = SpaceReserve::open(vec![(
+            ReserveKind::Ledger,
+            dir.path().to_path_buf(),
+            1 << 20,
+        )]);
+        let eio = StorageError::Io {
+            context: "x".into(),
+            source: std::io::Error::from_raw_os_error(libc::EIO),
+        };
+        assert!(!r.release_on_no_space(&eio));
+        let full = StorageError::Io {
+            context: "x".into(),
+            source: std::io::Error::from_raw_os_error(libc::ENOSPC),
+        };
+        assert!(r.release_on_no_space(&full.clone()), "a cloned ENOSPC too");
+        assert!(r.is_released());
+    }
+
+    #[test]
+    fn derived_sizes_fit_the_disk() {
+        let gib = 1u64 << 30;
+        let basis = ReserveBasis {
+            log_size_limit: gib,
+            write_cache: 64 << 20,
+            journal_prealloc: 16 << 20,
+        };
+        let big = 100 * gib;
+        assert_eq!(
+            derived_size(ReserveKind::Ledger, big, basis),
+            gib + (64 << 20) + INDEX_MARGIN
+        );
+        assert_eq!(derived_size(ReserveKind::Ledger, 48 << 20, basis), 6 << 20);
+        assert_eq!(derived_size(ReserveKind::Journal, big, basis), 32 << 20);
+        assert_eq!(derived_size(ReserveKind::Journal, 4 << 20, basis), 0);
+    }
+}
