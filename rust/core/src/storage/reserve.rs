@@ -379,4 +379,114 @@ mod tests {
         assert_eq!(derived_size(ReserveKind::Journal, big, basis), 32 << 20);
         assert_eq!(derived_size(ReserveKind::Journal, 4 << 20, basis), 0);
     }
+
+    /// The reserve inside a whole storage: made at open, given back by Full pressure and
+    /// counted as used meanwhile, remade on request; a full disk reclaimed by compaction.
+    mod in_a_storage {
+        use std::time::{Duration, Instant};
+
+        use crate::config::StorageConfig;
+        use crate::storage::tests::{add, entry_payload, small_cache_config, wait};
+        use crate::storage::{DiskPressure, LedgerStorage};
+
+        /// Entries of about 20 KB: many 256 KiB logs.
+        const BIG: u64 = 20_000;
+
+        fn config(dir: &std::path::Path, reserve: u64) -> StorageConfig {
+            StorageConfig {
+                disk_reserve_bytes: Some(reserve),
+                ..small_cache_config(dir)
+            }
+        }
+
+        fn counter(s: &LedgerStorage, name: &str) -> u64 {
+            s.metrics()
+                .iter()
+                .find(|m| m.name == name)
+                .and_then(|m| m.int_value())
+                .unwrap_or(0)
+        }
+
+        #[test]
+        fn made_at_open_given_back_when_full_and_remade() {
+            let dir = tempfile::tempdir().unwrap();
+            let s = LedgerStorage::open(config(dir.path(), 2 << 20)).unwrap();
+            let files = s.space_reserve();
+            assert_eq!(
+                files.len(),
+                2,
+                "one in the ledger and one in the journal directory"
+            );
+            assert!(files
+                .iter()
+                .all(|(path, bytes, held)| { *held && *bytes == 2 << 20 && path.exists() }));
+            s.set_disk_pressure(DiskPressure::Full);
+            assert!(s
+                .space_reserve()
+                .iter()
+                .all(|(p, _, held)| !held && !p.exists()));
+            assert_eq!(counter(&s, "pybkx_disk_reserve_released_bytes"), 4 << 20);
+            assert!(s.restore_space_reserve().unwrap());
+            assert!(s
+                .space_reserve()
+                .iter()
+                .all(|(p, _, held)| *held && p.exists()));
+            assert_eq!(counter(&s, "pybkx_disk_reserve_restores"), 2);
+            s.close().unwrap();
+        }
+
+        #[test]
+        fn a_flush_leaves_deleted_ledgers_out() {
+            let dir = tempfile::tempdir().unwrap();
+            let s = LedgerStorage::open(config(dir.path(), 0)).unwrap();
+            for e in 0..20 {
+                add(&s, 1, e, &entry_payload(1, e, 0)).unwrap();
+                add(&s, 2, e, &entry_payload(2, e, 0)).unwrap();
+            }
+            wait(|d| s.delete_ledger(1, d)).unwrap();
+            s.checkpoint().unwrap();
+            let maps = s.entry_log_ledgers().unwrap();
+            assert!(maps.values().all(|m| !m.contains_key(&1)), "{maps:?}");
+            s.close().unwrap();
+            let s = LedgerStorage::open(config(dir.path(), 0)).unwrap();
+            for e in 0..20 {
+                assert_eq!(
+                    &s.read_entry(2, e).unwrap()[..],
+                    &entry_payload(2, e, 0)[..]
+                );
+            }
+            assert!(!s.ledger_exists(1));
+        }
+
+        #[test]
+        fn a_full_disk_is_reclaimed_by_compacting_the_logs_with_most_garbage() {
+            let dir = tempfile::tempdir().unwrap();
+            let s = LedgerStorage::open(config(dir.path(), 8 << 20)).unwrap();
+            for round in 0..8u64 {
+                for e in round * 20..round * 20 + 20 {
+                    add(&s, 1, e, &entry_payload(1, e, BIG)).unwrap();
+                    add(&s, 2, e, &entry_payload(2, e, BIG)).unwrap();
+                }
+                s.checkpoint().unwrap();
+            }
+            let mixed = s.entry_log_ledgers().unwrap().len();
+            assert!(mixed > 3, "{mixed} logs");
+            wait(|d| s.delete_ledger(1, d)).unwrap();
+            // The timed jobs are off (gcWaitTime 0, no compaction intervals): only the full
+            // disk makes the scheduler compact, isForceGCAllowWhenNoSpace being false.
+            s.set_disk_pressure(DiskPressure::Full);
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while counter(&s, "pybkx_gc_compacted_entry_logs") < 2 {
+                assert!(Instant::now() < deadline, "no reclaiming compaction");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            for e in 0..160 {
+                assert_eq!(
+                    &s.read_entry(2, e).unwrap()[..],
+                    &entry_payload(2, e, BIG)[..]
+                );
+            }
+            s.close().unwrap();
+        }
+    }
 }
