@@ -23,6 +23,11 @@ pub const RESERVE_FILE: &str = "pybkx-space-reserve";
 /// checkpoint and manifest records in `index.log`, the ledgers map of a sealed log).
 pub const INDEX_MARGIN: u64 = 4 << 20;
 
+/// The most of one entry log a derived reserve makes room to compact: a full disk is reclaimed
+/// least live log first, and those hold little live data, so room for a whole 1 GiB log
+/// (BookKeeper's `logSizeLimit`) on every bookie would cost far more than it wins.
+const MAX_DERIVED_COMPACTION: u64 = 256 << 20;
+
 /// The most of a file system a derived reserve takes (an eighth): on a small disk a larger
 /// one would leave little for data, and a bookie turns read-only at `diskUsageThreshold` with
 /// the reserve counted as used.
@@ -73,13 +78,14 @@ pub struct ReserveBasis {
 
 /// The size of a derived reserve (`diskReservedSpaceMB` unset) for a directory of `kind` on a
 /// file system of `total` bytes: a ledger directory's fits one checkpoint's flush of the write
-/// cache (which lets the journal go), the live part of one entry log compacted, and
-/// [`INDEX_MARGIN`]; a journal directory's two preallocation chunks; either at most an eighth
+/// cache (which lets the journal go), one entry log of at most [`MAX_DERIVED_COMPACTION`]
+/// compacted, and [`INDEX_MARGIN`]; a journal directory's two preallocation chunks; either at most an eighth
 /// of the file system, whole MiB.
 pub fn derived_size(kind: ReserveKind, total: u64, basis: ReserveBasis) -> u64 {
     let want = match kind {
         ReserveKind::Ledger => basis
             .log_size_limit
+            .min(MAX_DERIVED_COMPACTION)
             .saturating_add(basis.write_cache)
             .saturating_add(INDEX_MARGIN),
         ReserveKind::Journal => basis.journal_prealloc.saturating_mul(2).max(1 << 20),
@@ -373,7 +379,15 @@ mod tests {
         let big = 100 * gib;
         assert_eq!(
             derived_size(ReserveKind::Ledger, big, basis),
-            gib + (64 << 20) + INDEX_MARGIN
+            (256 << 20) + (64 << 20) + INDEX_MARGIN
+        );
+        let small_logs = ReserveBasis {
+            log_size_limit: 16 << 20,
+            ..basis
+        };
+        assert_eq!(
+            derived_size(ReserveKind::Ledger, big, small_logs),
+            (16 << 20) + (64 << 20) + INDEX_MARGIN
         );
         assert_eq!(derived_size(ReserveKind::Ledger, 48 << 20, basis), 6 << 20);
         assert_eq!(derived_size(ReserveKind::Journal, big, basis), 32 << 20);
