@@ -288,8 +288,8 @@ class LedgerStorage:
 
     def restore_space_reserve(self) -> bool:
         """Make the space reserves (``diskReservedSpaceMB``) given back while the disk was full
-        again: True once every one is held, False while one does not fit yet. Raises
-        BookieException on another I/O error."""
+        again: True once every one is held, False while one does not fit yet (ENOSPC). A
+        reserve that fails otherwise is logged and stays counted as used. Never raises."""
 
     def space_reserve(self) -> list[tuple[str, int, bool]]:
         """Every space reserve file: its path, its size in bytes, whether it is held now."""

@@ -225,8 +225,9 @@ impl LedgerStorage {
     }
 
     /// Makes the space reserves released while the disk was full again (the disk checker,
-    /// once usage is below the low-water mark, before it turns the bookie writable): Ok(true)
-    /// once every reserve is held, Ok(false) while one does not fit yet.
+    /// once usage is below the low-water mark, before it turns the bookie writable): Ok(false)
+    /// while one does not fit yet (ENOSPC); one refused otherwise is logged and stays counted
+    /// as used.
     pub fn restore_space_reserve(&self) -> Result<bool> {
         self.parts.stores.reserve.restore()
     }

@@ -173,7 +173,9 @@ impl SpaceReserve {
     }
 
     /// Makes every released reserve again; Ok(true) once all are held. A reserve that does not
-    /// fit yet stays released (Ok(false)); other failures are returned.
+    /// fit yet stays released (Ok(false)). One that fails otherwise (a directory that refuses
+    /// the file) is logged and stays released, still counted as used, without holding the
+    /// bookie read-only: the disk checker must go on judging the disks.
     pub fn restore(&self) -> Result<bool> {
         let _one = self.changing.lock();
         let mut all = true;
@@ -193,7 +195,10 @@ impl SpaceReserve {
                     );
                 }
                 Err(e) if fs::is_no_space(&e) => all = false,
-                Err(e) => return Err(e),
+                Err(e) => log::error!(
+                    "cannot make the space reserve {} again: {e}; it stays counted as used",
+                    slot.file.display()
+                ),
             }
         }
         Ok(all)
@@ -345,6 +350,31 @@ mod tests {
         remove_fault(no_space);
         assert!(r.restore().unwrap());
         assert!(file.exists());
+    }
+
+    #[test]
+    fn a_reserve_refused_otherwise_stays_counted_but_holds_nothing_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let r = SpaceReserve::open(vec![(
+            ReserveKind::Ledger,
+            dir.path().to_path_buf(),
+            1 << 20,
+        )]);
+        r.release("test");
+        let eio = inject_fault(Fault {
+            path_prefix: dir.path().to_path_buf(),
+            ops: vec![Op::Allocate],
+            action: FaultAction::Fail(libc::EIO),
+            times: None,
+        });
+        assert!(
+            r.restore().unwrap(),
+            "not a lack of space: the bookie may turn writable"
+        );
+        assert_eq!(r.held_back_on(dir.path()), 1 << 20, "still counted as used");
+        remove_fault(eio);
+        assert!(r.restore().unwrap());
+        assert!(!r.is_released());
     }
 
     #[test]
