@@ -318,6 +318,61 @@ def test_a_disk_filled_by_a_foreign_file_is_writable_again_after_deletes(tmp_pat
             assert "cannot close ledger storage cleanly" not in log
 
 
+def test_a_full_disk_whose_logs_mix_deleted_and_live_ledgers_is_freed_by_compaction(
+    tmp_path: Path,
+) -> None:
+    """Every entry log holds all four ledgers (written round-robin over several flushes) and a
+    checkpoint has let the journal go: deleting 3 ledgers frees few whole logs, not enough to
+    get under the low-water mark, so only the compaction the full disk runs within the reserve
+    (isForceGCAllowWhenNoSpace false) gives the space back; the bookie is writable again by
+    itself and the kept ledger reads back."""
+    with small_tmpfs(tmp_path / "disk", 48) as disk:
+        conf = {
+            **FULL_DISK_CONF,
+            "journalMaxBackups": 0,
+            # Below the removal of a whole log's worth: only compaction brings the disk there.
+            "diskUsageLwmThreshold": 0.8,
+            "journalDirectories": str(disk / "journal"),
+            "ledgerDirectories": str(disk / "ledgers"),
+        }
+        with (
+            Sandbox(1, directory=tmp_path / "sandbox", conf=conf) as sandbox,
+            pybkx.BookKeeper(
+                sandbox.metadata_uri, addEntryTimeoutSec=2, bookieReplacementTimeoutMs=3000
+            ) as bk,
+            open_metadata_store(sandbox.metadata_uri) as store,
+        ):
+            bookie = next(iter(store.writable_bookies()))
+            data = os.urandom(64 << 10)
+            handles = [bk.create_ledger(1, 1, 1, password=b"pw") for _ in range(4)]
+            for _ in range(8):
+                for lh in handles:
+                    lh.append_many([data] * 10)
+                time.sleep(0.4)  # not a wait: spreads the writes over several flushes
+            for lh in handles:
+                lh.close()
+            ids = [lh.ledger_id for lh in handles]
+            time.sleep(2.5)  # not a wait: a checkpoint covers the journal before the fill
+            _fill_up(disk)
+            wait_until(
+                lambda: bookie in store.readonly_bookies(), "read-only on a full disk", timeout_s=20
+            )
+            for ledger_id in ids[:3]:
+                bk.delete_ledger(ledger_id)
+            wait_until(
+                lambda: bookie in store.writable_bookies(),
+                "writable again after the deletes, without a restart",
+                timeout_s=WRITABLE_AGAIN_S,
+            )
+            _all_read_back(bk, ids[3], data)
+            _assert_no_empty_log_pile(disk / "ledgers")
+            wait_until(
+                lambda: "reclaim on a full disk" in sandbox.log_path(0).read_text(),
+                "the reclaiming compaction logged",
+                timeout_s=10,
+            )
+
+
 def test_three_full_disks_are_all_writable_again_after_deletes(tmp_path: Path) -> None:
     """Three bookies, each on its own 48 MiB disk, every ledger on all three; every disk
     filled to 100% by a foreign file; 3 of 4 ledgers deleted. Each bookie is writable again
