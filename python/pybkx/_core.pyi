@@ -286,6 +286,14 @@ class LedgerStorage:
         """Mark ledger directories full (one flag each, in order): they take no new entry log
         while another directory can."""
 
+    def restore_space_reserve(self) -> bool:
+        """Make the space reserves (``diskReservedSpaceMB``) given back while the disk was full
+        again: True once every one is held, False while one does not fit yet (ENOSPC). A
+        reserve that fails otherwise is logged and stays counted as used. Never raises."""
+
+    def space_reserve(self) -> list[tuple[str, int, bool]]:
+        """Every space reserve file: its path, its size in bytes, whether it is held now."""
+
     def journal_marks(self) -> list[JournalMark]:
         """Per journal directory, the position up to which its records are durable and applied
         (BookKeeper's last log mark)."""

@@ -480,6 +480,7 @@ def test_storage_settings_carry_every_storage_key_and_no_server_key() -> None:
         "journalDirectIO",
         "journalReuseFiles",
         "isForceGCAllowWhenNoSpace",
+        "diskReservedSpaceMB",
         "logSizeLimit",
         "writeBufferSizeBytes",
         "dbStorage_directIOEntryLogger",

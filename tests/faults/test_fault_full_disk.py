@@ -3,12 +3,16 @@ hang, the client must fail an append clearly when no writable bookie can take it
 the bookie with itself again and again), nothing acknowledged is lost, and once space returns
 the same bookie process takes appends, ``close()`` and ``open_ledger`` again.
 
+Also a disk filled to 100% by a foreign file and then freed by ledger deletes: the space
+reserve lets the bookie checkpoint and collect, and it is writable again by itself.
+
 Owns the storage's failure path under ENOSPC (through the filesystem seam) and the whole
 cluster's behaviour on a really full tmpfs (root only; skipped clearly otherwise).
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import subprocess
@@ -17,7 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
-from support.disks import small_tmpfs
+from support.disks import fill, small_tmpfs
 from support.wait import wait_until
 
 import pybkx
@@ -208,3 +212,209 @@ def test_a_full_disk_fails_appends_clearly_and_the_bookie_recovers_without_resta
             assert [bytes(e) for e in rh.read(0, 19)] == fresh
             rh.close()
             assert sandbox.pid(0) == pid  # the same bookie process throughout
+
+
+# --- a disk filled to 100% by a foreign file, then ledgers deleted (root) -------------------
+
+WRITABLE_AGAIN_S = 60.0
+"""Bound on a bookie's return to writable after the deletes (the probe measured 1.5 s)."""
+FULL_DISK_CONF: dict[str, object] = {
+    "journalPreAllocSizeMB": 1,
+    "logSizeLimit": 4 << 20,
+    "flushInterval": 1000,
+    "diskCheckInterval": 500,
+    "gcWaitTime": 1000,
+    "journalMaxSizeMB": 4,
+}
+"""Small logs and journal files and fast checks, so that a 48 MiB disk holds several of each."""
+
+
+def _write_ledgers(bk: pybkx.BookKeeper, count: int, ensemble: int) -> tuple[list[int], bytes]:
+    """``count`` closed ledgers of 5 MiB each (80 entries of 64 KiB) on ``ensemble`` bookies."""
+    data = os.urandom(64 << 10)
+    ids = []
+    for _ in range(count):
+        lh = bk.create_ledger(ensemble, ensemble, ensemble, password=b"pw")
+        assert lh.append_many([data] * 80) == 79
+        lh.close()
+        ids.append(lh.ledger_id)
+    return ids, data
+
+
+def _all_read_back(bk: pybkx.BookKeeper, ledger_id: int, data: bytes) -> None:
+    rh = bk.open_ledger(ledger_id, b"pw")
+    try:
+        assert rh.last_add_confirmed == 79
+        for first in range(0, 80, 16):
+            assert all(bytes(e) == data for e in rh.read(first, first + 15))
+    finally:
+        rh.close()
+
+
+def _fill_up(disk: Path) -> None:
+    """Fill ``disk`` to 100% with a foreign file; a bookie writing at the same moment may take
+    the last blocks first (ENOSPC here), which leaves it just as full."""
+    try:
+        fill(disk, 0)
+    except OSError as exc:
+        if exc.errno != errno.ENOSPC:
+            raise
+
+
+def _entry_logs(ledgers_dir: Path) -> list[Path]:
+    return sorted((ledgers_dir / "current").glob("*.log"))
+
+
+def _assert_no_empty_log_pile(ledgers_dir: Path) -> None:
+    """A failed checkpoint used to leave a new empty entry log each ``flushInterval``."""
+    logs = _entry_logs(ledgers_dir)
+    assert not [p.name for p in logs if p.stat().st_size == 0], logs
+    # 20 MiB of data in logs of 4 MiB, plus the active and a compaction's log.
+    assert len(logs) <= 8, [p.name for p in logs]
+
+
+def test_a_disk_filled_by_a_foreign_file_is_writable_again_after_deletes(tmp_path: Path) -> None:
+    """The lead's scenario: one bookie, journal and ledgers on a 48 MiB disk; 4 ledgers of
+    5 MiB; a foreign file fills the disk to 100%; 3 ledgers deleted. The bookie turns
+    read-only, gives its space reserve back, and is writable again by itself (no restart);
+    every entry of the kept ledger reads back, no empty entry logs pile up, and it stops
+    cleanly."""
+    with small_tmpfs(tmp_path / "disk", 48) as disk:
+        conf = {
+            **FULL_DISK_CONF,
+            "journalDirectories": str(disk / "journal"),
+            "ledgerDirectories": str(disk / "ledgers"),
+        }
+        with (
+            Sandbox(1, directory=tmp_path / "sandbox", conf=conf) as sandbox,
+            pybkx.BookKeeper(
+                sandbox.metadata_uri, addEntryTimeoutSec=2, bookieReplacementTimeoutMs=3000
+            ) as bk,
+            open_metadata_store(sandbox.metadata_uri) as store,
+        ):
+            pid = sandbox.pid(0)
+            bookie = next(iter(store.writable_bookies()))
+            assert (disk / "ledgers" / "pybkx-space-reserve").stat().st_size > 0
+            ids, data = _write_ledgers(bk, 4, 1)
+            _fill_up(disk)
+            wait_until(
+                lambda: bookie in store.readonly_bookies(), "read-only on a full disk", timeout_s=20
+            )
+            time.sleep(3.0)  # not a wait: the disk stays full over several failed checkpoints
+            _assert_no_empty_log_pile(disk / "ledgers")
+            for ledger_id in ids[:3]:
+                bk.delete_ledger(ledger_id)
+            wait_until(
+                lambda: bookie in store.writable_bookies(),
+                "writable again after the deletes, without a restart",
+                timeout_s=WRITABLE_AGAIN_S,
+            )
+            assert (disk / "ledgers" / "pybkx-space-reserve").exists(), "the reserve is remade"
+            _all_read_back(bk, ids[3], data)
+            _assert_no_empty_log_pile(disk / "ledgers")
+            assert sandbox.pid(0) == pid  # the same bookie process throughout
+            assert sandbox.stop_bookie(0) == 0
+            log = sandbox.log_path(0).read_text()
+            assert "cannot close ledger storage cleanly" not in log
+
+
+def test_a_full_disk_whose_logs_mix_deleted_and_live_ledgers_is_freed_by_compaction(
+    tmp_path: Path,
+) -> None:
+    """Every entry log holds all four ledgers (written round-robin over several flushes) and a
+    checkpoint has let the journal go: deleting 3 ledgers frees few whole logs, not enough to
+    get under the low-water mark, so only the compaction the full disk runs within the reserve
+    (isForceGCAllowWhenNoSpace false) gives the space back; the bookie is writable again by
+    itself and the kept ledger reads back."""
+    with small_tmpfs(tmp_path / "disk", 48) as disk:
+        conf = {
+            **FULL_DISK_CONF,
+            "journalMaxBackups": 0,
+            # Below the removal of a whole log's worth: only compaction brings the disk there.
+            "diskUsageLwmThreshold": 0.8,
+            "journalDirectories": str(disk / "journal"),
+            "ledgerDirectories": str(disk / "ledgers"),
+        }
+        with (
+            Sandbox(1, directory=tmp_path / "sandbox", conf=conf) as sandbox,
+            pybkx.BookKeeper(
+                sandbox.metadata_uri, addEntryTimeoutSec=2, bookieReplacementTimeoutMs=3000
+            ) as bk,
+            open_metadata_store(sandbox.metadata_uri) as store,
+        ):
+            bookie = next(iter(store.writable_bookies()))
+            data = os.urandom(64 << 10)
+            handles = [bk.create_ledger(1, 1, 1, password=b"pw") for _ in range(4)]
+            for _ in range(8):
+                for lh in handles:
+                    lh.append_many([data] * 10)
+                time.sleep(0.4)  # not a wait: spreads the writes over several flushes
+            for lh in handles:
+                lh.close()
+            ids = [lh.ledger_id for lh in handles]
+            time.sleep(2.5)  # not a wait: a checkpoint covers the journal before the fill
+            _fill_up(disk)
+            wait_until(
+                lambda: bookie in store.readonly_bookies(), "read-only on a full disk", timeout_s=20
+            )
+            for ledger_id in ids[:3]:
+                bk.delete_ledger(ledger_id)
+            wait_until(
+                lambda: bookie in store.writable_bookies(),
+                "writable again after the deletes, without a restart",
+                timeout_s=WRITABLE_AGAIN_S,
+            )
+            _all_read_back(bk, ids[3], data)
+            _assert_no_empty_log_pile(disk / "ledgers")
+            wait_until(
+                lambda: "reclaim on a full disk" in sandbox.log_path(0).read_text(),
+                "the reclaiming compaction logged",
+                timeout_s=10,
+            )
+
+
+def test_three_full_disks_are_all_writable_again_after_deletes(tmp_path: Path) -> None:
+    """Three bookies, each on its own 48 MiB disk, every ledger on all three; every disk
+    filled to 100% by a foreign file; 3 of 4 ledgers deleted. Each bookie is writable again
+    without a restart and the kept ledger reads back whole."""
+    root = tmp_path / "sandbox"
+    with contextlib.ExitStack() as disks:
+        mounted = []
+        for i in range(3):
+            disk = disks.enter_context(small_tmpfs(tmp_path / f"disk-{i}", 48))
+            slot = root / f"bookie-{i}"
+            slot.mkdir(parents=True)
+            # The sandbox puts each bookie's directories in its slot: there, on its own disk.
+            for name in ("journal", "ledgers"):
+                (disk / name).mkdir()
+                (slot / name).symlink_to(disk / name)
+            mounted.append(disk)
+        with (
+            Sandbox(3, directory=root, conf=FULL_DISK_CONF) as sandbox,
+            pybkx.BookKeeper(
+                sandbox.metadata_uri, addEntryTimeoutSec=2, bookieReplacementTimeoutMs=3000
+            ) as bk,
+            open_metadata_store(sandbox.metadata_uri) as store,
+        ):
+            bookies = set(store.writable_bookies())
+            assert len(bookies) == 3
+            pids = [sandbox.pid(i) for i in range(3)]
+            ids, data = _write_ledgers(bk, 4, 3)
+            for disk in mounted:
+                _fill_up(disk)
+            wait_until(
+                lambda: bookies <= set(store.readonly_bookies()),
+                "all three read-only on full disks",
+                timeout_s=20,
+            )
+            for ledger_id in ids[:3]:
+                bk.delete_ledger(ledger_id)
+            wait_until(
+                lambda: bookies <= set(store.writable_bookies()),
+                "all three writable again after the deletes, without a restart",
+                timeout_s=WRITABLE_AGAIN_S,
+            )
+            _all_read_back(bk, ids[3], data)
+            for disk in mounted:
+                _assert_no_empty_log_pile(disk / "ledgers")
+            assert [sandbox.pid(i) for i in range(3)] == pids

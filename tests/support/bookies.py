@@ -119,6 +119,7 @@ def write_conf(root: Path, port: int, extra: str = "", *, allow_loopback: bool =
         f"ledgerDirectories={root / 'ledgers'}\n"
         "journalPreAllocSizeMB=1\n"
         "logSizeLimit=16777216\n"
+        "diskReservedSpaceMB=8\n"  # not the derived hundreds of MiB on a shared disk
         "flushInterval=0\n" + extra
     )
     return conf

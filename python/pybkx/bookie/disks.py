@@ -6,6 +6,7 @@ and index directories checked too. It decides; the bookie moves its mode and reg
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 from collections.abc import Callable, Sequence
@@ -173,14 +174,28 @@ class DiskChecker:
     def check(self) -> DiskVerdict:
         """Check now: mark full ledger directories in the storage, log what changed, return the
         verdict (``on_verdict`` is not called). Raises BookieException when a directory cannot
-        be examined."""
+        be examined.
+
+        The storage reports a space reserve given back while the disk was full as used, so the
+        verdict never turns writable on the reserve's bytes; once the usage has fallen below the
+        low-water mark the reserve is made again first, and the bookie stays read-only while it
+        does not fit. A full journal or index directory counts as full pressure too (the reserve
+        is given back for the checkpoints that free the journal)."""
         with self._lock:
             rows = self._storage.directory_usage()
             dirs = [DirUsage(r.kind, r.path, r.total_bytes, r.free_bytes) for r in rows]
             verdict = evaluate(dirs, self._was_full, self._limits)
+            if verdict.writable and not self._storage.restore_space_reserve():
+                verdict = dataclasses.replace(
+                    verdict,
+                    full=tuple(True for _ in verdict.full),
+                    writable=False,
+                    ledger_pressure=2,
+                )
             self._log_changes(dirs, verdict)
             self._storage.set_full_ledger_dirs(list(verdict.full))
-            self._storage.set_disk_pressure(verdict.ledger_pressure)
+            pressure = 2 if any(verdict.other_full) else verdict.ledger_pressure
+            self._storage.set_disk_pressure(pressure)
             self._was_full = list(verdict.full) + list(verdict.other_full)
             self.last = verdict
             self.checks += 1

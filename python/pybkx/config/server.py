@@ -341,6 +341,17 @@ class ServerConfig(TlsKeys, ZkSecurityKeys, KeyedConfig):
         "isForceGCAllowWhenNoSpace", False, boolean, storage=True
     )
     """Full or almost full ledger directories: compact at once instead of suspending it."""
+    disk_reserved_space_mb: int | None = setting(
+        "diskReservedSpaceMB", None, optional(integer(0)), storage=True
+    )
+    """pybkx's key: MiB kept back, as an allocated file (``pybkx-space-reserve``), in every
+    ledger, index and journal directory, and given back when the disk is full so that
+    checkpoints, index records and a compaction of the logs with the most garbage can still
+    write (see docs/storage.md, "When the disk is full"). Unset: derived per directory (a
+    ledger directory's fits one flush of the write cache, one entry log's worth of compaction,
+    at most 256 MiB, and 4 MiB of index writes; a journal directory's two
+    ``journalPreAllocSizeMB`` chunks; each at most an eighth of its file system); 0: no
+    reserve (BookKeeper's behaviour)."""
     minor_compaction_threshold: float = setting(
         "minorCompactionThreshold", 0.2, number(0.0, 1.0), storage=True
     )

@@ -54,6 +54,8 @@ START_TIMEOUT_S: Final = 60.0
 STOP_TIMEOUT_S: Final = 15.0
 """How long a stop waits after SIGTERM before SIGKILL."""
 HOST: Final = "127.0.0.1"
+SANDBOX_RESERVE_MB = 8
+"""The space reserve (``diskReservedSpaceMB``) of each sandbox bookie's directories."""
 MAX_BOOKIES: Final = 100
 
 _POLL_S: Final = 0.05
@@ -469,6 +471,9 @@ class Sandbox:
             "ledgerDirectories": str(slot.directory / "ledgers"),
             "metadataServiceUri": self.metadata_uri,
             "journalPreAllocSizeMB": 1,
+            # A local cluster's bookies share one disk: a small space reserve each, not the
+            # derived size (hundreds of MiB per bookie) a bookie of its own disk keeps.
+            "diskReservedSpaceMB": SANDBOX_RESERVE_MB,
             "httpServerEnabled": "true",
             "httpServerHost": HOST,
             "httpServerPort": slot.http_port,

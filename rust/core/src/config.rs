@@ -94,6 +94,9 @@ pub struct StorageConfig {
     pub compaction_rate_bytes: u64,
     /// Tiers, quotas and placement policy of the ledger directories.
     pub dirs: DirsConfig,
+    /// `diskReservedSpaceMB` in bytes, per directory; None: derived from `log_size_limit`, the
+    /// journal's preallocation and the disk's size (see `storage::reserve`); 0: no reserve.
+    pub disk_reserve_bytes: Option<u64>,
 }
 
 /// How new entry logs are placed over the ledger directories (pybkx's tiered storage, after

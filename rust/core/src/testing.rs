@@ -65,6 +65,7 @@ pub fn storage_config(dir: &Path) -> StorageConfig {
         major_compaction_interval: Duration::ZERO,
         compaction_rate_bytes: 0,
         dirs: Default::default(),
+        disk_reserve_bytes: Some(0),
     }
 }
 

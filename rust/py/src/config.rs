@@ -113,6 +113,8 @@ struct StorageAttrs {
     major_compaction_interval_s: u64,
     #[pyo3(attribute("compaction_rate_by_bytes"))]
     compaction_rate_bytes: u64,
+    #[pyo3(attribute("disk_reserved_space_mb"))]
+    disk_reserved_space_mb: Option<u64>,
 }
 
 /// The storage part of a `pybkx.config.ServerConfig`.
@@ -172,6 +174,9 @@ pub(crate) fn storage_config(obj: &Bound<'_, PyAny>) -> PyResult<StorageConfig> 
             promote_on_read: a.promote_on_read,
             move_rate_bytes: a.move_rate_bytes,
         },
+        disk_reserve_bytes: a
+            .disk_reserved_space_mb
+            .map(|mb| mb.saturating_mul(1 << 20)),
     })
 }
 

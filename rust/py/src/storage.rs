@@ -421,6 +421,18 @@ impl PyLedgerStorage {
         self.inner.set_full_ledger_dirs(&full);
     }
 
+    fn restore_space_reserve(&self, py: Python<'_>) -> BkResult<bool> {
+        Ok(py.detach(|| self.inner.restore_space_reserve())?)
+    }
+
+    fn space_reserve(&self) -> Vec<(String, u64, bool)> {
+        self.inner
+            .space_reserve()
+            .into_iter()
+            .map(|(path, bytes, held)| (path.display().to_string(), bytes, held))
+            .collect()
+    }
+
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         crate::metrics::flat_dict(py, &self.inner.metrics())
     }

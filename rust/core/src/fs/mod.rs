@@ -213,6 +213,51 @@ pub fn preallocate(file: &File, path: &Path, offset: u64, len: u64) {
     }
 }
 
+/// Makes `file` hold `len` allocated bytes (a space reserve): `posix_fallocate`, or zeros
+/// written where the file system cannot allocate without writing. Unlike [`preallocate`] a
+/// failure is an error (ENOSPC when the disk has no room), since the caller relies on the space.
+pub fn allocate(file: &File, path: &Path, len: u64) -> Result<()> {
+    checked(Op::Allocate, path, || {
+        let Ok(want) = i64::try_from(len) else {
+            return Err(io::Error::from(io::ErrorKind::InvalidInput));
+        };
+        if want == 0 {
+            return Ok(());
+        }
+        // SAFETY: plain syscall on an open descriptor owned by `file`.
+        let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, want) };
+        match rc {
+            0 => Ok(()),
+            libc::EOPNOTSUPP | libc::EINVAL => write_zeros(file, len),
+            errno => Err(io::Error::from_raw_os_error(errno)),
+        }
+    })
+    .ctx(|| format!("allocating {len} bytes for {}", path.display()))
+}
+
+/// Writes `len` zero bytes from offset 0, a MiB at a time.
+fn write_zeros(file: &File, len: u64) -> io::Result<()> {
+    let zeros = vec![0u8; 1 << 20];
+    let mut at = 0u64;
+    while at < len {
+        let n = (len - at).min(zeros.len() as u64) as usize;
+        file.write_all_at(&zeros[..n], at)?;
+        at += n as u64;
+    }
+    Ok(())
+}
+
+/// Whether `e` says the disk had no room (ENOSPC), also after the error was cloned.
+pub fn is_no_space(e: &StorageError) -> bool {
+    match e {
+        StorageError::Io { source, .. } => {
+            source.raw_os_error() == Some(libc::ENOSPC)
+                || source.kind() == io::ErrorKind::StorageFull
+        }
+        _ => false,
+    }
+}
+
 /// Hints that `len` bytes at `offset` will be read soon, so the kernel reads them ahead
 /// asynchronously (a hint: errors are ignored, nothing is read here).
 pub fn advise_will_need(file: &File, offset: u64, len: u64) {

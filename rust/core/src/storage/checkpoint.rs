@@ -6,6 +6,7 @@
 //! It owns `index.log`'s writer, through which merges and compactions record their segments;
 //! it never decides which segments are merged or which entry logs are removed.
 
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -112,9 +113,16 @@ impl Checkpointer {
     /// `Journal::remove_old_files`).
     pub(super) fn checkpoint(&self, journals: &[Journal], wait: bool) -> Result<()> {
         let marks = self.flush(true)?;
+        // A full disk (the space reserve given back) keeps no journal backups: the checkpoint
+        // covers them, and they may be most of what the disk holds.
+        let backups = if self.stores.reserve.is_released() {
+            0
+        } else {
+            self.max_backups
+        };
         for (j, journal) in journals.iter().enumerate() {
             if let Some(m) = marks.get(j) {
-                journal.remove_old_files(m.file_id, self.max_backups, wait)?;
+                journal.remove_old_files(m.file_id, backups, wait)?;
             }
         }
         self.stats.checkpoints.inc();
@@ -177,12 +185,12 @@ impl Checkpointer {
 
     fn write_pending(&self, f: &mut Flusher, p: PendingFlush) -> Result<()> {
         match self.write_generation(&p.gen, p.seq) {
-            Ok(seg) => {
+            Ok((seg, kept)) => {
                 // Why: the cache may forget the generation only once a live segment indexes
-                // every entry of it, or reads between the two would miss them.
+                // every entry of it still readable, or reads between the two would miss them.
                 assert_eq!(
                     seg.entries(),
-                    p.gen.entries() as u64,
+                    kept,
                     "a flush's segment must index its whole generation"
                 );
                 // Readers find the entries in the segment before they leave the cache.
@@ -233,24 +241,35 @@ impl Checkpointer {
         Ok(f.persisted_marks.clone())
     }
 
-    /// Writes a generation to the entry logs, sorted, and its index segment (not synced).
-    fn write_generation(&self, gen: &Generation, seq: u64) -> Result<Arc<Segment>> {
+    /// Writes a generation to the entry logs, sorted, and its index segment (not synced);
+    /// returns the segment and how many entries it indexes. Entries of ledgers deleted since
+    /// they were journalled are left out: nothing reads them again (the deletion is durable
+    /// before the index forgets the ledger), and on a full disk a flush retried after the
+    /// deletions must not need room for them.
+    fn write_generation(&self, gen: &Generation, seq: u64) -> Result<(Arc<Segment>, u64)> {
         let stores = &self.stores;
+        let gone: HashSet<u64> = {
+            let idx = stores.index.read();
+            gen.ledger_ids()
+                .filter(|l| !idx.ledgers.contains_key(l))
+                .collect()
+        };
+        let kept = || gen.sorted().filter(|(l, _, _, _)| !gone.contains(l));
         let mut locations = Vec::with_capacity(gen.entries());
-        stores.entrylog.append_checked(
-            gen.sorted().map(|(l, e, d, crc)| (l, e, &d[..], crc)),
+        stores.entrylog.append_published(
+            kept().map(|(l, e, d, crc)| (l, e, &d[..], crc)),
             &mut locations,
         )?;
-        stores.entrylog.flush()?;
         let dir = stores.segments.dir().to_path_buf();
         let mut w = SegmentWriter::create(&dir, seq)?;
-        for ((ledger, entry, _, _), at) in gen.sorted().zip(locations) {
+        let count = locations.len() as u64;
+        for ((ledger, entry, _, _), at) in kept().zip(locations) {
             w.push(IndexEntry { ledger, entry, at })?;
         }
         w.finish(false)?;
         let seg = Segment::open(&dir, seq, 0)?;
         seg.set_unsynced();
-        Ok(seg)
+        Ok((seg, count))
     }
 
     /// Runs `choose` while no flush runs: a flush in progress may have sealed an entry log
@@ -340,6 +359,8 @@ impl Checkpointer {
             };
             if let Err(e) = done {
                 log::error!("checkpoint failed: {e}");
+                // The disk filled between two disk checks: the space reserve takes the retry.
+                self.stores.reserve.release_on_no_space(&e);
                 // Do not spin on a failing disk; a later request or the timer retries.
                 std::thread::sleep(FAILURE_PAUSE);
             }

@@ -22,6 +22,7 @@ mod merge;
 mod open;
 mod read;
 mod release;
+pub mod reserve;
 mod stats;
 mod stores;
 #[cfg(test)]
@@ -207,9 +208,33 @@ impl LedgerStorage {
 
     /// Every directory the storage writes to, with its file system's usage now, for the disk
     /// checker: ledger directories first (configuration order, each with whether it is marked
-    /// full), then the index directory if separate, then the journal directories.
+    /// full), then the index directory if separate, then the journal directories. A released
+    /// space reserve still counts as used (its bytes are not free), so giving it back to
+    /// collection never turns a full disk writable.
     pub fn directory_usage(&self) -> Result<Vec<DirUsage>> {
-        dirs::directory_usage(self.parts.stores.entrylog.dirs(), &self.parts.other_dirs)
+        let mut rows =
+            dirs::directory_usage(self.parts.stores.entrylog.dirs(), &self.parts.other_dirs)?;
+        let reserve = &self.parts.stores.reserve;
+        if reserve.is_released() {
+            for row in &mut rows {
+                let held_back = reserve.held_back_on(&row.path);
+                row.usage.free_bytes = row.usage.free_bytes.saturating_sub(held_back);
+            }
+        }
+        Ok(rows)
+    }
+
+    /// Makes the space reserves released while the disk was full again (the disk checker,
+    /// once usage is below the low-water mark, before it turns the bookie writable): Ok(false)
+    /// while one does not fit yet (ENOSPC); one refused otherwise is logged and stays counted
+    /// as used.
+    pub fn restore_space_reserve(&self) -> Result<bool> {
+        self.parts.stores.reserve.restore()
+    }
+
+    /// Every space reserve file with its size and whether it is held now.
+    pub fn space_reserve(&self) -> Vec<(PathBuf, u64, bool)> {
+        self.parts.stores.reserve.files()
     }
 
     /// Marks the ledger directories the disk checker found full (one flag per ledger directory,
@@ -340,7 +365,18 @@ impl LedgerStorage {
     /// `isForceGCAllowWhenNoSpace` garbage collection and both compactions run instead, every
     /// `flushInterval`, to win space back. Removing fully deleted logs (`gcWaitTime`) never
     /// stops: it only frees.
+    ///
+    /// Full also gives the space reserves back (`diskReservedSpaceMB`): checkpoints, index
+    /// records and a compaction of the logs with the most garbage (at most the reserve's worth
+    /// of live bytes, whatever `isForceGCAllowWhenNoSpace` says) write into them, and they are
+    /// made again by [`restore_space_reserve`](Self::restore_space_reserve).
     pub fn set_disk_pressure(&self, pressure: DiskPressure) {
+        if pressure == DiskPressure::Full {
+            self.parts
+                .stores
+                .reserve
+                .release("the disk checker found a directory full");
+        }
         self.parts.lifecycle.set_disk_pressure(pressure);
     }
 

@@ -25,6 +25,7 @@ use super::journal::{self, Applier, Journal, Mark};
 use super::lifecycle::Lifecycle;
 use super::merge;
 use super::read::{run_read_ahead, AheadJob, ReadAheadCache, Reader};
+use super::reserve::{self, ReserveKind, SpaceReserve};
 use super::stats::StorageStats;
 use super::stores::Stores;
 use super::writecache::WriteCache;
@@ -240,7 +241,37 @@ fn open_stores(
         index: RwLock::new(index),
         cache: WriteCache::new(cfg.write_cache_bytes),
         segments,
+        reserve: open_reserve(cfg)?,
     })
+}
+
+/// Makes the space reserve of every directory the storage writes to (`diskReservedSpaceMB`,
+/// or its derived size per directory; see `reserve`).
+fn open_reserve(cfg: &StorageConfig) -> Result<SpaceReserve> {
+    if cfg.disk_reserve_bytes == Some(0) {
+        return Ok(SpaceReserve::disabled());
+    }
+    let ledger_like = cfg.ledger_dirs.iter().chain(&cfg.index_dirs);
+    let dirs = ledger_like
+        .map(|d| (ReserveKind::Ledger, d))
+        .chain(cfg.journal_dirs.iter().map(|d| (ReserveKind::Journal, d)));
+    let basis = reserve::ReserveBasis {
+        log_size_limit: cfg.log_size_limit,
+        write_cache: cfg.write_cache_bytes as u64,
+        journal_prealloc: cfg.journal.prealloc_size,
+    };
+    let mut out = Vec::new();
+    for (kind, dir) in dirs {
+        let total = fs::disk_usage(dir)?.total_bytes;
+        let bytes = match cfg.disk_reserve_bytes {
+            // A configured size too is kept to an eighth of the file system: a reserve that
+            // fills a small disk would hold the bookie read-only for good.
+            Some(bytes) => reserve::capped(bytes, total),
+            None => reserve::derived_size(kind, total, basis),
+        };
+        out.push((kind, dir.clone(), bytes));
+    }
+    Ok(SpaceReserve::open(out))
 }
 
 /// Replays each journal directory from its mark into `applier`; returns, per directory, the
@@ -359,10 +390,19 @@ impl Parts {
         for j in self.journals.iter() {
             j.shutdown();
         }
-        let result = self
-            .checkpointer
-            .checkpoint(&self.journals, true)
-            .and_then(|_| self.stores.entrylog.close());
+        let close = || {
+            self.checkpointer
+                .checkpoint(&self.journals, true)
+                .and_then(|_| self.stores.entrylog.close())
+        };
+        // A full disk: the last checkpoint and seal write into the space reserve.
+        let result = match close() {
+            Err(e) if self.stores.reserve.release_on_no_space(&e) => close(),
+            other => other,
+        };
+        if result.is_ok() {
+            self.stores.reserve.remove_at_close();
+        }
         self.locks.lock().clear();
         result
     }

@@ -168,6 +168,18 @@ pub(super) fn export(
     stats.compaction.export(out);
     export_journals(journals, out);
     out.push(Metric::gauge(
+        "pybkx_disk_reserve_released_bytes",
+        stores.reserve.released_bytes(),
+    ));
+    out.push(Metric::counter(
+        "pybkx_disk_reserve_releases",
+        stores.reserve.releases.get(),
+    ));
+    out.push(Metric::counter(
+        "pybkx_disk_reserve_restores",
+        stores.reserve.restores.get(),
+    ));
+    out.push(Metric::gauge(
         "bookie_gc_ACTIVE_LEDGER_TOTAL",
         stores.index.read().ledgers.len() as u64,
     ));

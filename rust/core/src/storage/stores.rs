@@ -26,6 +26,8 @@ pub(super) struct Stores {
     pub(super) cache: WriteCache,
     /// The live index segments and their block cache.
     pub(super) segments: SegmentSet,
+    /// The space kept back for collection when the disk fills (`diskReservedSpaceMB`).
+    pub(super) reserve: super::reserve::SpaceReserve,
 }
 
 impl Stores {

@@ -78,6 +78,28 @@ impl ActiveLog {
     ) -> Result<(Self, File)> {
         let path = dir.join(log_name(id));
         let file = fs::create_new(&path)?;
+        match Self::init(dir, id, path.clone(), file, write_buffer, direct_io) {
+            Ok(made) => Ok(made),
+            Err(e) => {
+                // A log that cannot get its header (a full disk) is removed, not left behind
+                // empty: every failed flush would otherwise add one.
+                if let Err(gone) = fs::remove_file(&path) {
+                    ::log::warn!("{gone}");
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Writes the new log's header and opens its other descriptors.
+    fn init(
+        dir: &Path,
+        id: u32,
+        path: PathBuf,
+        file: File,
+        write_buffer: usize,
+        direct_io: bool,
+    ) -> Result<(Self, File)> {
         let direct = if direct_io {
             let direct = fs::open_direct_write(&path)?;
             if direct.is_none() {
@@ -213,6 +235,28 @@ impl ActiveLog {
             self.writeback_from = self.end;
         }
         Ok(())
+    }
+
+    /// Cuts the log back to logical end `end` with ledgers map `ledgers` (a failed append is
+    /// undone): buffered bytes past it are dropped, written ones cut off the file (which gives
+    /// a full disk its blocks back). A direct-I/O log cut inside a written block goes on through
+    /// the page cache, since its next write no longer starts on a block boundary.
+    pub(super) fn rewind_to(&mut self, end: u64, ledgers: LedgersMap) {
+        let written = self.end - self.buf.len() as u64;
+        if end >= written {
+            self.buf.truncate((end - written) as usize);
+        } else {
+            self.buf.clear();
+            if end % DIRECT_ALIGN as u64 != 0 {
+                self.direct = None;
+            }
+            if let Err(e) = self.file.set_len(end) {
+                ::log::warn!("cutting {} back to {end} bytes: {e}", self.path.display());
+            }
+        }
+        self.end = end;
+        self.ledgers = ledgers;
+        self.writeback_from = self.writeback_from.min(end);
     }
 
     /// Writes the rest, appends the ledgers map, records its offset in the header and syncs.

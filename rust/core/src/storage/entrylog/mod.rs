@@ -66,6 +66,18 @@ impl Drop for LogPin<'_> {
     }
 }
 
+/// Where an append began, so that a failed one can be undone.
+struct AppendMark {
+    /// The active log then, and its logical end and ledgers map.
+    id: Option<u32>,
+    end: u64,
+    ledgers: LedgersMap,
+    /// The id the next new log would have taken: logs from it on were started by the append.
+    next_id: u32,
+    /// Locations in the caller's vector before the append.
+    located: usize,
+}
+
 /// All entry logs of a bookie.
 pub struct EntryLogger {
     dirs: Arc<LedgerDirs>,
@@ -164,8 +176,21 @@ impl EntryLogger {
                 .ok_or_else(|| StorageError::Corruption("entry log ids exhausted".into()))?;
             id
         };
-        let dir = self.dirs.choose_for_new_log()?;
-        let (log, reader) = ActiveLog::create(&dir, id, self.write_buffer, self.direct_io)?;
+        let created = self.dirs.choose_for_new_log().and_then(|dir| {
+            ActiveLog::create(&dir, id, self.write_buffer, self.direct_io).map(|made| (dir, made))
+        });
+        let (dir, (log, reader)) = match created {
+            Ok(made) => made,
+            Err(e) => {
+                // The id goes back unused: a disk that stays full would otherwise leave a
+                // fresh number (and, before `create` cleaned up, an empty file) per attempt.
+                let mut next = self.next_id.lock();
+                if *next == id.wrapping_add(1) {
+                    *next = id;
+                }
+                return Err(e);
+            }
+        };
         let index = self.dirs.index_of(&dir).unwrap_or(0);
         let meta = Arc::new(LogMeta::default());
         self.dirs.annotator().touch(&meta.heat);
@@ -201,12 +226,65 @@ impl EntryLogger {
 
     /// [`append`](Self::append) of entries whose record checksum (CRC32C of
     /// `[ledger][entry][data]`) the caller already has: the journal computed it.
+    ///
+    /// A failed call leaves no trace (see [`rewind`](Self::rewind)): the active log goes back
+    /// to where the call began, the logs it started are removed and their ids given back, so a
+    /// flush retried on a full disk writes its entries at the same place again instead of
+    /// leaving a log's worth of unindexed copies per attempt.
     pub fn append_checked<'a>(
         &self,
         entries: impl IntoIterator<Item = (u64, u64, &'a [u8], u32)>,
         out: &mut Vec<Location>,
     ) -> Result<()> {
+        self.append_marked(entries, out, false)
+    }
+
+    /// [`append_checked`](Self::append_checked), then [`flush`](Self::flush), under one lock:
+    /// a failure of either leaves no trace (nothing else appends in between).
+    pub fn append_published<'a>(
+        &self,
+        entries: impl IntoIterator<Item = (u64, u64, &'a [u8], u32)>,
+        out: &mut Vec<Location>,
+    ) -> Result<()> {
+        self.append_marked(entries, out, true)
+    }
+
+    fn append_marked<'a>(
+        &self,
+        entries: impl IntoIterator<Item = (u64, u64, &'a [u8], u32)>,
+        out: &mut Vec<Location>,
+        publish: bool,
+    ) -> Result<()> {
         let mut guard = self.active.lock();
+        let mark = AppendMark {
+            id: guard.as_ref().map(|l| l.id),
+            end: guard.as_ref().map_or(0, |l| l.end),
+            ledgers: guard
+                .as_ref()
+                .map(|l| l.ledgers.clone())
+                .unwrap_or_default(),
+            next_id: *self.next_id.lock(),
+            located: out.len(),
+        };
+        let mut done = self.append_locked(&mut guard, entries, out);
+        if done.is_ok() && publish {
+            if let Some(log) = guard.as_mut() {
+                done = log.publish();
+            }
+        }
+        if done.is_err() {
+            out.truncate(mark.located);
+            self.rewind(&mut guard, mark);
+        }
+        done
+    }
+
+    fn append_locked<'a>(
+        &self,
+        guard: &mut Option<ActiveLog>,
+        entries: impl IntoIterator<Item = (u64, u64, &'a [u8], u32)>,
+        out: &mut Vec<Location>,
+    ) -> Result<()> {
         let mut written = 0u64;
         for (ledger, entry, data, crc) in entries {
             let size = (ENTRY_RECORD_OVERHEAD + data.len()) as u64;
@@ -252,6 +330,54 @@ impl EntryLogger {
             }
         }
         Ok(())
+    }
+
+    /// Undoes a failed append (the `active` lock held since `mark` was taken): the logs it
+    /// started hold only its records, so they are removed and their ids given back; the log
+    /// active at the mark (active still, or back from the logs whose seal failed) is cut back
+    /// to the mark. A log the append sealed keeps its tail (unindexed copies compaction drops).
+    fn rewind(&self, guard: &mut Option<ActiveLog>, mark: AppendMark) {
+        let mut started: Vec<u32> = Vec::new();
+        if guard.as_ref().is_some_and(|l| l.id >= mark.next_id) {
+            started.extend(guard.take().map(|l| l.id));
+        }
+        {
+            let mut unsealed = self.unsealed.lock();
+            started.extend(
+                unsealed
+                    .iter()
+                    .filter(|l| l.id >= mark.next_id)
+                    .map(|l| l.id),
+            );
+            unsealed.retain(|l| l.id < mark.next_id);
+            if guard.is_none() {
+                if let Some(at) = unsealed.iter().position(|l| Some(l.id) == mark.id) {
+                    *guard = Some(unsealed.remove(at));
+                }
+            }
+        }
+        if let Some(log) = guard.as_mut().filter(|l| Some(l.id) == mark.id) {
+            log.rewind_to(mark.end, mark.ledgers);
+        }
+        started.extend(self.logs.read().keys().filter(|id| **id >= mark.next_id));
+        started.sort_unstable();
+        started.dedup();
+        for id in started {
+            let dir = {
+                let mut files = self.files.write();
+                files.remove(&id);
+                self.logs.write().remove(&id).map(|p| p.dir)
+            };
+            if let Some(path) = dir
+                .and_then(|d| self.dirs.path_of(d))
+                .map(|d| d.join(log_name(id)))
+            {
+                if let Err(e) = fs::remove_file(&path) {
+                    ::log::warn!("removing a log a failed append started: {e}");
+                }
+            }
+        }
+        *self.next_id.lock() = mark.next_id;
     }
 
     /// Hands buffered data to the OS so positional reads see it.

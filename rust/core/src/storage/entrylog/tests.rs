@@ -472,3 +472,45 @@ fn a_refused_direct_read_falls_back_and_a_failed_one_is_an_error() {
     fs::remove_fault(failing);
     assert_eq!(read_all(&el, &locs).len(), data.len());
 }
+
+/// A full disk at rollover: every failed attempt to start the next log (one per checkpoint
+/// while the disk stays full) leaves no file behind and gives its id back, and nothing written
+/// before is lost once there is room again.
+#[test]
+fn a_log_that_cannot_be_started_leaves_no_empty_file() {
+    let d = tempfile::tempdir().unwrap();
+    let dir = d.path().to_path_buf();
+    let el = EntryLogger::open(dirs_of(std::slice::from_ref(&dir)), 64 << 10, 4096, false).unwrap();
+    let mut locs = Vec::new();
+    let data = vec![9u8; 40_000];
+    el.append([(1u64, 0u64, &data[..])], &mut locs).unwrap();
+    el.flush().unwrap();
+    let full = fs::inject_fault(fs::Fault {
+        path_prefix: dir.clone(),
+        ops: vec![fs::Op::Write],
+        action: fs::FaultAction::Fail(libc::ENOSPC),
+        times: None,
+    });
+    for attempt in 1..=20u64 {
+        // The first attempt fails sealing the full log, the others starting the next one.
+        assert!(el.append([(1u64, attempt, &data[..])], &mut locs).is_err());
+    }
+    assert_eq!(
+        list_log_ids(&dir).unwrap().len(),
+        1,
+        "no empty log per failed attempt"
+    );
+    fs::remove_fault(full);
+    let mut more = Vec::new();
+    el.append([(1u64, 1u64, &data[..])], &mut more).unwrap();
+    el.flush().unwrap();
+    el.sync().unwrap();
+    assert_eq!(
+        more[0].log_id(),
+        locs[0].log_id() + 1,
+        "the id was given back"
+    );
+    assert_eq!(list_log_ids(&dir).unwrap().len(), 2);
+    assert_eq!(&el.read(1, 0, locs[0]).unwrap()[..], &data[..]);
+    assert_eq!(&el.read(1, 1, more[0]).unwrap()[..], &data[..]);
+}

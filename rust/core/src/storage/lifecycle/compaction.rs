@@ -93,8 +93,27 @@ impl Compactor<'_> {
 
     /// The logs at most `threshold` live, least live first, with their bytes.
     fn candidates(&self, threshold: f64) -> Result<Vec<(u32, u64)>> {
+        Ok(self
+            .candidate_logs(threshold)?
+            .into_iter()
+            .map(|(id, _, total)| (id, total))
+            .collect())
+    }
+
+    /// The logs at most `threshold` live with their live bytes (by their ledgers maps), least
+    /// live first.
+    pub(super) fn candidates_with_live(&self, threshold: f64) -> Result<Vec<(u32, u64)>> {
+        Ok(self
+            .candidate_logs(threshold)?
+            .into_iter()
+            .map(|(id, live, _)| (id, live))
+            .collect())
+    }
+
+    /// (id, live bytes, bytes) of the logs at most `threshold` live, least live first.
+    fn candidate_logs(&self, threshold: f64) -> Result<Vec<(u32, u64, u64)>> {
         let logs = collectable_logs(self.stores, self.checkpointer)?;
-        let mut candidates: Vec<(f64, u32, u64)> = {
+        let mut candidates: Vec<(f64, u32, u64, u64)> = {
             let idx = self.stores.index.read();
             logs.iter()
                 .filter_map(|(id, map)| {
@@ -109,19 +128,19 @@ impl Compactor<'_> {
                     } else {
                         live as f64 / total as f64
                     };
-                    (share <= threshold).then_some((share, *id, total))
+                    (share <= threshold).then_some((share, *id, live, total))
                 })
                 .collect()
         };
         candidates.sort_by(|a, b| a.0.total_cmp(&b.0));
         Ok(candidates
             .into_iter()
-            .map(|(_, id, total)| (id, total))
+            .map(|(_, id, live, total)| (id, live, total))
             .collect())
     }
 
     /// Rewrites the live entries of log `id` and removes it; returns (bytes moved, freed).
-    fn compact_log(&self, id: u32) -> Result<(u64, u64)> {
+    pub(super) fn compact_log(&self, id: u32) -> Result<(u64, u64)> {
         let stores = self.stores;
         let Some(path) = stores.entrylog.log_path(id) else {
             return Ok((0, 0));

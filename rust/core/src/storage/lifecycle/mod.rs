@@ -9,6 +9,7 @@
 
 mod compaction;
 mod gc;
+mod reclaim;
 mod scheduler;
 #[cfg(test)]
 mod tests;
@@ -155,6 +156,30 @@ impl Lifecycle {
         compactor.compact(threshold, &|| self.stopping(), between)
     }
 
+    /// A full disk with its space reserve given back: the logs with the most garbage are
+    /// compacted within the reserve (see `reclaim`).
+    fn reclaim(&self) -> Result<CompactionReport> {
+        let reserve = &self.stores.reserve;
+        if !reserve.is_released() {
+            return Ok(CompactionReport::default());
+        }
+        let _one_at_a_time = self.collecting.lock();
+        let compactor = Compactor {
+            stores: &self.stores,
+            checkpointer: &self.checkpointer,
+            stats: &self.stats,
+            rate_bytes: 0,
+        };
+        let threshold = if self.major_threshold > 0.0 {
+            self.major_threshold
+        } else {
+            reclaim::DEFAULT_RECLAIM_THRESHOLD
+        };
+        reclaim::reclaim(&compactor, threshold, reserve.compaction_budget(), &|| {
+            self.stopping()
+        })
+    }
+
     /// One tier pass now.
     pub(super) fn move_entry_logs(&self) -> Result<MoveReport> {
         if self.stores.entrylog.dirs().tier_count() < 2 {
@@ -210,6 +235,8 @@ impl Lifecycle {
                 }
                 if let Err(e) = self.run_job(job, &mut schedule) {
                     log::error!("{} failed: {e}", job.name());
+                    // The disk filled between two disk checks: the reserve takes the retry.
+                    self.stores.reserve.release_on_no_space(&e);
                     // Do not spin on a failing disk; the next due time retries.
                     std::thread::sleep(FAILURE_PAUSE);
                 }
@@ -242,6 +269,7 @@ impl Lifecycle {
         match job {
             Job::TierPass => self.move_entry_logs().map(|_| ()),
             Job::CollectGarbage => self.gc_entry_logs().map(|_| ()),
+            Job::Reclaim => self.reclaim().map(|_| ()),
             // A long compaction lets the tier passes due meanwhile run between its logs.
             Job::Compact(threshold) => self
                 .compact_between(threshold, &mut || {

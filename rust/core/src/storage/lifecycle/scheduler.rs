@@ -10,6 +10,9 @@ use crate::config::StorageConfig;
 /// How often the tiers' usage is looked at (when the storage has two tiers or more).
 pub(super) const TIER_PASS_INTERVAL: Duration = Duration::from_millis(500);
 
+/// How often a full disk's logs are looked at for reclaiming (with a space reserve).
+pub(super) const RECLAIM_INTERVAL: Duration = Duration::from_secs(1);
+
 /// How full the ledger directories are, for the garbage collector's choices.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
@@ -40,6 +43,8 @@ pub(super) enum Job {
     CollectGarbage,
     /// Compaction of the logs at most this live.
     Compact(f64),
+    /// A full disk: compaction of the logs with the most garbage within the space reserve.
+    Reclaim,
 }
 
 impl Job {
@@ -49,6 +54,7 @@ impl Job {
             Job::TierPass => "moving entry logs between tiers",
             Job::CollectGarbage => "entry-log garbage collection",
             Job::Compact(_) => "compaction",
+            Job::Reclaim => "reclaiming a full disk",
         }
     }
 }
@@ -85,6 +91,9 @@ pub(super) struct Schedule {
     minor: Compaction,
     /// With two tiers or more: the next tier pass.
     next_tier_pass: Option<Instant>,
+    /// With a space reserve: how often a full disk is reclaimed, and when it last was.
+    reclaim_every: Option<Duration>,
+    last_reclaim: Instant,
 }
 
 impl Schedule {
@@ -107,6 +116,8 @@ impl Schedule {
                 last: now,
             },
             next_tier_pass: (tiers > 1).then(|| now + TIER_PASS_INTERVAL),
+            reclaim_every: (cfg.disk_reserve_bytes != Some(0)).then_some(RECLAIM_INTERVAL),
+            last_reclaim: now,
         }
     }
 
@@ -117,6 +128,7 @@ impl Schedule {
             || self.major.next().is_some()
             || self.minor.next().is_some()
             || self.next_tier_pass.is_some()
+            || self.reclaim_every.is_some()
     }
 
     /// The jobs due at `now` under `pressure`, in the order they run; their timers restart.
@@ -153,7 +165,22 @@ impl Schedule {
                 jobs.push(Job::Compact(timer.threshold));
             }
         }
+        if self.reclaim_due(now, pressure) {
+            self.last_reclaim = now;
+            jobs.push(Job::Reclaim);
+        }
         jobs
+    }
+
+    /// When a full disk is next reclaimed under `pressure` (never below Full).
+    fn next_reclaim(&self, pressure: DiskPressure) -> Option<Instant> {
+        self.reclaim_every
+            .filter(|_| pressure == DiskPressure::Full)
+            .map(|every| self.last_reclaim + every)
+    }
+
+    fn reclaim_due(&self, now: Instant, pressure: DiskPressure) -> bool {
+        self.next_reclaim(pressure).is_some_and(|at| now >= at)
     }
 
     /// Whether a tier pass is due at `now`; if so its timer restarts. Asked between the logs
@@ -182,7 +209,8 @@ impl Schedule {
             .next()
             .filter(|_| pressure == DiskPressure::Normal);
         let minor = self.minor.next().filter(|_| pressure != DiskPressure::Full);
-        [self.next_tier_pass, gc, forced, major, minor]
+        let reclaim = self.next_reclaim(pressure);
+        [self.next_tier_pass, gc, forced, major, minor, reclaim]
             .into_iter()
             .flatten()
             .min()
@@ -261,6 +289,28 @@ mod tests {
         assert_eq!(s.due(t0 + secs(20), DiskPressure::AlmostFull), all);
         // Room again: nothing is forced.
         assert!(s.due(t0 + secs(40), DiskPressure::Normal).is_empty());
+    }
+
+    #[test]
+    fn a_full_disk_is_reclaimed_with_a_reserve_whatever_forcing_says() {
+        let t0 = Instant::now();
+        let cfg = StorageConfig {
+            disk_reserve_bytes: None,
+            ..config(false)
+        };
+        let mut s = Schedule::new(&cfg, 1, t0);
+        assert!(s
+            .due(t0 + RECLAIM_INTERVAL, DiskPressure::AlmostFull)
+            .is_empty());
+        assert_eq!(s.next(DiskPressure::Full), Some(t0 + RECLAIM_INTERVAL));
+        assert_eq!(
+            s.due(t0 + RECLAIM_INTERVAL, DiskPressure::Full),
+            vec![Job::Reclaim]
+        );
+        assert!(s.due(t0 + RECLAIM_INTERVAL, DiskPressure::Full).is_empty());
+        // No reserve (diskReservedSpaceMB=0): nothing beyond BookKeeper's rules.
+        let mut none = Schedule::new(&config(false), 1, t0);
+        assert!(none.due(t0 + secs(5), DiskPressure::Full).is_empty());
     }
 
     #[test]
