@@ -240,6 +240,7 @@ fn open_stores(
         index: RwLock::new(index),
         cache: WriteCache::new(cfg.write_cache_bytes),
         segments,
+        scrub: Default::default(),
     })
 }
 
@@ -315,6 +316,10 @@ impl Parts {
         if self.lifecycle.has_timed_jobs() {
             let lifecycle = self.lifecycle.clone();
             self.spawn("pybkx-lifecycle".into(), move || lifecycle.run_scheduler())?;
+        }
+        if self.lifecycle.has_scrubber() {
+            let lifecycle = self.lifecycle.clone();
+            self.spawn("pybkx-scrub".into(), move || lifecycle.run_scrubber())?;
         }
         if let Some(jobs) = ahead_jobs {
             for i in 0..threads {

@@ -14,6 +14,7 @@ use super::ids::LAST_ENTRY;
 use super::index::segments::SegmentSet;
 use super::index::{Index, LedgerState};
 use super::journal::Mark;
+use super::lifecycle::ScrubState;
 use super::writecache::WriteCache;
 use crate::error::{Result, StorageError};
 
@@ -26,6 +27,8 @@ pub(super) struct Stores {
     pub(super) cache: WriteCache,
     /// The live index segments and their block cache.
     pub(super) segments: SegmentSet,
+    /// The scrubber's findings, and the entries reads refuse until they are repaired.
+    pub(super) scrub: ScrubState,
 }
 
 impl Stores {
