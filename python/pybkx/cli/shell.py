@@ -1,9 +1,10 @@
 """``pybkx shell``: cluster administration and file inspection, as BookKeeper's shell: the
 cluster (initnewcluster, metaformat, cookie, updateledgers), bookies (listbookies, bookieinfo,
 bookiesanity, lastmark), ledgers (listledgers, ledgermetadata, readledger, deleteledger,
-simpletest), files (readjournal), manual recovery (``shell_recover``) and AutoRecovery
-(``shell_autorecovery``). It parses and prints (tables, or JSON with ``--json``); it never does
-the work itself (``pybkx.tools``, ``pybkx.recovery`` do)."""
+simpletest), files (readjournal), the local consistency check (``shell_scrub``), manual
+recovery (``shell_recover``) and AutoRecovery (``shell_autorecovery``). It parses and prints
+(tables, or JSON with ``--json``); it never does the work itself (``pybkx.tools``,
+``pybkx.recovery`` do)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from pybkx.cli.shell_bookies import BOOKIE_COMMANDS
 from pybkx.cli.shell_ledgers import LEDGER_COMMANDS
 from pybkx.cli.shell_options import cluster, confirmed, resolve_uri
 from pybkx.cli.shell_recover import RECOVERY_COMMANDS
+from pybkx.cli.shell_scrub import SCRUB_COMMANDS
 
 
 @click.group()
@@ -97,5 +99,11 @@ def readjournal(path: Path) -> None:
     click.echo(f"{kinds.total()} records: {summary}")
 
 
-for _command in (*BOOKIE_COMMANDS, *LEDGER_COMMANDS, *RECOVERY_COMMANDS, *AUTORECOVERY_COMMANDS):
+for _command in (
+    *BOOKIE_COMMANDS,
+    *LEDGER_COMMANDS,
+    *RECOVERY_COMMANDS,
+    *AUTORECOVERY_COMMANDS,
+    *SCRUB_COMMANDS,
+):
     shell.add_command(_command)
