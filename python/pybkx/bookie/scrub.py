@@ -128,7 +128,7 @@ class ScrubRepairer:
             self._storage.scrub(self._config.scrub_rate_bytes_per_second)
         except errors.BKException as exc:
             logger.error("scrub run failed: %s: %s", type(exc).__name__, exc)
-        self.repair_pending()
+        # Its findings are repaired by the repair thread (one thread changes the counts).
 
     @property
     def running(self) -> bool:

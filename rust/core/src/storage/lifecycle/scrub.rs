@@ -6,9 +6,11 @@
 //! replica; until then a read of an entry whose digest failed answers an error, never its bytes.
 //! It decides nothing about repair and never writes a log.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::fs::File;
+use std::io::ErrorKind;
 use std::os::unix::fs::FileExt;
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -16,7 +18,7 @@ use bytes::Bytes;
 use parking_lot::{Mutex, RwLock};
 
 use crate::digest::{DigestManager, DigestType, ENTRY_HEADER_LEN};
-use crate::error::{IoContext, Result};
+use crate::error::{IoContext, Result, StorageError};
 use crate::fs;
 use crate::record::{be_u64, verify_record, RECORD_HEADER_LEN};
 use crate::storage::entrylog::{log_name, Location};
@@ -27,6 +29,10 @@ use crate::storage::stores::Stores;
 /// The most bytes one read of a scrub covers (less when the rate is low, so a paced scrub
 /// never reads far ahead of its budget).
 const MAX_CHUNK_BYTES: u64 = 1 << 20;
+/// Logs whose entries one pass over the index lists: a ledger spread over many logs is read
+/// from the index once a batch, not once a log, and the listed entries of at most this many
+/// logs are in memory at once.
+const LOGS_PER_INDEX_PASS: usize = 16;
 /// Index entries looked up per page while listing a log's entries.
 const INDEX_PAGE: usize = 1 << 16;
 /// Findings waiting for the bookie to repair them; past it the newest are dropped (counted):
@@ -255,21 +261,29 @@ impl Scrubber<'_> {
         let mut report = ScrubReport::default();
         let mut pace = Pace::new(self.rate_bytes, self.chunk_limit());
         let mut stopped = false;
-        for id in logs {
-            if (self.stop)() {
-                stopped = true;
-                break;
+        'batches: for batch in logs.chunks(LOGS_PER_INDEX_PASS) {
+            let mut listed = self.indexed_entries(batch)?;
+            for id in batch {
+                if (self.stop)() {
+                    stopped = true;
+                    break 'batches;
+                }
+                // Held by a move, a compaction or a garbage collection: the next run takes it.
+                let Some(_pin) = entrylog.pin(*id) else {
+                    report.logs_skipped += 1;
+                    continue;
+                };
+                // Removed since it was listed (its live entries now live elsewhere).
+                let Some(path) = entrylog.log_path(*id) else {
+                    continue;
+                };
+                let entries = listed.remove(id).unwrap_or_default();
+                if !self.scrub_log(*id, &path, &entries, &mut pace, &mut report)? {
+                    stopped = true;
+                    break 'batches;
+                }
+                report.logs_scrubbed += 1;
             }
-            // Held by a move, a compaction or a garbage collection: the next run takes it.
-            let Some(_pin) = entrylog.pin(id) else {
-                report.logs_skipped += 1;
-                continue;
-            };
-            if !self.scrub_log(id, &mut pace, &mut report)? {
-                stopped = true;
-                break;
-            }
-            report.logs_scrubbed += 1;
         }
         report.complete = !stopped;
         self.stats.scrub_runs.inc();
@@ -294,24 +308,31 @@ impl Scrubber<'_> {
         }
     }
 
-    /// The entries the index places in log `id`, by offset. The ledgers of a sealed log's
-    /// ledgers map; every ledger for a log still written, or one whose map cannot be read (a
-    /// truncated log loses its seal).
-    fn indexed_entries(&self, id: u32) -> Result<Vec<IndexEntry>> {
+    /// The entries the index places in each of `logs`, by offset: one pass over the index for
+    /// the ledgers of their ledgers maps, or over every ledger when a log is still written or
+    /// its map cannot be read (a truncated log loses its seal).
+    fn indexed_entries(&self, logs: &[u32]) -> Result<HashMap<u32, Vec<IndexEntry>>> {
         let stores = self.stores;
-        let sealed_map = if stores.entrylog.is_unsealed(id) {
-            None
-        } else {
-            stores
-                .entrylog
-                .log_path(id)
-                .and_then(|p| crate::storage::entrylog::read_ledgers_map(&p).ok())
-        };
-        let ledgers: Vec<u64> = match sealed_map {
-            Some(map) if !map.is_empty() => map.keys().copied().collect(),
-            _ => stores.list_ledgers(),
-        };
-        let mut out = Vec::new();
+        let mut ledgers: HashSet<u64> = HashSet::new();
+        for id in logs {
+            let sealed_map = if stores.entrylog.is_unsealed(*id) {
+                None
+            } else {
+                stores
+                    .entrylog
+                    .log_path(*id)
+                    .and_then(|p| crate::storage::entrylog::read_ledgers_map(&p).ok())
+            };
+            match sealed_map {
+                Some(map) if !map.is_empty() => ledgers.extend(map.keys().copied()),
+                _ => {
+                    ledgers = stores.list_ledgers().into_iter().collect();
+                    break;
+                }
+            }
+        }
+        let mut out: HashMap<u32, Vec<IndexEntry>> =
+            logs.iter().map(|id| (*id, Vec::new())).collect();
         for ledger in ledgers {
             let Ok(since) = stores.ledger(ledger, |st| st.since_seq) else {
                 continue; // deleted: its entries are garbage, not damage
@@ -324,32 +345,46 @@ impl Scrubber<'_> {
                 let Some(last) = page.last().map(|e| e.entry) else {
                     break;
                 };
-                out.extend(page.iter().filter(|e| e.at.log_id() == id).copied());
+                for e in &page {
+                    if let Some(v) = out.get_mut(&e.at.log_id()) {
+                        v.push(*e);
+                    }
+                }
                 if page.len() < INDEX_PAGE {
                     break;
                 }
                 from = last + 1;
             }
         }
-        out.sort_unstable_by_key(|e| e.at.offset());
+        for v in out.values_mut() {
+            v.sort_unstable_by_key(|e| e.at.offset());
+        }
         Ok(out)
     }
 
-    /// Scrubs log `id`; false if the run must stop.
-    fn scrub_log(&self, id: u32, pace: &mut Pace, report: &mut ScrubReport) -> Result<bool> {
-        let entries = self.indexed_entries(id)?;
+    /// Scrubs log `id` (at `path`) for its indexed `entries`; false if the run must stop.
+    fn scrub_log(
+        &self,
+        id: u32,
+        path: &Path,
+        entries: &[IndexEntry],
+        pace: &mut Pace,
+        report: &mut ScrubReport,
+    ) -> Result<bool> {
         let log = log_name(id);
-        let file = match self.stores.entrylog.log_path(id).map(|p| fs::open_read(&p)) {
-            Some(Ok(f)) => Some(f),
-            _ => None,
-        };
-        let Some(file) = file else {
-            for e in &entries {
-                self.damaged(e, ScrubCheck::Missing, &log, report);
+        let file = match fs::open_read(path) {
+            Ok(file) => file,
+            Err(StorageError::Io { source, .. }) if source.kind() == ErrorKind::NotFound => {
+                // Listed, held, and gone from its directory: every entry in it is lost here.
+                for e in entries {
+                    self.damaged(e, ScrubCheck::Missing, &log, report);
+                }
+                return Ok(true);
             }
-            return Ok(true);
+            Err(e) => return Err(e),
         };
         let chunk_limit = self.chunk_limit();
+        let mut digests = Digests::default();
         let mut i = 0;
         while i < entries.len() {
             let (start, end, j) = plan_run(&entries[i..], chunk_limit);
@@ -359,7 +394,7 @@ impl Scrubber<'_> {
             }
             let buf = read_upto(&file, &log, start, end)?;
             for e in &entries[i..i + j] {
-                self.check_entry(&buf, start, e, &log, report);
+                self.check_entry(&buf, start, e, (&log, &mut digests), report);
             }
             report.bytes_scrubbed += buf.len() as u64;
             self.stats.scrub_bytes.add(buf.len() as u64);
@@ -377,7 +412,7 @@ impl Scrubber<'_> {
         buf: &Bytes,
         start: u64,
         e: &IndexEntry,
-        log: &str,
+        (log, digests): (&str, &mut Digests),
         report: &mut ScrubReport,
     ) {
         let from = (e.at.offset() - start) as usize;
@@ -398,7 +433,7 @@ impl Scrubber<'_> {
             return;
         }
         let data = buf.slice(from + RECORD_HEADER_LEN + 16..to);
-        match check_digest(e.ledger, e.entry, data) {
+        match digests.check(e.ledger, e.entry, data) {
             DigestVerdict::Verified => {}
             DigestVerdict::Unverified => report.digest_unverified += 1,
             DigestVerdict::Damaged => {
@@ -476,22 +511,38 @@ enum DigestVerdict {
     Damaged,
 }
 
-/// Checks the client digest of `data` (a packaged entry: header, digest, payload) with the
-/// digest types that need no key, reusing the client's [`DigestManager`].
-fn check_digest(ledger: u64, entry: u64, data: Bytes) -> DigestVerdict {
-    if data.len() < ENTRY_HEADER_LEN {
-        return DigestVerdict::Damaged;
-    }
-    let header_ledger = be_u64(&data[0..8]);
-    let header_entry = be_u64(&data[8..16]);
-    if header_ledger != ledger || header_entry != entry {
-        return DigestVerdict::Damaged;
-    }
-    for kind in [DigestType::Crc32c, DigestType::Crc32] {
-        let dm = DigestManager::new(ledger as i64, b"", kind);
-        if dm.verify(&data, Some(entry as i64)).is_ok() {
-            return DigestVerdict::Verified;
+/// The keyless digest managers of the ledger last checked: entries come sorted by ledger
+/// within a log, and making a manager derives a key (a SHA-1), too dear for every entry.
+#[derive(Default)]
+struct Digests {
+    ledger: Option<u64>,
+    managers: Vec<DigestManager>,
+}
+
+impl Digests {
+    /// Checks the client digest of `data` (a packaged entry: header, digest, payload) with the
+    /// digest types that need no key, reusing the client's [`DigestManager`].
+    fn check(&mut self, ledger: u64, entry: u64, data: Bytes) -> DigestVerdict {
+        if data.len() < ENTRY_HEADER_LEN {
+            return DigestVerdict::Damaged;
         }
+        let header_ledger = be_u64(&data[0..8]);
+        let header_entry = be_u64(&data[8..16]);
+        if header_ledger != ledger || header_entry != entry {
+            return DigestVerdict::Damaged;
+        }
+        if self.ledger != Some(ledger) {
+            self.ledger = Some(ledger);
+            self.managers = [DigestType::Crc32c, DigestType::Crc32]
+                .into_iter()
+                .map(|kind| DigestManager::new(ledger as i64, b"", kind))
+                .collect();
+        }
+        for dm in &self.managers {
+            if dm.verify(&data, Some(entry as i64)).is_ok() {
+                return DigestVerdict::Verified;
+            }
+        }
+        DigestVerdict::Unverified
     }
-    DigestVerdict::Unverified
 }
