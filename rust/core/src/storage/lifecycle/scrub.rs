@@ -1,4 +1,4 @@
-//! The scrubber: reads every sealed entry log back in the background, paced to a byte rate
+//! The scrubber: reads every entry log back in the background, paced to a byte rate
 //! (`scrubRateBytesPerSecond`), and checks each entry the index points at: the record's framing
 //! and CRC32C, the ledger and entry ids in the record, and the client's digest (CRC32C or
 //! CRC32, through [`DigestManager`]: no key needed). It counts what it checks and reports each
@@ -28,7 +28,9 @@ use crate::storage::stores::Stores;
 
 /// The most bytes one read of a scrub covers (less when the rate is low, so a paced scrub
 /// never reads far ahead of its budget).
-const MAX_CHUNK_BYTES: u64 = 1 << 20;
+const MAX_CHUNK_BYTES: u64 = 4 << 20;
+/// Reads of the log asked of the kernel ahead of the one being checked.
+const READ_AHEAD_CHUNKS: u64 = 2;
 /// Logs whose entries one pass over the index lists: a ledger spread over many logs is read
 /// from the index once a batch, not once a log, and the listed entries of at most this many
 /// logs are in memory at once.
@@ -52,8 +54,8 @@ pub enum ScrubCheck {
     Ids,
     /// The index points past the end of the log, or at a log that is gone (a truncated file).
     Missing,
-    /// The record is whole but the client's digest (CRC32C or CRC32) or the entry's header
-    /// does not match its bytes.
+    /// The record is whole but the entry's own header (the client's packaging, which its
+    /// digest covers) names another ledger or entry, or is too short to be one.
     Digest,
 }
 
@@ -299,7 +301,7 @@ impl Scrubber<'_> {
         Ok(report)
     }
 
-    /// The most bytes one read covers: a quarter of a second at the rate (4 KiB to 1 MiB).
+    /// The most bytes one read covers: a quarter of a second at the rate (4 KiB to 4 MiB).
     fn chunk_limit(&self) -> u64 {
         if self.rate_bytes == 0 {
             MAX_CHUNK_BYTES
@@ -392,6 +394,9 @@ impl Scrubber<'_> {
             if !pace.take(end - start, self.stop) {
                 return Ok(false);
             }
+            // The next reads are on their way while this one is checked (and, paced, while the
+            // scrub waits): a whole read ahead, asked of the kernel, costs no memory of ours.
+            fs::advise_will_need(&file, end, READ_AHEAD_CHUNKS * chunk_limit);
             let buf = read_upto(&file, &log, start, end)?;
             for e in &entries[i..i + j] {
                 self.check_entry(&buf, start, e, (&log, &mut digests), report);
