@@ -162,6 +162,11 @@ bench-java-client: venv deps build $(BENCH_STAMP)
 bench-group-commit: venv deps build
 	$(VPY) -m bench.group_commit $(BENCH_ARGS)
 
+# The scrubber: add p99 with the default-rate scrub vs off, and unpaced scrub MB/s vs a
+# sequential read of the same logs, one run.
+bench-scrub: venv build
+	$(VPY) bench/scrub.py $(BENCH_ARGS)
+
 # What metrics cost: a bookie with them beside one without, rounds interleaved.
 bench-metrics: venv build
 	$(VPY) bench/metrics_overhead.py $(BENCH_ARGS)
