@@ -179,6 +179,21 @@ def test_damaged_entries_are_found_logged_once_and_repaired_and_never_served(
         assert {name for _, _, _, name in damaged} == {flipped, truncated}
         assert {tuple(pair) for pair in status["repairs"]["repaired_entries"]} == set(per_entry)
 
+        # A run asked for through the admin API finds nothing left.
+        request = urllib.request.Request(
+            f"{sandbox.admin_urls[victim]}/api/v1/bookie/scrub", method="POST", data=b""
+        )
+        with urllib.request.urlopen(request, timeout=30) as response:
+            assert response.status == 200
+        status = wait_until(
+            lambda: scrub_status(sandbox, victim),
+            "the scrub asked for finished",
+            timeout_s=FOUND_WITHIN_S,
+            interval_s=0.2,
+            accept=lambda s: not s["running"],
+        )
+        assert status["last_run"]["complete"] and status["last_run"]["corrupt_entries"] == 0
+
         # The victim alone serves every entry whole again.
         raw = BookieClient(ClientConfig.of(readEntryTimeoutSec=5))
         digest = DigestManager(lh.ledger_id, PASSWORD, "CRC32C")
