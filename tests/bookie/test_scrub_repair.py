@@ -168,6 +168,7 @@ def test_damaged_entries_are_found_logged_once_and_repaired_and_never_served(
         assert metric(text, "bookie_scrub_corrupt_entries") >= repaired
         assert metric(text, "bookie_scrub_entries_verified") >= ENTRIES
         assert metric(text, "bookie_scrub_bytes") >= ENTRIES * PAYLOAD
+        assert metric(text, "bookie_scrub_repaired_entries") == repaired
 
         # Logged once per damaged entry, though several runs read it before its repair.
         log = sandbox.log_path(victim).read_text(errors="replace")

@@ -18,6 +18,7 @@ from pybkx._core import (
     BookieClient,
     DigestManager,
     LedgerStorage,
+    Metric,
     ScrubFinding,
     ScrubReport,
     master_key,
@@ -145,6 +146,18 @@ class ScrubRepairer:
             "last_run": None if last is None else report_dict(last),
             "repairs": asdict(self.counts),
         }
+
+    def metrics(self) -> list[Metric]:
+        """The repairs as counters, beside the storage's ``bookie_scrub_*``."""
+        counts = self.counts
+        return [
+            Metric(name, "counter", "count", {}, value)
+            for name, value in (
+                ("bookie_scrub_repaired_entries", counts.repaired),
+                ("bookie_scrub_unrepairable_entries", counts.unrepairable),
+                ("bookie_scrub_findings_of_deleted_ledgers", counts.deleted),
+            )
+        ]
 
     # --- repairs
 
