@@ -27,7 +27,7 @@ CARGO_TEST_ENV := LD_LIBRARY_PATH="$(PY_LIBDIR)$${LD_LIBRARY_PATH:+:$$LD_LIBRARY
 
 .PHONY: help venv deps build lint test demo bench bench-client bench-suite bench-compare bench-builds \
 	bench-metrics bench-striped bench-speculative bench-recovery bench-v3 bench-tls bench-spark bench-storage-scale \
-	bench-cold-read bench-cold-read-java bench-java-client bench-group-commit bench-gc bench-tiers bench-large-adds bench-sustained-adds bench-journal-reuse faults faults-deps fuzz clean distclean
+	bench-cold-read bench-cold-read-java bench-java-client bench-group-commit bench-gc bench-tiers bench-large-adds bench-sustained-adds bench-journal-reuse bench-scrub faults faults-deps fuzz clean distclean
 
 help:
 	@echo "make demo   build everything, then run the cluster demo (pybkx demo)"
