@@ -27,7 +27,7 @@ CARGO_TEST_ENV := LD_LIBRARY_PATH="$(PY_LIBDIR)$${LD_LIBRARY_PATH:+:$$LD_LIBRARY
 
 .PHONY: help venv deps build lint test demo bench bench-client bench-suite bench-compare bench-builds \
 	bench-metrics bench-striped bench-speculative bench-recovery bench-v3 bench-tls bench-spark bench-storage-scale \
-	bench-cold-read bench-cold-read-java bench-java-client bench-group-commit bench-gc bench-tiers bench-large-adds bench-sustained-adds bench-journal-reuse bench-noisy faults faults-deps fuzz clean distclean
+	bench-cold-read bench-cold-read-java bench-java-client bench-group-commit bench-gc bench-tiers bench-large-adds bench-sustained-adds bench-journal-reuse bench-noisy bench-scrub faults faults-deps fuzz clean distclean
 
 help:
 	@echo "make demo   build everything, then run the cluster demo (pybkx demo)"
@@ -162,6 +162,11 @@ bench-java-client: venv deps build $(BENCH_STAMP)
 # Adaptive group commit beside BookKeeper's fixed group wait: two pybkx bookies, one run.
 bench-group-commit: venv deps build
 	$(VPY) -m bench.group_commit $(BENCH_ARGS)
+
+# The scrubber: add p99 with the default-rate scrub vs off, and unpaced scrub MB/s vs a
+# sequential read of the same logs, one run.
+bench-scrub: venv build
+	$(VPY) bench/scrub.py $(BENCH_ARGS)
 
 # What metrics cost: a bookie with them beside one without, rounds interleaved.
 bench-metrics: venv build

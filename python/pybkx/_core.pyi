@@ -125,6 +125,58 @@ class MoveReport:
     def bytes(self) -> int:
         """Bytes moved."""
 
+class ScrubFinding:
+    """A damaged entry the scrubber found."""
+
+    @property
+    def ledger_id(self) -> int: ...
+    @property
+    def entry_id(self) -> int: ...
+    @property
+    def check(self) -> str:
+        """Which check failed: "record_crc" (the entry log record's framing or CRC32C),
+        "record_ids" (the record names another entry), "missing" (the index points past the end
+        of the log: a truncated file) or "digest" (the entry's header names another entry)."""
+
+    @property
+    def entry_log(self) -> str:
+        """The entry log's file name (``<hex id>.log``)."""
+
+    @property
+    def offset(self) -> int:
+        """The record's offset in it."""
+
+class ScrubReport:
+    """What one scrub run did (``LedgerStorage.scrub``)."""
+
+    @property
+    def logs_scrubbed(self) -> int: ...
+    @property
+    def logs_skipped(self) -> int:
+        """Logs a move, compaction or garbage collection held: the next run takes them."""
+
+    @property
+    def bytes_scrubbed(self) -> int:
+        """Bytes of records read back."""
+
+    @property
+    def entries_verified(self) -> int:
+        """Entries whose record, ids and (where it needs no key) digest checked."""
+
+    @property
+    def digest_unverified(self) -> int:
+        """Of those, entries whose digest is neither CRC32C nor CRC32 (MAC and DUMMY ledgers)."""
+
+    @property
+    def corrupt_entries(self) -> int: ...
+    @property
+    def complete(self) -> bool:
+        """False when a close stopped the run early."""
+
+    @property
+    def findings(self) -> list[ScrubFinding]:
+        """The damaged entries (at most 4096)."""
+
 class DirectoryUsage:
     """One directory the storage writes to, as the disk checker sees it."""
 
@@ -276,6 +328,25 @@ class LedgerStorage:
     def gc_entry_logs(self) -> GcReport:
         """Remove the entry logs none of whose ledgers exists any more. Raises
         BookieIOException."""
+
+    def scrub(self, rate_bytes_per_second: int = 0) -> ScrubReport:
+        """Read every entry log back now and check each indexed entry (record CRC32C, ids, the
+        CRC32C/CRC32 client digest), at ``rate_bytes_per_second`` (0: unpaced), on this thread
+        (the GIL released); waits for a run in progress first. Damaged entries are logged once
+        and queued for ``take_scrub_findings``. Raises BookieIOException (a log unreadable as a
+        file), BookieException once the storage is closed."""
+
+    def take_scrub_findings(self) -> list[ScrubFinding]:
+        """The damaged entries found and not taken yet (taking them, at most 4096). Never
+        raises."""
+
+    def scrub_repaired(self, ledger_id: int, entry_id: int) -> None:
+        """The entry was rewritten from another replica: reads serve it again. Raises
+        ValueError for a negative id."""
+
+    def scrub_status(self) -> tuple[ScrubReport | None, int, int]:
+        """(the last finished run or None, bytes the current run read, bytes it covers). Never
+        raises."""
 
     def directory_usage(self) -> list[DirectoryUsage]:
         """Every directory written to: ledger directories (``current/``, in order), the index

@@ -517,6 +517,8 @@ def test_storage_settings_carry_every_storage_key_and_no_server_key() -> None:
         ),
         "tieredStoragePromoteOnRead",
         "tieredStorageMoveRateByBytes",
+        "scrubRateBytesPerSecond",
+        "scrubIntervalSeconds",
     }
 
 

@@ -1,8 +1,9 @@
 """The admin endpoints about this bookie: ``/heartbeat``, ``/metrics``,
 ``/api/v1/config/server_config`` and ``/api/v1/bookie/*`` (info, state, read-only, readiness,
 last log mark, disk files, garbage collection) with BookKeeper's paths, JSON shapes and status
-codes, and pybkx's own ``/api/v1/bookie/orphans`` and ``/api/v1/bookie/space``. It answers
-requests; it never changes the bookie except through the bookie's own methods.
+codes, and pybkx's own ``/api/v1/bookie/orphans``, ``/api/v1/bookie/space`` and
+``/api/v1/bookie/scrub``. It answers requests; it never changes the bookie except through the
+bookie's own methods.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ def bookie_routes(ctx: AdminContext) -> dict[str, Handler]:
         "/api/v1/bookie/gc_details": api.gc_details,
         "/api/v1/bookie/orphans": api.orphans,
         "/api/v1/bookie/space": api.space,
+        "/api/v1/bookie/scrub": api.scrub,
     }
 
 
@@ -213,6 +215,21 @@ class _BookieEndpoints:
                 "compaction": compaction,
             },
         )
+
+    def scrub(self, request: Request) -> Response:
+        """pybkx's own endpoint: POST starts a scrub run now (at ``scrubRateBytesPerSecond``),
+        GET answers the last run's figures, the current run's progress and the repairs."""
+        require(request, "GET", "POST")
+        scrubber = self._bookie.scrubber
+        if scrubber is None:
+            raise HttpError(503, "the bookie is not running")
+        if request.method == "POST":
+            started = scrubber.start_run()
+            return Response(
+                200 if started else 409,
+                "Triggered a scrub run" if started else "A scrub run is already running",
+            )
+        return Response(200, scrubber.status())
 
     def _read_only_or(self, default: bool) -> bool:
         try:

@@ -113,6 +113,9 @@ def bookie_metrics(bookie: Bookie) -> list[Metric]:
     out.append(_gauge("bookie_gc_ACTIVE_ENTRY_LOG_TOTAL", logs))
     out.append(_gauge("bookie_gc_ACTIVE_ENTRY_LOG_SPACE_BYTES", log_bytes))
     out += _space_gauges(bookie)
+    scrubber = bookie.scrubber
+    if scrubber is not None:  # the repairs of what the storage's scrubber found
+        out.extend(scrubber.metrics())
     for service in bookie.services:  # AutoRecovery in the bookie's process: its stats
         metrics = getattr(service, "metrics", None)
         if callable(metrics):

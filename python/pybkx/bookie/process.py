@@ -30,6 +30,7 @@ from pybkx.bookie.registration import (
     close_store_quietly,
     join_cluster,
 )
+from pybkx.bookie.scrub import ScrubRepairer, check_consistency_on_startup
 from pybkx.bookie.serving import (
     close_storage,
     close_storage_after_failure,
@@ -90,6 +91,8 @@ class _Running:
     """None when standalone."""
     tls: TlsReloader | None
     """None without TLS."""
+    scrub: ScrubRepairer
+    """Repairs what the storage's scrubber finds (only logs it when standalone)."""
 
 
 class Bookie:
@@ -198,6 +201,13 @@ class Bookie:
         running = self._running
         return None if running is None else running.gc
 
+    @property
+    def scrubber(self) -> ScrubRepairer | None:
+        """The repairer of the scrubber's findings (and runner of scrubs asked for) while
+        running."""
+        running = self._running
+        return None if running is None else running.scrub
+
     def _parts(self) -> _Running:
         running = self._running
         if running is None:
@@ -269,6 +279,7 @@ class Bookie:
         tls, roles, sasl = security
         try:
             storage = open_storage(self.config)
+            check_consistency_on_startup(storage, self.config)
             server = start_server(storage, self.config, host, port, tls, roles, sasl)
         except BaseException:
             if store is not None:
@@ -292,7 +303,9 @@ class Bookie:
         mode.restore_persisted()
         gc = None if store is None else self._start_gc(storage, store, bookie_id)
         reloader = None if tls is None else TlsReloader(server, self.config, tls)
-        running = _Running(storage, server, mode, disks, registration, gc, reloader)
+        scrub = ScrubRepairer(storage, store, self.config, bookie_id)
+        scrub.start()
+        running = _Running(storage, server, mode, disks, registration, gc, reloader, scrub)
         with self._state_lock:
             self._running = running
             self._bookie_id = bookie_id
@@ -436,6 +449,8 @@ class Bookie:
         running.disks.stop()
         if running.tls is not None:
             running.tls.stop()
+        if not running.scrub.stop(budget_s / 8):
+            log_event(logger, logging.WARNING, "a scrub repair is still running at the stop")
         if running.gc is not None and not running.gc.stop_periodic(budget_s / 4):
             log_event(
                 logger, logging.WARNING, "a garbage collection pass is still running at the stop"

@@ -1,10 +1,10 @@
 """``pybkx shell``: cluster administration and file inspection, as BookKeeper's shell: the
 cluster (initnewcluster, metaformat, cookie, updateledgers), bookies (listbookies, bookieinfo,
 bookiesanity, lastmark), ledgers (listledgers, ledgermetadata, readledger, deleteledger,
-simpletest), files (readjournal), manual recovery (``shell_recover``), AutoRecovery
-(``shell_autorecovery``) and orphans (``shell_orphans``). It parses and prints (tables, or
-JSON with ``--json``); it never does the work itself (``pybkx.tools``, ``pybkx.recovery``
-do)."""
+simpletest), files (readjournal), the local consistency check (``shell_scrub``), manual
+recovery (``shell_recover``), AutoRecovery (``shell_autorecovery``) and orphans
+(``shell_orphans``). It parses and prints (tables, or JSON with ``--json``); it never does the
+work itself (``pybkx.tools``, ``pybkx.recovery`` do)."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from pybkx.cli.shell_ledgers import LEDGER_COMMANDS
 from pybkx.cli.shell_options import client_conf, cluster, confirmed, resolve_uri
 from pybkx.cli.shell_orphans import ORPHAN_COMMANDS
 from pybkx.cli.shell_recover import RECOVERY_COMMANDS
+from pybkx.cli.shell_scrub import SCRUB_COMMANDS
 
 
 @click.group()
@@ -105,5 +106,6 @@ for _command in (
     *RECOVERY_COMMANDS,
     *AUTORECOVERY_COMMANDS,
     *ORPHAN_COMMANDS,
+    *SCRUB_COMMANDS,
 ):
     shell.add_command(_command)

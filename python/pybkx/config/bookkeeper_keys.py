@@ -213,10 +213,9 @@ _GROUPS: Final[tuple[tuple[str, tuple[str, ...]], ...]] = (
         ),
     ),
     (
-        "no background scrubbing or consistency check: entries are checked by their CRC32C "
-        "when read, and the journal is replayed from the last checkpoint on start",
+        "the scrubber is paced in bytes per second (scrubRateBytesPerSecond, "
+        "scrubIntervalSeconds), not in entries; no data-integrity cookie stamping",
         (
-            "localConsistencyCheckOnStartup",
             "localScrubInterval",
             "localScrubRateLimit",
             "dataIntegrityChecking",

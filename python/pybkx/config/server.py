@@ -368,6 +368,20 @@ class ServerConfig(TlsKeys, ZkSecurityKeys, KeyedConfig):
         "compactionRateByBytes", 1_000_000, integer(0), storage=True
     )
     """Bytes per second a compaction scans (0: unpaced); BookKeeper's default."""
+    scrub_rate_bytes_per_second: int = setting(
+        "scrubRateBytesPerSecond", 4 * MIB, integer(0), storage=True
+    )
+    """pybkx's key: bytes per second the background scrubber reads its entry logs back at
+    (0: no background scrubber). BookKeeper paces its scrub in entries per second
+    (``localScrubRateLimit``); bytes are what a disk pays for."""
+    scrub_interval_s: int = setting("scrubIntervalSeconds", 3600, integer(0), storage=True)
+    """pybkx's key: seconds between two background scrub runs, the first one interval after
+    the start (0: no background scrubber)."""
+    local_consistency_check_on_startup: bool = setting(
+        "localConsistencyCheckOnStartup", False, boolean
+    )
+    """Check every stored entry (an unpaced scrub) before serving; a damaged entry stops the
+    start, as in BookKeeper."""
     db_storage_write_cache_max_size_mb: int = setting(
         "dbStorage_writeCacheMaxSizeMb", 64, integer(1, 1 << 20), storage=True
     )

@@ -92,6 +92,12 @@ pub struct StorageConfig {
     pub major_compaction_interval: Duration,
     /// Bytes per second a compaction scans (`compactionRateByBytes`); 0: unpaced.
     pub compaction_rate_bytes: u64,
+    /// `scrubRateBytesPerSecond` (pybkx's key): bytes per second the background scrubber
+    /// reads back; 0 turns the background scrubber off (a run asked for is then unpaced).
+    pub scrub_rate_bytes: u64,
+    /// `scrubIntervalSeconds` (pybkx's key): the pause between two background scrub runs
+    /// (the first starts one pause after the open); zero turns the background scrubber off.
+    pub scrub_interval: Duration,
     /// Tiers, quotas and placement policy of the ledger directories.
     pub dirs: DirsConfig,
     /// `diskReservedSpaceMB` in bytes, per directory; None: derived from `log_size_limit`, the

@@ -64,6 +64,8 @@ pub fn storage_config(dir: &Path) -> StorageConfig {
         major_compaction_threshold: 0.8,
         major_compaction_interval: Duration::ZERO,
         compaction_rate_bytes: 0,
+        scrub_rate_bytes: 0,
+        scrub_interval: Duration::ZERO,
         dirs: Default::default(),
         disk_reserve_bytes: Some(0),
     }

@@ -115,6 +115,10 @@ struct StorageAttrs {
     compaction_rate_bytes: u64,
     #[pyo3(attribute("disk_reserved_space_mb"))]
     disk_reserved_space_mb: Option<u64>,
+    #[pyo3(attribute("scrub_rate_bytes_per_second"))]
+    scrub_rate_bytes: u64,
+    #[pyo3(attribute("scrub_interval_s"))]
+    scrub_interval_s: u64,
 }
 
 /// The storage part of a `pybkx.config.ServerConfig`.
@@ -159,6 +163,8 @@ pub(crate) fn storage_config(obj: &Bound<'_, PyAny>) -> PyResult<StorageConfig> 
         major_compaction_threshold: a.major_compaction_threshold,
         major_compaction_interval: Duration::from_secs(a.major_compaction_interval_s),
         compaction_rate_bytes: a.compaction_rate_bytes,
+        scrub_rate_bytes: a.scrub_rate_bytes,
+        scrub_interval: Duration::from_secs(a.scrub_interval_s),
         dirs: DirsConfig {
             tiers: a.ledger_dir_tiers,
             quotas: a.ledger_dir_quotas,

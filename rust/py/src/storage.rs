@@ -26,6 +26,8 @@ pub(crate) fn add_classes(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyMoveReport>()?;
     m.add_class::<PyDirectoryUsage>()?;
     m.add_class::<PyJournalMark>()?;
+    m.add_class::<PyScrubFinding>()?;
+    m.add_class::<PyScrubReport>()?;
     Ok(())
 }
 
@@ -55,6 +57,13 @@ impl Repr for String {
 impl<T: Repr> Repr for Option<T> {
     fn repr(&self) -> String {
         self.as_ref().map_or("None".to_string(), Repr::repr)
+    }
+}
+
+impl<T: Repr> Repr for Vec<T> {
+    fn repr(&self) -> String {
+        let items: Vec<String> = self.iter().map(Repr::repr).collect();
+        format!("[{}]", items.join(", "))
     }
 }
 
@@ -119,6 +128,57 @@ result_class!(
     /// A journal position.
     PyJournalMark as "JournalMark" { file_id: u64, offset: u64 }
 );
+
+result_class!(
+    /// A damaged entry the scrubber found.
+    PyScrubFinding as "ScrubFinding" {
+        ledger_id: u64,
+        entry_id: u64,
+        check: String,
+        entry_log: String,
+        offset: u64,
+    }
+);
+result_class!(
+    /// What a scrub run did.
+    PyScrubReport as "ScrubReport" {
+        logs_scrubbed: u64,
+        logs_skipped: u64,
+        bytes_scrubbed: u64,
+        entries_verified: u64,
+        digest_unverified: u64,
+        corrupt_entries: u64,
+        complete: bool,
+        findings: Vec<PyScrubFinding>,
+    }
+);
+
+impl From<storage::ScrubFinding> for PyScrubFinding {
+    fn from(f: storage::ScrubFinding) -> Self {
+        PyScrubFinding {
+            ledger_id: f.ledger,
+            entry_id: f.entry,
+            check: f.check.name().to_string(),
+            entry_log: f.log,
+            offset: f.offset,
+        }
+    }
+}
+
+impl From<storage::ScrubReport> for PyScrubReport {
+    fn from(r: storage::ScrubReport) -> Self {
+        PyScrubReport {
+            logs_scrubbed: r.logs_scrubbed,
+            logs_skipped: r.logs_skipped,
+            bytes_scrubbed: r.bytes_scrubbed,
+            entries_verified: r.entries_verified,
+            digest_unverified: r.digest_unverified,
+            corrupt_entries: r.corrupt_entries,
+            complete: r.complete,
+            findings: r.findings.into_iter().map(Into::into).collect(),
+        }
+    }
+}
 
 impl From<storage::GcReport> for PyGcReport {
     fn from(r: storage::GcReport) -> Self {
@@ -379,6 +439,34 @@ impl PyLedgerStorage {
             .into_iter()
             .map(|(id, p)| (id, p.to_string_lossy().into_owned()))
             .collect()
+    }
+
+    #[pyo3(signature = (rate_bytes_per_second = 0))]
+    fn scrub(&self, py: Python<'_>, rate_bytes_per_second: u64) -> BkResult<PyScrubReport> {
+        Ok(py
+            .detach(|| self.inner.scrub(rate_bytes_per_second))?
+            .into())
+    }
+
+    fn take_scrub_findings(&self) -> Vec<PyScrubFinding> {
+        self.inner
+            .take_scrub_findings()
+            .into_iter()
+            .map(Into::into)
+            .collect()
+    }
+
+    fn scrub_repaired(&self, ledger_id: i64, entry_id: i64) -> PyResult<()> {
+        let ledger = non_negative("ledger_id", ledger_id)?;
+        let entry = non_negative("entry_id", entry_id)?;
+        self.inner.scrub_repaired(ledger, entry);
+        Ok(())
+    }
+
+    /// (the last finished run or None, bytes read by the current run, bytes it covers).
+    fn scrub_status(&self) -> (Option<PyScrubReport>, u64, u64) {
+        let (last, done, total) = self.inner.scrub_status();
+        (last.map(Into::into), done, total)
     }
 
     fn gc_entry_logs(&self, py: Python<'_>) -> BkResult<PyGcReport> {

@@ -44,7 +44,8 @@ pub use dirs::{DirKind, DirUsage};
 use entrylog::LedgersMap;
 pub use ids::{IdHasher, IdMap, LAST_ENTRY};
 pub use lifecycle::{
-    CollectReport, Compaction, CompactionReport, DiskPressure, GcReport, MoveReport,
+    CollectReport, Compaction, CompactionReport, DiskPressure, GcReport, MoveReport, ScrubCheck,
+    ScrubFinding, ScrubReport,
 };
 pub use read::RangeLimits;
 pub use stats::StorageStats;
@@ -339,6 +340,40 @@ impl LedgerStorage {
     pub fn compact(&self, threshold: f64) -> Result<CompactionReport> {
         self.parts.check_open()?;
         self.parts.lifecycle.compact(threshold)
+    }
+
+    /// Reads every sealed entry log back now and checks each indexed entry (record CRC, ids,
+    /// the client's CRC32C/CRC32 digest), at `rate_bytes` per second (0: unpaced), on the
+    /// caller's thread (BookKeeper's `localConsistencyCheck`; the background scrubber runs the
+    /// same every `scrubIntervalSeconds`). Damaged entries are logged once and queued for
+    /// [`take_scrub_findings`](Self::take_scrub_findings).
+    pub fn scrub(&self, rate_bytes: u64) -> Result<ScrubReport> {
+        self.parts.check_open()?;
+        self.parts.lifecycle.scrub(rate_bytes)
+    }
+
+    /// The damaged entries the scrubber found that the bookie has not taken yet (taking them).
+    pub fn take_scrub_findings(&self) -> Vec<ScrubFinding> {
+        self.parts.stores.scrub.take_findings()
+    }
+
+    /// The bookie rewrote this entry from another replica: reads serve it again.
+    pub fn scrub_repaired(&self, ledger: u64, entry: u64) {
+        self.parts.stores.scrub.repaired(ledger, entry);
+    }
+
+    /// The last finished scrub run, and the current run's progress (bytes read, bytes to read).
+    pub fn scrub_status(&self) -> (Option<ScrubReport>, u64, u64) {
+        let scrub = &self.parts.stores.scrub;
+        (
+            scrub.last(),
+            scrub
+                .run_done_bytes
+                .load(std::sync::atomic::Ordering::Relaxed),
+            scrub
+                .run_total_bytes
+                .load(std::sync::atomic::Ordering::Relaxed),
+        )
     }
 
     /// Collects garbage now and, if asked, runs a minor or major compaction at its configured

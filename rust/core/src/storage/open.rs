@@ -242,6 +242,7 @@ fn open_stores(
         cache: WriteCache::new(cfg.write_cache_bytes),
         segments,
         reserve: open_reserve(cfg)?,
+        scrub: Default::default(),
     })
 }
 
@@ -346,6 +347,10 @@ impl Parts {
         if self.lifecycle.has_timed_jobs() {
             let lifecycle = self.lifecycle.clone();
             self.spawn("pybkx-lifecycle".into(), move || lifecycle.run_scheduler())?;
+        }
+        if self.lifecycle.has_scrubber() {
+            let lifecycle = self.lifecycle.clone();
+            self.spawn("pybkx-scrub".into(), move || lifecycle.run_scrubber())?;
         }
         if let Some(jobs) = ahead_jobs {
             for i in 0..threads {

@@ -47,6 +47,11 @@ pub struct StorageStats {
     pub read_ahead_entries: Counter,
     /// Reads that found a stored copy corrupt (a record whose framing or checksum fails).
     pub corrupt_entries: Counter,
+    /// The scrubber's work: bytes read back, entries verified, damaged entries found, runs.
+    pub scrub_bytes: Counter,
+    pub scrub_entries: Counter,
+    pub scrub_corrupt: Counter,
+    pub scrub_runs: Counter,
     /// The corrupt records already logged (each is logged once; bounded).
     corrupt_logged: Mutex<HashSet<String>>,
 }
@@ -140,6 +145,10 @@ impl Default for StorageStats {
             write_bytes: Counter::default(),
             read_ahead_entries: Counter::default(),
             corrupt_entries: Counter::default(),
+            scrub_bytes: Counter::default(),
+            scrub_entries: Counter::default(),
+            scrub_corrupt: Counter::default(),
+            scrub_runs: Counter::default(),
             corrupt_logged: Mutex::new(HashSet::new()),
         }
     }
@@ -189,6 +198,37 @@ pub(super) fn export(
     ));
     export_stores(stores, out);
     export_counters(stats, out);
+    export_scrub(stats, stores, out);
+}
+
+/// The scrubber's counters and the progress of its current (or last) run.
+fn export_scrub(stats: &StorageStats, stores: &Stores, out: &mut Vec<Metric>) {
+    let counters = [
+        ("bookie_scrub_bytes", &stats.scrub_bytes),
+        ("bookie_scrub_entries_verified", &stats.scrub_entries),
+        ("bookie_scrub_corrupt_entries", &stats.scrub_corrupt),
+        ("bookie_scrub_runs", &stats.scrub_runs),
+    ];
+    for (name, counter) in counters {
+        out.push(Metric::counter(name, counter.get()));
+    }
+    let scrub = &stores.scrub;
+    out.push(Metric::gauge(
+        "bookie_scrub_run_total_bytes",
+        scrub.run_total_bytes.load(Ordering::Relaxed),
+    ));
+    out.push(Metric::gauge(
+        "bookie_scrub_run_done_bytes",
+        scrub.run_done_bytes.load(Ordering::Relaxed),
+    ));
+    out.push(Metric::gauge(
+        "bookie_scrub_refused_entries",
+        scrub.refused_entries(),
+    ));
+    out.push(Metric::counter(
+        "bookie_scrub_dropped_findings",
+        scrub.dropped_findings.load(Ordering::Relaxed),
+    ));
 }
 
 /// Each journal's metrics, labelled with its index, and the storage's add latency: the

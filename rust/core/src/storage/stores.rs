@@ -14,6 +14,7 @@ use super::ids::LAST_ENTRY;
 use super::index::segments::SegmentSet;
 use super::index::{Index, LedgerState};
 use super::journal::Mark;
+use super::lifecycle::ScrubState;
 use super::writecache::WriteCache;
 use crate::error::{Result, StorageError};
 
@@ -28,6 +29,8 @@ pub(super) struct Stores {
     pub(super) segments: SegmentSet,
     /// The space kept back for collection when the disk fills (`diskReservedSpaceMB`).
     pub(super) reserve: super::reserve::SpaceReserve,
+    /// The scrubber's findings, and the entries reads refuse until they are repaired.
+    pub(super) scrub: ScrubState,
 }
 
 impl Stores {

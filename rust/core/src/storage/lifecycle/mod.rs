@@ -3,14 +3,18 @@
 //! by one scheduler thread (`pybkx-lifecycle`) when `scheduler` says it is due (`gcWaitTime`,
 //! the minor and major compaction intervals, the disk pressure the bookie's disk checker
 //! reports, `isForceGCAllowWhenNoSpace`, the tier pass interval), or at once when asked (the
-//! storage's API: the bookie's metadata GC, an operator's forced compaction, tools). It decides
-//! which logs are removed, rewritten or moved; it never writes an entry a client sent (the
-//! write path does) and never decides which ledgers are gone (the bookie's metadata does).
+//! storage's API: the bookie's metadata GC, an operator's forced compaction, tools). The
+//! scrubber (`scrub`) reads the sealed logs back on a thread of its own (`pybkx-scrub`, every
+//! `scrubIntervalSeconds` at `scrubRateBytesPerSecond`: a paced run takes hours, and must not
+//! hold up collection), or at once when asked. It decides which logs are removed, rewritten or
+//! moved; it never writes an entry a client sent (the write path does) and never decides which
+//! ledgers are gone (the bookie's metadata does).
 
 mod compaction;
 mod gc;
 mod reclaim;
 mod scheduler;
+mod scrub;
 #[cfg(test)]
 mod tests;
 mod tiering;
@@ -24,6 +28,7 @@ use parking_lot::{Condvar, Mutex};
 pub use compaction::CompactionReport;
 pub use gc::GcReport;
 pub use scheduler::DiskPressure;
+pub use scrub::{ScrubCheck, ScrubFinding, ScrubReport, ScrubState};
 pub use tiering::MoveReport;
 
 use super::checkpoint::Checkpointer;
@@ -33,6 +38,7 @@ use crate::config::StorageConfig;
 use crate::error::Result;
 use compaction::Compactor;
 use scheduler::{Job, Schedule};
+use scrub::Scrubber;
 use tiering::Mover;
 
 /// How long the scheduler waits after a failed job before it may run another.
@@ -65,6 +71,9 @@ pub(super) struct Lifecycle {
     major_threshold: f64,
     /// `compactionRateByBytes`.
     compaction_rate_bytes: u64,
+    /// `scrubRateBytesPerSecond`, `scrubIntervalSeconds` (zero: no background scrubber).
+    scrub_rate_bytes: u64,
+    scrub_interval: Duration,
     /// `isForceGCAllowWhenNoSpace` (for the log line a change of pressure writes).
     force_gc_when_no_space: bool,
     /// The timers; the scheduler thread's alone once it runs.
@@ -98,6 +107,8 @@ impl Lifecycle {
             minor_threshold: cfg.minor_compaction_threshold,
             major_threshold: cfg.major_compaction_threshold,
             compaction_rate_bytes: cfg.compaction_rate_bytes,
+            scrub_rate_bytes: cfg.scrub_rate_bytes,
+            scrub_interval: cfg.scrub_interval,
             force_gc_when_no_space: cfg.force_gc_when_no_space,
             schedule: Mutex::new(Schedule::new(cfg, tiers, Instant::now())),
             collecting: Mutex::new(()),
@@ -192,6 +203,44 @@ impl Lifecycle {
             stop: &|| self.stopping(),
         };
         mover.pass()
+    }
+
+    /// One scrub run now, at `rate_bytes` per second (0: unpaced), on the caller's thread;
+    /// waits for a run in progress to finish first.
+    pub(super) fn scrub(&self, rate_bytes: u64) -> Result<ScrubReport> {
+        Scrubber {
+            stores: &self.stores,
+            stats: &self.stats,
+            state: &self.stores.scrub,
+            rate_bytes,
+            stop: &|| self.stopping(),
+        }
+        .run()
+    }
+
+    /// Whether the background scrubber runs (a rate and an interval are set).
+    pub(super) fn has_scrubber(&self) -> bool {
+        self.scrub_rate_bytes > 0 && !self.scrub_interval.is_zero()
+    }
+
+    /// The scrubber thread: a paced run every `scrubIntervalSeconds` (counted from the end of
+    /// the last), the first one interval after the open, until the storage closes.
+    pub(super) fn run_scrubber(&self) {
+        loop {
+            let due = Instant::now() + self.scrub_interval;
+            {
+                let mut wake = self.wake.lock();
+                while !self.stopping() && Instant::now() < due {
+                    self.wake_signal.wait_until(&mut wake, due);
+                }
+            }
+            if self.stopping() {
+                return;
+            }
+            if let Err(e) = self.scrub(self.scrub_rate_bytes) {
+                log::error!("scrub failed: {e}");
+            }
+        }
     }
 
     /// Records how full the ledger directories are (see `LedgerStorage::set_disk_pressure`);

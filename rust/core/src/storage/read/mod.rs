@@ -106,12 +106,45 @@ impl Reader {
             },
             |read| matches!(read, Err(StorageError::Corruption(_))),
         );
+        let read = read.and_then(|data| self.unless_refused(ledger, entry, data));
         match &read {
             Ok(data) => self.count_read(std::slice::from_ref(data)),
             Err(StorageError::Corruption(what)) => self.stats.note_corruption(what),
             Err(_) => {}
         }
         read
+    }
+
+    /// `data` unless the scrubber found this entry's digest bad (its record is whole, so the
+    /// read itself cannot tell): the reader then tries another replica.
+    fn unless_refused(&self, ledger: u64, entry: u64, data: Bytes) -> Result<Bytes> {
+        if self.stores.scrub.refuses(ledger, entry) {
+            return Err(StorageError::Corruption(format!(
+                "entry {entry} of ledger {ledger}: its digest failed the scrub (not repaired yet)"
+            )));
+        }
+        Ok(data)
+    }
+
+    /// Ends a batch read before the first entry the scrubber refuses (see `unless_refused`).
+    fn cut_at_refused(
+        &self,
+        ledger: u64,
+        first: u64,
+        limits: RangeLimits,
+        entries: &mut Vec<Bytes>,
+        err: &mut Option<StorageError>,
+    ) {
+        let stride = limits.stride.max(1);
+        let refused = (0..entries.len() as u64)
+            .find(|i| self.stores.scrub.refuses(ledger, first + i * stride));
+        if let Some(i) = refused {
+            entries.truncate(i as usize);
+            *err = Some(StorageError::Corruption(format!(
+                "entry {} of ledger {ledger}: its digest failed the scrub (not repaired yet)",
+                first + i * stride
+            )));
+        }
     }
 
     /// Reads entries `first, first + stride, ...` as a batch read does: the first entry always
@@ -138,7 +171,8 @@ impl Reader {
                 )
             },
         );
-        let (entries, err) = read.unwrap_or_else(|e| (Vec::new(), Some(e)));
+        let (mut entries, mut err) = read.unwrap_or_else(|e| (Vec::new(), Some(e)));
+        self.cut_at_refused(ledger, first, limits, &mut entries, &mut err);
         if let Some(StorageError::Corruption(what)) = &err {
             self.stats.note_corruption(what);
         }
@@ -241,6 +275,12 @@ impl Reader {
         let generation = self.read_ahead.generation();
         let (mut entries, err) = self.stores.entrylog.read_run(ledger, &items);
         if entries.is_empty() {
+            if items.len() > 1 && !matches!(err, Some(StorageError::Corruption(_))) {
+                // The run with the entries read ahead failed as a whole (the segment's later
+                // locations reach past the end of a truncated log, say): the wanted entry alone
+                // may still be whole, and a read-ahead must never fail it.
+                return self.stores.entrylog.read(ledger, entry, at);
+            }
             return Err(err.unwrap_or(StorageError::NoEntry { ledger, entry }));
         }
         let first = entries.remove(0);
