@@ -18,7 +18,9 @@ import os
 import subprocess
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support.disks import fill, small_tmpfs
@@ -28,12 +30,28 @@ import pybkx
 from pybkx import errors
 from pybkx._core import inject_disk_fault, remove_disk_fault
 from pybkx.bookie.storage import open_ledger_storage
-from pybkx.meta import open_metadata_store
+from pybkx.meta import MetadataStore, open_metadata_store
 from pybkx.tools.sandbox import Sandbox
 
 KEY = b"key"
 RESULT_TIMEOUT_S = 60.0
 """Bound on every wait: the fault was an append that never returned."""
+
+
+@contextlib.contextmanager
+def cluster(
+    bookies: int, *, directory: Path, conf: dict[str, Any]
+) -> Iterator[tuple[Sandbox, pybkx.BookKeeper, MetadataStore]]:
+    """A sandbox of ``bookies`` with ``conf``, a client that gives up on a bookie fast, and
+    the cluster's metadata store."""
+    with (
+        Sandbox(bookies, directory=directory, conf=conf) as sandbox,
+        pybkx.BookKeeper(
+            sandbox.metadata_uri, addEntryTimeoutSec=2, bookieReplacementTimeoutMs=3000
+        ) as bk,
+        open_metadata_store(sandbox.metadata_uri) as store,
+    ):
+        yield sandbox, bk, store
 
 
 # --- the storage under injected ENOSPC (any user) --------------------------------------------
@@ -152,13 +170,7 @@ def test_a_full_disk_fails_appends_clearly_and_the_bookie_recovers_without_resta
             "flushInterval": 1000,
             "diskCheckInterval": 500,
         }
-        with (
-            Sandbox(1, directory=tmp_path / "sandbox", conf=conf) as sandbox,
-            pybkx.BookKeeper(
-                sandbox.metadata_uri, addEntryTimeoutSec=2, bookieReplacementTimeoutMs=3000
-            ) as bk,
-            open_metadata_store(sandbox.metadata_uri) as store,
-        ):
+        with cluster(1, directory=tmp_path / "sandbox", conf=conf) as (sandbox, bk, store):
             pid = sandbox.pid(0)
             bookie = next(iter(store.writable_bookies()))
             lh = bk.create_ledger(
@@ -285,13 +297,7 @@ def test_a_disk_filled_by_a_foreign_file_is_writable_again_after_deletes(tmp_pat
             "journalDirectories": str(disk / "journal"),
             "ledgerDirectories": str(disk / "ledgers"),
         }
-        with (
-            Sandbox(1, directory=tmp_path / "sandbox", conf=conf) as sandbox,
-            pybkx.BookKeeper(
-                sandbox.metadata_uri, addEntryTimeoutSec=2, bookieReplacementTimeoutMs=3000
-            ) as bk,
-            open_metadata_store(sandbox.metadata_uri) as store,
-        ):
+        with cluster(1, directory=tmp_path / "sandbox", conf=conf) as (sandbox, bk, store):
             pid = sandbox.pid(0)
             bookie = next(iter(store.writable_bookies()))
             assert (disk / "ledgers" / "pybkx-space-reserve").stat().st_size > 0
@@ -335,13 +341,7 @@ def test_a_full_disk_whose_logs_mix_deleted_and_live_ledgers_is_freed_by_compact
             "journalDirectories": str(disk / "journal"),
             "ledgerDirectories": str(disk / "ledgers"),
         }
-        with (
-            Sandbox(1, directory=tmp_path / "sandbox", conf=conf) as sandbox,
-            pybkx.BookKeeper(
-                sandbox.metadata_uri, addEntryTimeoutSec=2, bookieReplacementTimeoutMs=3000
-            ) as bk,
-            open_metadata_store(sandbox.metadata_uri) as store,
-        ):
+        with cluster(1, directory=tmp_path / "sandbox", conf=conf) as (sandbox, bk, store):
             bookie = next(iter(store.writable_bookies()))
             data = os.urandom(64 << 10)
             handles = [bk.create_ledger(1, 1, 1, password=b"pw") for _ in range(4)]
@@ -389,13 +389,7 @@ def test_three_full_disks_are_all_writable_again_after_deletes(tmp_path: Path) -
                 (disk / name).mkdir()
                 (slot / name).symlink_to(disk / name)
             mounted.append(disk)
-        with (
-            Sandbox(3, directory=root, conf=FULL_DISK_CONF) as sandbox,
-            pybkx.BookKeeper(
-                sandbox.metadata_uri, addEntryTimeoutSec=2, bookieReplacementTimeoutMs=3000
-            ) as bk,
-            open_metadata_store(sandbox.metadata_uri) as store,
-        ):
+        with cluster(3, directory=root, conf=FULL_DISK_CONF) as (sandbox, bk, store):
             bookies = set(store.writable_bookies())
             assert len(bookies) == 3
             pids = [sandbox.pid(i) for i in range(3)]
