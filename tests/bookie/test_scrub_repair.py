@@ -129,6 +129,28 @@ class VictimReader:
             client.close()
 
 
+def settled_repairs(sandbox: Sandbox, index: int) -> tuple[dict[str, Any], str]:
+    """The scrub status and the metrics of bookie ``index`` once its repair count stands still
+    between two looks half a second apart and its metric agrees (repairs of findings already
+    queued may still go on after a run found nothing new)."""
+    seen: list[int] = []
+
+    def settled() -> tuple[dict[str, Any], str] | None:
+        now = scrub_status(sandbox, index)
+        text = metrics_of(sandbox, index)
+        count = now["repairs"]["repaired"]
+        still = bool(seen) and seen[-1] == count
+        seen.append(count)
+        if still and metric(text, "bookie_scrub_repaired_entries") == count:
+            return now, text
+        return None
+
+    found: tuple[dict[str, Any], str] = wait_until(
+        settled, "the repairs settled", timeout_s=FOUND_WITHIN_S, interval_s=0.5
+    )
+    return found
+
+
 def test_damaged_entries_are_found_logged_once_and_repaired_and_never_served(
     sandbox: Sandbox,
 ) -> None:
@@ -162,8 +184,8 @@ def test_damaged_entries_are_found_logged_once_and_repaired_and_never_served(
             reader.thread.join(60)
         assert reader.counts["bad bytes served"] == 0, reader.counts
         assert reader.counts["whole"] > 0, reader.counts
+        status, text = settled_repairs(sandbox, victim)
         assert status["repairs"]["unrepairable"] == 0, status
-        text = metrics_of(sandbox, victim)
         repaired = status["repairs"]["repaired"]
         assert metric(text, "bookie_scrub_corrupt_entries") >= repaired
         assert metric(text, "bookie_scrub_entries_verified") >= ENTRIES
