@@ -141,7 +141,7 @@ def settled_repairs(sandbox: Sandbox, index: int) -> tuple[dict[str, Any], str]:
         count = now["repairs"]["repaired"]
         still = bool(seen) and seen[-1] == count
         seen.append(count)
-        if still and metric(text, "bookie_scrub_repaired_entries") == count:
+        if still and metric(text, "pybkx_scrub_repaired_entries") == count:
             return now, text
         return None
 
@@ -187,10 +187,10 @@ def test_damaged_entries_are_found_logged_once_and_repaired_and_never_served(
         status, text = settled_repairs(sandbox, victim)
         assert status["repairs"]["unrepairable"] == 0, status
         repaired = status["repairs"]["repaired"]
-        assert metric(text, "bookie_scrub_corrupt_entries") >= repaired
-        assert metric(text, "bookie_scrub_entries_verified") >= ENTRIES
-        assert metric(text, "bookie_scrub_bytes") >= ENTRIES * PAYLOAD
-        assert metric(text, "bookie_scrub_repaired_entries") == repaired
+        assert metric(text, "pybkx_scrub_corrupt_entries") >= repaired
+        assert metric(text, "pybkx_scrub_entries_verified") >= ENTRIES
+        assert metric(text, "pybkx_scrub_bytes") >= ENTRIES * PAYLOAD
+        assert metric(text, "pybkx_scrub_repaired_entries") == repaired
 
         # Logged once per damaged entry, though several runs read it before its repair.
         log = sandbox.log_path(victim).read_text(errors="replace")

@@ -64,8 +64,8 @@ def test_an_unpaced_scrub_reads_every_log_whole_and_finds_nothing_on_healthy_log
     # Every record is read: all but the logs' headers and ledgers maps.
     assert report.bytes_scrubbed >= 600 * 8000
     assert report.bytes_scrubbed >= 0.95 * logs_bytes, (report.bytes_scrubbed, logs_bytes)
-    assert metric(storage, "bookie_scrub_entries_verified") == 600
-    assert metric(storage, "bookie_scrub_bytes") == report.bytes_scrubbed
+    assert metric(storage, "pybkx_scrub_entries_verified") == 600
+    assert metric(storage, "pybkx_scrub_bytes") == report.bytes_scrubbed
 
 
 def test_bit_flips_and_a_truncated_log_are_found_reported_once_and_never_served(
@@ -92,7 +92,7 @@ def test_bit_flips_and_a_truncated_log_are_found_reported_once_and_never_served(
     assert report.corrupt_entries == len(report.findings) >= 4
     assert {f.entry_log for f in report.findings} == {logs[0].name, logs[1].name}
     assert report.entries_verified + report.corrupt_entries == 600
-    assert metric(storage, "bookie_scrub_corrupt_entries") == report.corrupt_entries
+    assert metric(storage, "pybkx_scrub_corrupt_entries") == report.corrupt_entries
     # Queued once for the bookie, whatever the runs that find them again.
     storage.scrub(0)
     pending = storage.take_scrub_findings()
@@ -153,16 +153,16 @@ def test_the_background_scrubber_runs_every_interval_at_its_rate(
         config, logSizeLimit=1 * MIB, scrubRateBytesPerSecond=8 * MIB, scrubIntervalSeconds=1
     )
     fill(storage, 200, 8000)
-    runs = metric(storage, "bookie_scrub_runs")
-    verified = metric(storage, "bookie_scrub_entries_verified")
+    runs = metric(storage, "pybkx_scrub_runs")
+    verified = metric(storage, "pybkx_scrub_entries_verified")
     # Two more runs: at least one started after the entries were indexed, and read them all.
     wait_until(
-        lambda: metric(storage, "bookie_scrub_runs") >= runs + 2,
+        lambda: metric(storage, "pybkx_scrub_runs") >= runs + 2,
         "two more background scrub runs",
         timeout_s=30,
     )
-    assert metric(storage, "bookie_scrub_entries_verified") - verified >= 200
-    assert metric(storage, "bookie_scrub_corrupt_entries") == 0
+    assert metric(storage, "pybkx_scrub_entries_verified") - verified >= 200
+    assert metric(storage, "pybkx_scrub_corrupt_entries") == 0
 
 
 @pytest.mark.parametrize(("digest_type", "unverified"), [("CRC32", 0), ("HMAC", 50), ("DUMMY", 50)])

@@ -148,14 +148,14 @@ class ScrubRepairer:
         }
 
     def metrics(self) -> list[Metric]:
-        """The repairs as counters, beside the storage's ``bookie_scrub_*``."""
+        """The repairs as counters, beside the storage's ``pybkx_scrub_*``."""
         counts = self.counts
         return [
             Metric(name, "counter", "count", {}, value)
             for name, value in (
-                ("bookie_scrub_repaired_entries", counts.repaired),
-                ("bookie_scrub_unrepairable_entries", counts.unrepairable),
-                ("bookie_scrub_findings_of_deleted_ledgers", counts.deleted),
+                ("pybkx_scrub_repaired_entries", counts.repaired),
+                ("pybkx_scrub_unrepairable_entries", counts.unrepairable),
+                ("pybkx_scrub_findings_of_deleted_ledgers", counts.deleted),
             )
         ]
 

@@ -204,29 +204,29 @@ pub(super) fn export(
 /// The scrubber's counters and the progress of its current (or last) run.
 fn export_scrub(stats: &StorageStats, stores: &Stores, out: &mut Vec<Metric>) {
     let counters = [
-        ("bookie_scrub_bytes", &stats.scrub_bytes),
-        ("bookie_scrub_entries_verified", &stats.scrub_entries),
-        ("bookie_scrub_corrupt_entries", &stats.scrub_corrupt),
-        ("bookie_scrub_runs", &stats.scrub_runs),
+        ("pybkx_scrub_bytes", &stats.scrub_bytes),
+        ("pybkx_scrub_entries_verified", &stats.scrub_entries),
+        ("pybkx_scrub_corrupt_entries", &stats.scrub_corrupt),
+        ("pybkx_scrub_runs", &stats.scrub_runs),
     ];
     for (name, counter) in counters {
         out.push(Metric::counter(name, counter.get()));
     }
     let scrub = &stores.scrub;
     out.push(Metric::gauge(
-        "bookie_scrub_run_total_bytes",
+        "pybkx_scrub_run_total_bytes",
         scrub.run_total_bytes.load(Ordering::Relaxed),
     ));
     out.push(Metric::gauge(
-        "bookie_scrub_run_done_bytes",
+        "pybkx_scrub_run_done_bytes",
         scrub.run_done_bytes.load(Ordering::Relaxed),
     ));
     out.push(Metric::gauge(
-        "bookie_scrub_refused_entries",
+        "pybkx_scrub_refused_entries",
         scrub.refused_entries(),
     ));
     out.push(Metric::counter(
-        "bookie_scrub_dropped_findings",
+        "pybkx_scrub_dropped_findings",
         scrub.dropped_findings.load(Ordering::Relaxed),
     ));
 }
