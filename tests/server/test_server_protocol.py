@@ -100,9 +100,11 @@ def make_server(storage: LedgerStorage) -> Iterator[MakeServer]:
         server.stop()
 
 
-@pytest.fixture
-def server(make_server: MakeServer) -> BookieServer:
-    return make_server()
+@pytest.fixture(params=[2, 0], ids=["read-pool", "reads-inline"])
+def server(make_server: MakeServer, request: pytest.FixtureRequest) -> BookieServer:
+    """A server with its defaults, its reads on two read threads or inline
+    (``numReadWorkerThreads=0``): both paths answer every request the same."""
+    return make_server(numReadWorkerThreads=request.param)
 
 
 @pytest.fixture
@@ -723,12 +725,15 @@ def test_pending_reads_limit(make_server: MakeServer, storage: LedgerStorage) ->
         assert r.body == (small[r.entry] if r.rc == EOK else b"")
 
 
+@pytest.mark.parametrize("read_threads", [2, 0], ids=["read-pool", "reads-inline"])
 def test_a_client_that_never_reads_costs_the_bookie_a_bounded_buffer(
-    make_server: MakeServer, storage: LedgerStorage
+    make_server: MakeServer, storage: LedgerStorage, read_threads: int
 ) -> None:
     high = 256 * 1024
     server = make_server(
-        serverWriteBufferLowWaterMark=high // 2, serverWriteBufferHighWaterMark=high
+        serverWriteBufferLowWaterMark=high // 2,
+        serverWriteBufferHighWaterMark=high,
+        numReadWorkerThreads=read_threads,
     )
     big = [crc32_entry(81, i, bytes([i]) * (1 << 20)) for i in range(4)]
     storage.add_entries(81, list(enumerate(big)), REF_KEY)

@@ -110,11 +110,11 @@ _GROUPS: Final[tuple[tuple[str, tuple[str, ...]], ...]] = (
         ),
     ),
     (
-        "requests run on one tokio runtime (a thread per core) and journal threads of their "
-        "own: BookKeeper's thread pools and their throttles do not exist",
+        "requests run on one tokio runtime (a thread per core), journal threads and read "
+        "threads (numReadWorkerThreads) of their own: BookKeeper's other thread pools and their "
+        "throttles do not exist",
         (
             "numAddWorkerThreads",
-            "numReadWorkerThreads",
             "numHighPriorityWorkerThreads",
             "numLongPollWorkerThreads",
             "numJournalCallbackThreads",

@@ -417,6 +417,15 @@ class ServerConfig(TlsKeys, ZkSecurityKeys, KeyedConfig):
         "maxPendingReadRequestsPerThread", 10_000, integer(1)
     )
     """In-flight reads per connection; past it a read is answered ETOOMANYREQUESTS."""
+    num_read_worker_threads: int = setting("numReadWorkerThreads", 2, integer(0, 256))
+    """Threads that serve plain reads (not fencing, not long-poll), taking the connections'
+    reads in turn, so that one client's flood of reads neither delays the reading of others'
+    adds nor takes more than its turn from other readers. 0 serves reads inline on their
+    connection's task (BookKeeper's 0 serves them on the I/O thread)."""
+    read_worker_thread_nice: int = setting("readWorkerThreadNice", 0, integer(0, 19))
+    """Niceness added to the read threads (Linux): on a busy machine the threads that take and
+    journal adds get the CPU first and reads what is left; an idle machine reads as fast. A
+    pybkx key."""
     max_batch_read_size_bytes: int = setting("maxBatchReadSize", 5 * MIB, integer(1, JAVA_LONG_MAX))
     server_write_buffer_low_water_mark_bytes: int = setting(
         "serverWriteBufferLowWaterMark", 384 * 1024, integer(0)

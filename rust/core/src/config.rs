@@ -215,6 +215,12 @@ pub struct ServerConfig {
     pub max_pending_reads: usize,
     /// `maxBatchReadSize`: the most bytes one batch-read response may carry.
     pub max_batch_read_size: usize,
+    /// `numReadWorkerThreads`: threads that serve plain reads, the connections' in turn; 0 runs
+    /// reads inline on their connection's task (as BookKeeper's 0 runs them on the I/O thread).
+    pub read_worker_threads: usize,
+    /// `readWorkerThreadNice` (pybkx's): niceness added to the read threads, so that adds take
+    /// a busy machine's CPU first.
+    pub read_worker_nice: i32,
     /// `serverWriteBufferLowWaterMark`: a paused connection reads again below this.
     pub write_buffer_low_water_mark: usize,
     /// `serverWriteBufferHighWaterMark`: a connection with this many response bytes waiting to

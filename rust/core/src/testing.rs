@@ -79,6 +79,8 @@ pub fn server_config() -> ServerConfig {
         max_pending_adds: 10_000,
         max_pending_reads: 10_000,
         max_batch_read_size: 5 << 20,
+        read_worker_threads: 2,
+        read_worker_nice: 0,
         write_buffer_low_water_mark: 384 << 10,
         write_buffer_high_water_mark: 512 << 10,
         response_buffer_total_bytes: 64 << 20,

@@ -197,6 +197,10 @@ struct ServerAttrs {
     max_pending_reads: usize,
     #[pyo3(attribute("max_batch_read_size_bytes"))]
     max_batch_read_size: usize,
+    #[pyo3(attribute("num_read_worker_threads"))]
+    read_worker_threads: usize,
+    #[pyo3(attribute("read_worker_thread_nice"))]
+    read_worker_nice: i32,
     #[pyo3(attribute("server_write_buffer_low_water_mark_bytes"))]
     low_water_mark: usize,
     #[pyo3(attribute("server_write_buffer_high_water_mark_bytes"))]
@@ -221,6 +225,8 @@ pub(crate) fn server_config(
         max_pending_adds: a.max_pending_adds,
         max_pending_reads: a.max_pending_reads,
         max_batch_read_size: a.max_batch_read_size,
+        read_worker_threads: a.read_worker_threads,
+        read_worker_nice: a.read_worker_nice,
         write_buffer_low_water_mark: a.low_water_mark,
         write_buffer_high_water_mark: a.high_water_mark,
         response_buffer_total_bytes: a.response_buffer_total,

@@ -128,8 +128,9 @@ async fn read_requests<R: AsyncRead + Unpin>(
         let mut turn = Instant::now();
         loop {
             // Checked before every request, so one read of many requests cannot queue more
-            // than one response past the mark.
-            if outbox.over(state.cfg.write_buffer_high_water_mark)
+            // than one response past the mark (or more reads than the pool lets wait).
+            if (outbox.over(state.cfg.write_buffer_high_water_mark)
+                || outbox.usage.waiting_reads.backed_up())
                 && wait_for_room(outbox, peer, stop).await
             {
                 return End::Stopping;
@@ -209,17 +210,27 @@ fn gate(body: Bytes, outbox: &Outbox, frames: &mut Frames) -> Result<Option<Byte
     v2::unauthenticated(body, outbox, &mut frames.sasl).map(|()| None)
 }
 
-/// Waits while the connection's responses are not being read; true if the server stops
-/// meanwhile.
+/// Waits while the connection's responses are not being read, or while the read pool holds
+/// many of its reads; true if the server stops meanwhile.
 async fn wait_for_room(
     outbox: &Outbox,
     peer: SocketAddr,
     stop: &mut watch::Receiver<bool>,
 ) -> bool {
     let state = outbox.state();
-    state.stats.connections_paused.inc();
-    log::debug!("connection from {peer}: responses not read; pausing reads");
-    while outbox.over(state.cfg.write_buffer_low_water_mark) {
+    let mut counted = false;
+    loop {
+        let unread = outbox.over(state.cfg.write_buffer_low_water_mark);
+        if !unread && !outbox.usage.waiting_reads.still_backed_up() {
+            return false;
+        }
+        // A pause for unread responses is what the metric counts, not a deep pipeline of reads
+        // waiting for the pool.
+        if !counted && outbox.over(state.cfg.write_buffer_high_water_mark) {
+            counted = true;
+            state.stats.connections_paused.inc();
+            log::debug!("connection from {peer}: responses not read; pausing reads");
+        }
         let drained = outbox.usage.drained.notified();
         tokio::select! {
             _ = drained => {}
@@ -227,7 +238,6 @@ async fn wait_for_room(
             _ = stop.changed() => return true,
         }
     }
-    false
 }
 
 /// The server side of the TLS handshake on the socket START_TLS was answered on: the writer
@@ -335,6 +345,9 @@ async fn finish<R: AsyncRead + Unpin, W>(
     buf: &mut BytesMut,
     end: End,
 ) {
+    if let Some(reads) = &outbox.state.reads {
+        reads.closing(&outbox.usage, &outbox.state);
+    }
     drop(outbox);
     let _ = writer_task.await;
     if end == End::Stopping {
@@ -408,6 +421,9 @@ async fn write_responses<W: AsyncWrite + Unpin>(
         }
         time_requests(&state.stats, &written, broken);
         release(&usage, &state.stats, &released);
+        if let Some(reads) = &state.reads {
+            reads.resume(&usage, &state);
+        }
         if hand_over {
             return (!broken).then_some((writer, rx));
         }

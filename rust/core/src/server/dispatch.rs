@@ -2,11 +2,10 @@
 //! against the ledger storage, their outcomes as [`Status`]es. It never decodes or encodes a
 //! frame; the protocol modules turn requests into these calls and outcomes into responses.
 
-use std::sync::Arc;
-
 use bytes::Bytes;
 use tokio::sync::oneshot;
 
+use super::outbox::Outbox;
 use super::state::ServerState;
 use crate::done::Done;
 use crate::error::StorageError;
@@ -149,17 +148,23 @@ pub(super) fn read_range(
         .map_err(|e| status_of(&e))
 }
 
-/// Runs a read. A fencing read fences first and reads once the fence is durable (EIO if it
-/// cannot be made durable), as the Java bookie answers only then.
+/// Runs a read of the connection `outbox`: on the read pool if the server has one, else
+/// inline. A fencing read fences first and reads once the fence is durable (EIO if it cannot
+/// be made durable), as the Java bookie answers only then.
 pub(super) fn run_read<T: Send + 'static>(
-    state: &Arc<ServerState>,
+    outbox: &Outbox,
     ledger: i64,
     fencing: Option<Option<Bytes>>,
     read: impl FnOnce() -> Result<T, Status> + Send + 'static,
     reply: Done<Result<T, Status>>,
 ) {
+    let state = outbox.state();
     let Some(master_key) = fencing else {
-        return reply(read());
+        match &state.reads {
+            Some(pool) => pool.submit(&outbox.usage, state, Box::new(move || reply(read()))),
+            None => reply(read()),
+        }
+        return;
     };
     let Some(key) = master_key else {
         return reply(Err(Status::Unauthorized));

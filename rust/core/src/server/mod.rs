@@ -9,6 +9,7 @@
 //!   them against the storage, and encodes their outcomes as V2 responses;
 //! - [`v3`] does the same for V3 (protobuf) requests, and serves the operations only V3 has
 //!   (READ_LAC, WRITE_LAC, GET_BOOKIE_INFO, FORCE_LEDGER, the list of entries, long-poll reads);
+//! - [`reads`] runs plain reads on threads of their own, the connections' reads in turn;
 //! - [`state`] is what every connection shares, [`stats`] the server's metrics.
 //!
 //! This file is the front: [`BookieServer`] starts the listener and stops it.
@@ -18,6 +19,7 @@ mod connection;
 mod dispatch;
 mod listener;
 mod outbox;
+mod reads;
 mod state;
 mod stats;
 mod v2;
@@ -63,6 +65,10 @@ impl BookieServer {
             .block_on(TcpListener::bind((cfg.host.as_str(), cfg.port)))
             .map_err(StartError::Io)?;
         let local_addr = listener.local_addr().map_err(StartError::Io)?;
+        let reads = match cfg.read_worker_threads {
+            0 => None,
+            n => Some(reads::ReadPool::start(n, cfg.read_worker_nice).map_err(StartError::Io)?),
+        };
         let state = Arc::new(ServerState {
             storage,
             read_only: AtomicBool::new(cfg.read_only),
@@ -72,6 +78,7 @@ impl BookieServer {
             live: AtomicUsize::new(0),
             drained: tokio::sync::Notify::new(),
             lac_watch: Arc::default(),
+            reads,
         });
         let (stop_tx, stop_rx) = watch::channel(false);
         let connections: Arc<Mutex<HashMap<u64, JoinHandle<()>>>> = Arc::default();
@@ -158,6 +165,9 @@ impl BookieServer {
         });
         for (_, task) in self.connections.lock().drain() {
             task.abort();
+        }
+        if let Some(reads) = &self.state.reads {
+            reads.stop();
         }
         log::info!("bookie on {} stopped", self.local_addr);
     }

@@ -112,6 +112,17 @@ pub(super) struct Usage {
     /// The header of the START_TLS being answered: a refused authorization answers it again,
     /// EIO, inside TLS (as BookKeeper's bookie does).
     pub(super) start_tls_header: parking_lot::Mutex<Option<crate::protocol::v3::BkPacketHeader>>,
+    /// Reads waiting for the read pool (see [`reads`](super::reads)).
+    pub(super) waiting_reads: super::reads::ConnReads,
+}
+
+impl Usage {
+    /// Whether the connection's responses wait unread: its queue at `mark`, or the server's
+    /// `total` queued bytes at its `budget` while this connection has some waiting.
+    pub(super) fn over(&self, mark: usize, total: usize, budget: usize) -> bool {
+        let mine = self.queued_bytes.load(Ordering::Acquire);
+        mine >= mark.max(1) || (mine > 0 && total >= budget)
+    }
 }
 
 /// The sending side of a connection, cloned into every pending completion.
@@ -169,8 +180,8 @@ impl Outbox {
     /// Whether this connection must stop reading: its queue at `mark`, or the server's total
     /// budget spent while it has responses waiting.
     pub(super) fn over(&self, mark: usize) -> bool {
-        let mine = self.usage.queued_bytes.load(Ordering::Acquire);
         let total = self.state.stats.response_bytes_queued.get() as usize;
-        mine >= mark.max(1) || (mine > 0 && total >= self.state.cfg.response_buffer_total_bytes)
+        self.usage
+            .over(mark, total, self.state.cfg.response_buffer_total_bytes)
     }
 }

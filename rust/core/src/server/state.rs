@@ -24,6 +24,9 @@ pub(crate) struct ServerState {
     pub(super) drained: tokio::sync::Notify,
     /// Wakes long-poll reads when adds complete.
     pub(super) lac_watch: Arc<LacWatch>,
+    /// The read threads (`numReadWorkerThreads`); None (0 threads): reads run inline on their
+    /// connection's task.
+    pub(super) reads: Option<super::reads::ReadPool>,
 }
 
 /// Long-poll reads waiting for a ledger's LAC to pass what they asked: each add that completes

@@ -203,7 +203,7 @@ fn read_entry(req: ReadRequest, outbox: &Outbox, received: Option<Instant>) {
     let storage = state.storage.clone();
     let out = outbox.clone();
     dispatch::run_read(
-        state,
+        outbox,
         ledger,
         fencing(header, master_key),
         move || dispatch::read_entry(&storage, ledger, entry),
@@ -254,7 +254,7 @@ fn batch_read(req: BatchReadRequest, outbox: &Outbox, received: Option<Instant>)
     let storage = state.storage.clone();
     let out = outbox.clone();
     dispatch::run_read(
-        state,
+        outbox,
         ledger,
         fencing(header, req.master_key),
         move || dispatch::read_range(&storage, ledger, start_entry, limits),

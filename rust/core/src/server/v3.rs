@@ -314,7 +314,7 @@ fn read_entry(
     let storage = state.storage.clone();
     let out = outbox.clone();
     dispatch::run_read(
-        state,
+        outbox,
         ledger,
         fence.then_some(read.master_key),
         move || {

@@ -1,0 +1,303 @@
+//! The read pool: plain reads (READ_ENTRY, BATCH_READ_ENTRY, not fencing, not long-poll) run on
+//! `numReadWorkerThreads` threads of their own, taken from the connections in turn. It owns the
+//! fairness between clients' reads and keeps reads off the tasks that read adds; it never
+//! decides what a read returns.
+//!
+//! Why: served inline, a client with hundreds of batch reads buffered kept a runtime worker (and
+//! its disk waits) while another client's adds waited to be read, and clients with more
+//! connections or deeper pipelines took more of the bookie. Here every connection with reads
+//! waiting holds one place in a round-robin queue: a worker serves one connection's reads for
+//! at most one turn, then the connection goes to the back. Adds never wait in this queue, and
+//! the threads bound the CPU reads take to their number.
+//!
+//! Bounds: a connection's waiting reads are bounded by its read slots
+//! (`maxPendingReadRequestsPerThread`, taken before a read is queued); the round-robin queue
+//! holds each connection at most once. A connection whose responses are not being read (past
+//! `serverWriteBufferHighWaterMark`, or the server's total budget) is parked: its reads wait
+//! unread until its writer drains below the mark, so a client that never reads its replies
+//! still costs the bookie about one high-water mark of responses, as with inline reads.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+
+use super::outbox::Usage;
+use super::state::ServerState;
+
+/// The longest a worker serves one connection's reads before it takes the next connection.
+const TURN: Duration = Duration::from_micros(200);
+/// Reads a connection may have waiting before it stops reading requests (it reads again below
+/// half). Served inline, a read's response counted against the connection's write buffer before
+/// the next request was read; queued, it cannot (its size is unknown), so the connection's
+/// reader is held back by the count instead: a client's pipeline waits in its own socket, not in
+/// the bookie, and a connection whose responses are not read stops reading requests.
+pub(super) const MAX_WAITING_READS: usize = 64;
+
+/// A read to run: it reads and sends its response through its connection's outbox.
+pub(super) type ReadJob = Box<dyn FnOnce() + Send>;
+
+/// Where a connection's reads stand in the pool.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+enum Place {
+    /// No read waiting.
+    #[default]
+    Idle,
+    /// In the round-robin queue, or being served by a worker (never both, never twice).
+    Queued,
+    /// Reads waiting, but its responses are not being read: out of the queue until its writer
+    /// drains.
+    Parked,
+}
+
+/// One connection's reads waiting for a worker.
+#[derive(Default)]
+pub(super) struct ConnReads {
+    inner: Mutex<ConnInner>,
+    /// Reads queued and not yet started (read without the lock by the connection's reader).
+    waiting: AtomicUsize,
+}
+
+impl ConnReads {
+    /// Whether the connection must stop reading requests until its reads are served.
+    pub(super) fn backed_up(&self) -> bool {
+        self.waiting.load(Ordering::Acquire) >= MAX_WAITING_READS
+    }
+
+    /// Whether a connection held back by [`backed_up`](Self::backed_up) may read again.
+    pub(super) fn still_backed_up(&self) -> bool {
+        self.waiting.load(Ordering::Acquire) >= MAX_WAITING_READS / 2
+    }
+}
+
+#[derive(Default)]
+struct ConnInner {
+    jobs: VecDeque<ReadJob>,
+    place: Place,
+    /// The connection ends: its reads are served whatever its write buffer holds, so that the
+    /// writer (which waits for every pending response) can finish.
+    closing: bool,
+}
+
+/// A connection in the round-robin queue: its limits and the server's, to check its buffer.
+struct Waiting {
+    usage: Arc<Usage>,
+    state: Arc<ServerState>,
+}
+
+struct Shared {
+    queue: Mutex<RunQueue>,
+    wake: Condvar,
+}
+
+#[derive(Default)]
+struct RunQueue {
+    /// Bounded by the number of connections: each is in it at most once.
+    ready: VecDeque<Waiting>,
+    stopping: bool,
+}
+
+/// The read threads of one server.
+pub(crate) struct ReadPool {
+    shared: Arc<Shared>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl ReadPool {
+    /// Starts `threads` read workers (at least one), each at `nice` (added to the process's
+    /// niceness; 0 leaves it).
+    pub(super) fn start(threads: usize, nice: i32) -> std::io::Result<ReadPool> {
+        let shared = Arc::new(Shared {
+            queue: Mutex::new(RunQueue::default()),
+            wake: Condvar::new(),
+        });
+        let mut handles = Vec::with_capacity(threads.max(1));
+        for i in 0..threads.max(1) {
+            let mine = shared.clone();
+            let handle = std::thread::Builder::new()
+                .name(format!("pybkx-read-{i}"))
+                .spawn(move || {
+                    lower_priority(nice);
+                    work(&mine)
+                });
+            match handle {
+                Ok(h) => handles.push(h),
+                Err(e) => {
+                    let pool = ReadPool {
+                        shared,
+                        threads: Mutex::new(handles),
+                    };
+                    pool.stop();
+                    return Err(e);
+                }
+            }
+        }
+        Ok(ReadPool {
+            shared,
+            threads: Mutex::new(handles),
+        })
+    }
+
+    /// Queues a read of the connection `usage`; it runs after the connection's earlier reads.
+    pub(super) fn submit(&self, usage: &Arc<Usage>, state: &Arc<ServerState>, job: ReadJob) {
+        let mut inner = usage.waiting_reads.inner.lock();
+        inner.jobs.push_back(job);
+        usage.waiting_reads.waiting.fetch_add(1, Ordering::AcqRel);
+        if inner.place == Place::Idle {
+            inner.place = Place::Queued;
+            drop(inner);
+            self.enqueue(Waiting {
+                usage: usage.clone(),
+                state: state.clone(),
+            });
+        }
+    }
+
+    /// The connection's writer drained some responses: a parked connection whose buffer is
+    /// below the mark again (or that is closing) goes back in the queue.
+    pub(super) fn resume(&self, usage: &Arc<Usage>, state: &Arc<ServerState>) {
+        let mut inner = usage.waiting_reads.inner.lock();
+        if inner.place == Place::Parked && (inner.closing || !paused(usage, state)) {
+            inner.place = Place::Queued;
+            drop(inner);
+            self.enqueue(Waiting {
+                usage: usage.clone(),
+                state: state.clone(),
+            });
+        }
+    }
+
+    /// The connection reads no more requests: its waiting reads are served even if its client
+    /// does not read them, so that its writer can end.
+    pub(super) fn closing(&self, usage: &Arc<Usage>, state: &Arc<ServerState>) {
+        usage.waiting_reads.inner.lock().closing = true;
+        self.resume(usage, state);
+    }
+
+    fn enqueue(&self, waiting: Waiting) {
+        self.shared.queue.lock().ready.push_back(waiting);
+        self.shared.wake.notify_one();
+    }
+
+    /// Stops the workers once they finish the read in hand; reads still waiting are dropped
+    /// (their connections are gone by then). Idempotent.
+    pub(super) fn stop(&self) {
+        let left = {
+            let mut q = self.shared.queue.lock();
+            q.stopping = true;
+            std::mem::take(&mut q.ready)
+        };
+        self.shared.wake.notify_all();
+        for handle in self.threads.lock().drain(..) {
+            let _ = handle.join();
+        }
+        // Dropped here, outside the queue's lock: each holds the server's state.
+        for waiting in left {
+            let reads = &waiting.usage.waiting_reads;
+            reads.inner.lock().jobs.clear();
+            reads.waiting.store(0, Ordering::Release);
+        }
+    }
+}
+
+/// Lowers the calling thread's CPU priority by `nice`: on a busy machine the threads that
+/// read adds and journal them then take the CPU first, and reads take what is left (on an idle
+/// one nothing changes). Linux's niceness is per thread; failure (not allowed, not Linux) only
+/// logs.
+fn lower_priority(nice: i32) {
+    if nice == 0 {
+        return;
+    }
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: gettid has no preconditions; setpriority on our own thread id only changes
+        // this thread's niceness.
+        let rc = unsafe {
+            let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+            let current = libc::getpriority(libc::PRIO_PROCESS, tid);
+            libc::setpriority(libc::PRIO_PROCESS, tid, current.saturating_add(nice))
+        };
+        if rc != 0 {
+            log::warn!(
+                "read thread: cannot change its niceness by {nice}: {}",
+                std::io::Error::last_os_error()
+            );
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    log::warn!("read thread: niceness is only set on Linux; {nice} ignored");
+}
+
+/// Whether a connection's responses wait unread past its mark (or the server's budget).
+fn paused(usage: &Usage, state: &ServerState) -> bool {
+    usage.over(
+        state.cfg.write_buffer_high_water_mark,
+        state.stats.response_bytes_queued.get() as usize,
+        state.cfg.response_buffer_total_bytes,
+    )
+}
+
+fn work(shared: &Shared) {
+    loop {
+        let waiting = {
+            let mut q = shared.queue.lock();
+            loop {
+                if q.stopping {
+                    return;
+                }
+                if let Some(w) = q.ready.pop_front() {
+                    break w;
+                }
+                shared.wake.wait(&mut q);
+            }
+        };
+        if serve_turn(&waiting) {
+            let mut q = shared.queue.lock();
+            if q.stopping {
+                return;
+            }
+            q.ready.push_back(waiting);
+            // Another worker may be asleep while this one serves the next connection.
+            shared.wake.notify_one();
+        }
+    }
+}
+
+/// Serves one connection's reads for at most a turn; true if it has more and goes to the back
+/// of the queue.
+fn serve_turn(waiting: &Waiting) -> bool {
+    let started = Instant::now();
+    loop {
+        let job = {
+            let mut inner = waiting.usage.waiting_reads.inner.lock();
+            if !inner.closing && paused(&waiting.usage, &waiting.state) {
+                inner.place = Place::Parked;
+                return false;
+            }
+            match inner.jobs.pop_front() {
+                Some(job) => job,
+                None => {
+                    inner.place = Place::Idle;
+                    return false;
+                }
+            }
+        };
+        let reads = &waiting.usage.waiting_reads;
+        if reads.waiting.fetch_sub(1, Ordering::AcqRel) == MAX_WAITING_READS / 2 {
+            // The connection's reader may be held back: it reads again now.
+            waiting.usage.drained.notify_one();
+        }
+        job();
+        if started.elapsed() >= TURN {
+            let mut inner = reads.inner.lock();
+            if inner.jobs.is_empty() {
+                inner.place = Place::Idle;
+                return false;
+            }
+            return true;
+        }
+    }
+}
