@@ -12,7 +12,7 @@ import struct
 import threading
 
 import pytest
-from v3_wire import (
+from support.v3_wire import (
     ADD_ENTRY,
     FORCE_LEDGER,
     GET_BOOKIE_INFO,

@@ -1,9 +1,9 @@
 """TLS on the bookie port as BookKeeper's bookie serves it: a V3 START_TLS answered EOK in
 plaintext, then the server side of the handshake on the same socket, then V2 (or V3) frames
-inside TLS. The client here is Python's own ``ssl`` over a hand-packed START_TLS, against real
-``pybkx bookie`` processes whose stores the tests made with openssl and keytool: PEM, PKCS12
-and JKS; client certificates required; enabled protocols; stores reloaded when their files
-change; a store that cannot be read stops the start.
+inside TLS. The client here is Python's own ``ssl`` over a START_TLS packed by
+``support.v3_wire``, against real ``pybkx bookie`` processes whose stores the tests made with
+openssl and keytool: PEM, PKCS12 and JKS; client certificates required; enabled protocols;
+stores reloaded when their files change; a store that cannot be read stops the start.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import v2_wire
+from support import v2_wire, v3_wire
 from support.bookies import assert_one_line_failure, needs_server, write_conf
 from support.bookies import start_bookie as start_bookie
 from support.certs import Issued, TestCA, need_tools
@@ -26,27 +26,16 @@ from support.wait import wait_until
 pytestmark = [pytest.mark.integration, needs_server]
 
 TLS_FACTORY = "org.apache.bookkeeper.tls.TLSContextFactory"
-START_TLS, STATUS_EOK, STATUS_EBADREQ = 9, 0, 404  # V3 StatusCode EOK, EBADREQ
+STATUS_EOK, STATUS_EBADREQ = 0, 404  # V3 StatusCode EOK, EBADREQ
 
 
 # --- the client side, by hand ------------------------------------------------------------------
 
 
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte, n = n & 0x7F, n >> 7
-        out.append(byte | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
-
-
 def _start_tls_frame(txn: int) -> bytes:
     """A V3 Request: header {version 3, operation START_TLS, txnId}, an empty StartTLSRequest
     (field 106)."""
-    header = b"\x08\x03" + b"\x10" + _varint(START_TLS) + b"\x18" + _varint(txn)
-    body = b"\x0a" + _varint(len(header)) + header + _varint(106 << 3 | 2) + b"\x00"
-    return struct.pack(">i", len(body)) + body
+    return v3_wire.request(v3_wire.START_TLS, txn, 106)
 
 
 def _recv_exact(sock: socket.socket, n: int) -> bytes:
@@ -66,24 +55,9 @@ def _recv_frame(sock: socket.socket) -> bytes:
 
 def _v3_status(frame: bytes) -> int:
     """The ``status`` (field 2) of a V3 Response frame."""
-    body, at = frame[4:], 0
-    while at < len(body):
-        key = body[at]
-        at += 1
-        if key & 7 == 0:
-            value = shift = 0
-            while True:
-                byte = body[at]
-                at += 1
-                value |= (byte & 0x7F) << shift
-                shift += 7
-                if not byte & 0x80:
-                    break
-            if key >> 3 == 2:
-                return value
-        else:  # length-delimited (the header); lengths here fit one byte
-            at += 1 + body[at]
-    raise AssertionError(f"no status in {frame!r}")
+    status = v3_wire.parse(frame[4:]).get(2)
+    assert status, f"no status in {frame!r}"
+    return int(status[0])
 
 
 def start_tls(port: int) -> tuple[socket.socket, int]:
@@ -295,12 +269,6 @@ def authz_keys(ca: TestCA, issued: Issued, roles: str) -> str:
     )
 
 
-def _v3_request(operation: int, txn: int, body_field: int) -> bytes:
-    header = b"\x08\x03" + b"\x10" + _varint(operation) + b"\x18" + _varint(txn)
-    body = b"\x0a" + _varint(len(header)) + header + _varint(body_field << 3 | 2) + b"\x00"
-    return struct.pack(">i", len(body)) + body
-
-
 def test_without_an_authorized_role_a_connection_is_answered_as_bookkeeper_answers(
     tmp_path: Path, start_bookie: Any, ca: TestCA, issued: Issued
 ) -> None:
@@ -317,7 +285,7 @@ def test_without_an_authorized_role_a_connection_is_answered_as_bookkeeper_answe
             _recv_frame(plain)
     # V3 requests get EUA (GET_BOOKIE_INFO, field 107 of the request).
     with socket.create_connection(("127.0.0.1", port), timeout=15) as plain:
-        plain.sendall(_v3_request(8, txn=3, body_field=107))
+        plain.sendall(v3_wire.request(8, txn=3, body_field=107))
         assert _v3_status(_recv_frame(plain)) == EUA_V3
     # TLS with a certificate whose first role is not authorized: EIO for the START_TLS, then
     # EUA; the role compared is the first one only.

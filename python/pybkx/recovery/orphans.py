@@ -102,9 +102,8 @@ def fix_orphans(bk: BookKeeper, ask: AskBookie, report: OrphanReport) -> OrphanR
     for bookie, orphans in report.stored.items():
         if orphans.without_metadata or orphans.over_replicated:
             _ask_bookie(ask, bookie, "PUT", done)
-    done.not_asked.update(
-        {b: why for b, why in report.not_asked.items() if b not in done.not_asked}
-    )
+    # The fix's own reasons (later, more precise) win over the report's.
+    done.not_asked = {**report.not_asked, **done.not_asked}
     return done
 
 

@@ -23,7 +23,7 @@ from typing import Any, Final
 
 from kazoo.security import CREATOR_ALL_ACL
 
-from pybkx.config.jaas import DIGEST_LOGIN_MODULE, JAAS_ENV, read_section
+from pybkx.config.jaas import DIGEST_LOGIN_MODULE, JAAS_ENV, JAAS_FILE_KEY, read_section
 from pybkx.config.keystores import read_password
 from pybkx.config.values import ConfigError, InvalidValue, boolean, optional_str
 from pybkx.config.zk_security import optional_file
@@ -43,7 +43,7 @@ DEFAULT_CLIENT_SECTION: Final = "Client"
 
 # The keys this module reads from a store's settings.
 ENABLE_KEY: Final = "zkEnableSecurity"
-JAAS_KEY: Final = "jaasConfigFile"
+JAAS_KEY: Final = JAAS_FILE_KEY
 SECTION_KEY: Final = "zkSaslClientConfig"
 SASL_KEY: Final = "zkSaslClient"
 DIGEST_KEY: Final = "zkDigestAuthPath"
