@@ -136,6 +136,7 @@ async fn read_requests<R: AsyncRead + Unpin>(
                 return End::Stopping;
             }
             if turn.elapsed() >= TURN {
+                hand_over_reads(outbox);
                 tokio::task::yield_now().await;
                 turn = Instant::now();
             }
@@ -158,7 +159,8 @@ async fn read_requests<R: AsyncRead + Unpin>(
                     } else {
                         match v3::try_handle_frame(body, outbox, frames.received) {
                             Ok(()) if outbox.usage.start_tls.load(Ordering::Acquire) => {
-                                return End::StartTls
+                                hand_over_reads(outbox);
+                                return End::StartTls;
                             }
                             Ok(()) => Ok(()),
                             Err(body) => {
@@ -179,6 +181,7 @@ async fn read_requests<R: AsyncRead + Unpin>(
                 }
             }
         }
+        hand_over_reads(outbox);
         tokio::select! {
             read = reader.read_buf(buf) => match read {
                 Ok(0) => return End::Closed,
@@ -210,6 +213,14 @@ fn gate(body: Bytes, outbox: &Outbox, frames: &mut Frames) -> Result<Option<Byte
     v2::unauthenticated(body, outbox, &mut frames.sasl).map(|()| None)
 }
 
+/// Hands the reads queued since the last time to the read pool's workers (see
+/// [`ReadPool::hand_over`](super::reads::ReadPool::hand_over)).
+fn hand_over_reads(outbox: &Outbox) {
+    if let Some(reads) = &outbox.state.reads {
+        reads.hand_over(&outbox.usage, &outbox.state);
+    }
+}
+
 /// Waits while the connection's responses are not being read, or while the read pool holds
 /// many of its reads; true if the server stops meanwhile.
 async fn wait_for_room(
@@ -218,6 +229,7 @@ async fn wait_for_room(
     stop: &mut watch::Receiver<bool>,
 ) -> bool {
     let state = outbox.state();
+    hand_over_reads(outbox);
     let mut counted = false;
     loop {
         let unread = outbox.over(state.cfg.write_buffer_low_water_mark);

@@ -46,6 +46,11 @@ enum Place {
     /// No read waiting.
     #[default]
     Idle,
+    /// Reads waiting, not handed to the workers yet: the connection's reader hands them over
+    /// ([`ReadPool::hand_over`]) once it stops taking requests for a moment (its buffer is
+    /// empty, it yields or pauses), so a pipelined client's requests wake a worker once per
+    /// socket read, not once per request.
+    Pending,
     /// In the round-robin queue, or being served by a worker (never both, never twice).
     Queued,
     /// Reads waiting, but its responses are not being read: out of the queue until its writer
@@ -141,12 +146,21 @@ impl ReadPool {
         })
     }
 
-    /// Queues a read of the connection `usage`; it runs after the connection's earlier reads.
-    pub(super) fn submit(&self, usage: &Arc<Usage>, state: &Arc<ServerState>, job: ReadJob) {
+    /// Queues a read of the connection `usage`; it runs after the connection's earlier reads,
+    /// once the connection's reader calls [`hand_over`](Self::hand_over).
+    pub(super) fn submit(&self, usage: &Usage, job: ReadJob) {
         let mut inner = usage.waiting_reads.inner.lock();
         inner.jobs.push_back(job);
         usage.waiting_reads.waiting.fetch_add(1, Ordering::AcqRel);
         if inner.place == Place::Idle {
+            inner.place = Place::Pending;
+        }
+    }
+
+    /// Hands the reads the connection's reader queued since it last did to the workers.
+    pub(super) fn hand_over(&self, usage: &Arc<Usage>, state: &Arc<ServerState>) {
+        let mut inner = usage.waiting_reads.inner.lock();
+        if inner.place == Place::Pending {
             inner.place = Place::Queued;
             drop(inner);
             self.enqueue(Waiting {
@@ -174,6 +188,7 @@ impl ReadPool {
     /// does not read them, so that its writer can end.
     pub(super) fn closing(&self, usage: &Arc<Usage>, state: &Arc<ServerState>) {
         usage.waiting_reads.inner.lock().closing = true;
+        self.hand_over(usage, state);
         self.resume(usage, state);
     }
 
