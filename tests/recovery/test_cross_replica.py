@@ -240,3 +240,32 @@ def test_each_bookie_checks_the_fragments_it_heads_in_its_scrub_cycle(tmp_path: 
         )
         log = cluster.log_path(cluster.bookie_addresses.index(ensemble[0])).read_text()
         assert log.count(f"cross-replica check: ledger {ledger}: {ensemble[2]}") == 1
+
+
+def test_a_replica_whose_entry_log_was_cut_gets_the_lost_entries_back(tmp_path: Path) -> None:
+    with (
+        Sandbox(3, directory=tmp_path / "sandbox", conf=NO_CYCLE) as cluster,
+        BookKeeper(cluster.metadata_uri, **FAST) as bk,
+    ):
+        ledger = written(bk, (3, 3, 2), 200)
+        victim = 2
+        address = cluster.bookie_addresses[victim]
+        # Cut with the bookie stopped: its clean stop wrote every entry to the log and indexed
+        # it, so the index points past the end of the file for the second half at least.
+        cluster.stop_bookie(victim)
+        current = cluster.directory / f"bookie-{victim}" / "ledgers" / "current"
+        (log,) = [p for p in current.glob("*.log") if p.stem != "index"]
+        with log.open("r+b") as f:
+            f.truncate(log.stat().st_size // 2)
+        cluster.restart_bookie(victim)
+
+        code, report = shell_check(cluster, "--ledger", str(ledger))
+        assert code == 0, report
+        ((bookie, kind, lost, repaired),) = findings(report)
+        assert (bookie, kind) == (address, "missing")
+        # The tail at least is gone (the storage may refuse more of a log cut short).
+        assert lost == repaired and lost[-1] == 199, len(lost)
+        others = [b for b in cluster.bookie_addresses if b != address]
+        for entry in range(200):
+            copies = {stored(bk, b, ledger, entry) for b in [*others, address]}
+            assert len(copies) == 1, entry
