@@ -359,7 +359,7 @@ class LedgerStorage:
         entry whose record cannot be read counts in ``unreadable`` and nowhere else; an unknown
         ledger holds nothing.
 
-        Raises ValueError (negative ids, a stride below 1),
+        Raises ValueError (negative ids, a stride below 1, ``last`` before ``first``),
         BookieException (closed), BookieIOException (the index cannot be read).
         """
 

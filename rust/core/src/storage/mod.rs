@@ -269,12 +269,9 @@ impl LedgerStorage {
     ) -> Result<ReplicaDigest> {
         self.parts.check_open()?;
         let reader = &self.parts.reader;
-        lifecycle::replica_digest(
-            range,
-            list,
-            || reader.entry_ids(ledger),
-            |first, limits| reader.read_range(ledger, first, limits),
-        )
+        lifecycle::replica_digest(range, list, |first, limits| {
+            reader.read_range(ledger, first, limits)
+        })
     }
 
     /// Whether the entry is stored, answered from the caches and the index alone (no entry
