@@ -45,6 +45,8 @@ def bk(cluster: Sandbox) -> Iterator[BookKeeper]:
 
 
 def written(bk: BookKeeper, quorums: tuple[int, int, int], entries: int) -> int:
+    """A closed ledger; with Qa == Qw every copy is stored once it is closed (a later copy of
+    an add still on its way could overwrite the one a test forges)."""
     with bk.create_ledger(*quorums, password=PASSWORD) as handle:
         handle.append_many([payload(handle.ledger_id, e) for e in range(entries)])
         return handle.ledger_id
@@ -104,7 +106,7 @@ def findings(report: dict[str, Any]) -> set[tuple[str, str, tuple[int, ...], tup
 def test_a_forged_copy_on_one_of_three_replicas_is_named_and_rewritten(
     cluster: Sandbox, bk: BookKeeper
 ) -> None:
-    ledger = written(bk, (3, 3, 2), 20)
+    ledger = written(bk, (3, 3, 3), 20)
     (ensemble,) = bk.store.read_ledger_metadata(ledger).value.ensembles.values()
     odd = ensemble[1]
     good = stored(bk, ensemble[0], ledger, 7)
@@ -185,7 +187,7 @@ def test_a_striped_ledger_compares_each_write_set_on_its_own_bookies(
 def test_the_bookie_endpoints_answer_a_digest_and_run_a_check(
     cluster: Sandbox, bk: BookKeeper
 ) -> None:
-    ledger = written(bk, (3, 3, 2), 8)
+    ledger = written(bk, (3, 3, 3), 8)
     (ensemble,) = bk.store.read_ledger_metadata(ledger).value.ensembles.values()
     urls = dict(zip(cluster.bookie_addresses, cluster.admin_urls, strict=True))
     answers = []
@@ -214,7 +216,7 @@ def test_each_bookie_checks_the_fragments_it_heads_in_its_scrub_cycle(tmp_path: 
         Sandbox(3, directory=tmp_path / "sandbox", conf=conf) as cluster,
         BookKeeper(cluster.metadata_uri, **FAST) as bk,
     ):
-        ledger = written(bk, (3, 3, 2), 10)
+        ledger = written(bk, (3, 3, 3), 10)
         (ensemble,) = bk.store.read_ledger_metadata(ledger).value.ensembles.values()
         good = stored(bk, ensemble[0], ledger, 4)
         forge(bk, ledger, 4, ensemble[2])
@@ -247,7 +249,7 @@ def test_a_replica_whose_entry_log_was_cut_gets_the_lost_entries_back(tmp_path: 
         Sandbox(3, directory=tmp_path / "sandbox", conf=NO_CYCLE) as cluster,
         BookKeeper(cluster.metadata_uri, **FAST) as bk,
     ):
-        ledger = written(bk, (3, 3, 2), 200)
+        ledger = written(bk, (3, 3, 3), 200)
         victim = 2
         address = cluster.bookie_addresses[victim]
         # Cut with the bookie stopped: its clean stop wrote every entry to the log and indexed
