@@ -11,6 +11,7 @@ import json
 import re
 import subprocess
 import sys
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -197,6 +198,14 @@ def test_the_bookie_endpoints_answer_a_digest_and_run_a_check(
             answers.append(json.loads(response.read()))
     assert len({(a["entries"], a["digest"]) for a in answers}) == 1
     assert answers[0]["entries"] == 8 and answers[0]["unreadable"] == 0
+    base = f"{urls[ensemble[0]]}/api/v1/bookie/ledger_digest?ledger_id={ledger}"
+    for bad in ("&first=0", "&first=5&last=4", "&first=0&last=7&stride=0"):
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(base + bad, timeout=30)
+        assert refused.value.code == 400, bad
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(f"{base}&first=0&last=20000&entries=true", timeout=30)
+    assert refused.value.code == 400
 
     good = stored(bk, ensemble[0], ledger, 5)
     forge(bk, ledger, 5, ensemble[2])

@@ -148,6 +148,7 @@ class CrossReplicaChecker:
             with self._lock:
                 self.counts.runs += 1
                 self.last_run = done
+            self._log_not_asked(done)
             return done
         finally:
             self._running.release()
@@ -175,6 +176,7 @@ class CrossReplicaChecker:
         md = self._store.read_ledger_metadata(ledger_id).value
         check = check_ledger(replicas, ledger_id, md, repair=repair)
         self._account(check)
+        self._log_not_asked(check)
         return check
 
     @property
@@ -208,8 +210,12 @@ class CrossReplicaChecker:
             self.counts.add(check)
         for finding in check.findings:
             self._log_once(finding)
-        for bookie, why in check.not_asked.items():
-            logger.info("cross-replica check: %s was not asked: %s", bookie, why)
+
+    @staticmethod
+    def _log_not_asked(check: LedgerCheck) -> None:
+        """Once per run (not per ledger): the bookies whose copies were not compared."""
+        for bookie, why in sorted(check.not_asked.items()):
+            logger.warning("cross-replica check: %s could not be asked: %s", bookie, why)
 
     def _log_once(self, f: ReplicaFinding) -> None:
         key = (f.ledger_id, f.bookie, f.kind, f.entries, f.repaired)
