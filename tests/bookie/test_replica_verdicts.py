@@ -1,10 +1,15 @@
 """The cross-replica check's decisions without bookies: which bookies hold which entries of a
-segment (whole or striped), and which copy of an entry is the odd one out (a majority, a copy
-the others lack, no majority)."""
+segment (whole or striped), which copy of an entry is the odd one out (a majority, a copy the
+others lack, no majority), which segments a bookie's cycle checks (those it heads), and that a
+majority copy failing its client digest is never written. Replicas held in memory here; the
+real bookies are tests/recovery/test_cross_replica.py's."""
 
 from __future__ import annotations
 
-from pybkx.bookie.replica_check import _verdicts, write_set_ranges
+import hashlib
+
+from pybkx._core import DigestManager
+from pybkx.bookie.replica_check import RangeDigest, _verdicts, check_ledger, write_set_ranges
 from pybkx.meta import LedgerMetadata
 from pybkx.meta.ledger_metadata import LedgerState
 
@@ -53,3 +58,71 @@ def test_copies_without_a_majority_are_named_but_given_no_good_copy() -> None:
         ("a", "no-majority", ""),
         ("b", "no-majority", ""),
     ]
+
+
+class StoredReplicas:
+    """Replicas held in memory, digests made as a bookie makes them; records the writes."""
+
+    def __init__(self, md: LedgerMetadata) -> None:
+        self.md = md
+        self.held: dict[str, dict[int, bytes]] = {}
+        self.writes: list[tuple[str, int]] = []
+        digest = DigestManager(1, md.password, md.digest_type.name)
+        for first, ensemble in md.ensembles.items():
+            for entry in range(first, md.last_entry_id + 1):
+                if md.ensemble_for(entry) != ensemble:
+                    continue
+                packaged = digest.package(entry, entry - 1, 0, f"entry {entry}".encode())
+                for index in md.write_set(entry):
+                    self.held.setdefault(ensemble[index], {})[entry] = packaged
+
+    def digest(
+        self, bookie: str, ledger_id: int, first: int, last: int, stride: int, listed: bool
+    ) -> RangeDigest:
+        mine = self.held.get(bookie, {})
+        entries = [(e, mine[e]) for e in range(first, last + 1, stride) if e in mine]
+        outer = hashlib.sha1()
+        for e, data in entries:
+            outer.update(e.to_bytes(8, "big") + hashlib.sha1(data).digest())
+        listing = {e: hashlib.sha1(d).hexdigest() for e, d in entries} if listed else None
+        return RangeDigest(
+            len(entries), sum(len(d) for _, d in entries), 0, outer.hexdigest(), listing
+        )
+
+    def read(self, bookie: str, ledger_id: int, entry_id: int) -> bytes:
+        return self.held[bookie][entry_id]
+
+    def write(
+        self, bookie: str, ledger_id: int, entry_id: int, data: bytes, md: LedgerMetadata
+    ) -> None:
+        self.held.setdefault(bookie, {})[entry_id] = data
+        self.writes.append((bookie, entry_id))
+
+
+def test_each_segment_is_checked_by_the_bookie_heading_it() -> None:
+    md = LedgerMetadata(
+        3,
+        3,
+        3,
+        {0: ("a:1", "b:1", "c:1"), 10: ("d:1", "b:1", "c:1")},
+        password=b"pw",
+        state=LedgerState.CLOSED,
+        last_entry_id=19,
+        length=200,
+    )
+    replicas = StoredReplicas(md)
+    good = replicas.held["b:1"][15]
+    replicas.held["c:1"][15] = DigestManager(1, b"pw", "CRC32C").package(15, 14, 0, b"forged")
+    assert check_ledger(replicas, 1, md, repair=True, first_bookie="a:1").findings == []
+    done = check_ledger(replicas, 1, md, repair=True, first_bookie="d:1")
+    assert [(f.bookie, f.kind, f.entries, f.repaired) for f in done.findings] == [
+        ("c:1", "differs", (15,), (15,))
+    ]
+    assert replicas.writes == [("c:1", 15)] and replicas.held["c:1"][15] == good
+    assert (done.ranges, done.entries) == (1, 30)
+    # A copy failing its client digest is never the source of a rewrite.
+    replicas.held["b:1"][3] = replicas.held["c:1"][3] = b"not an entry"
+    done = check_ledger(replicas, 1, md, repair=True)
+    (finding,) = done.findings
+    assert (finding.bookie, finding.entries, finding.repaired) == ("a:1", (3,), ())
+    assert "Digest" in finding.detail, finding.detail
