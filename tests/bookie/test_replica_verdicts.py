@@ -125,4 +125,4 @@ def test_each_segment_is_checked_by_the_bookie_heading_it() -> None:
     done = check_ledger(replicas, 1, md, repair=True)
     (finding,) = done.findings
     assert (finding.bookie, finding.entries, finding.repaired) == ("a:1", (3,), ())
-    assert "Digest" in finding.detail, finding.detail
+    assert "fails its client digest" in finding.detail, finding.detail

@@ -350,6 +350,12 @@ class _RangeCheck:
                     continue
                 digest.verify(data, entry)
                 self._replicas.write(bookie, self._ledger, entry, data, md)
+            except errors.DigestMatchException as exc:
+                why = (
+                    f"the majority copy on {holder} fails its client digest ({exc}): the "
+                    "majority may be the damaged one, nothing written"
+                )
+                continue
             except (errors.BKException, TimeoutError) as exc:
                 why = f"{holder}: {type(exc).__name__}: {exc}"
                 continue
