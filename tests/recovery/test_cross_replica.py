@@ -145,6 +145,26 @@ def test_two_replicas_that_disagree_are_reported_not_repaired(
         before,
         forged,
     )
+    plain = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pybkx",
+            "shell",
+            "crossreplicacheck",
+            "--uri",
+            cluster.metadata_uri,
+            "--ledger",
+            str(ledger),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert plain.returncode == 1, plain.stderr
+    assert plain.stdout.count("no-majority") == 2
+    assert "2 differing, 0 repaired" in plain.stdout
 
 
 def test_a_replica_lacking_the_entries_gets_them_from_the_other(
