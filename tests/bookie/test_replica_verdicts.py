@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 
 from pybkx._core import DigestManager
+from pybkx.bookie.cross_replica import _shown
 from pybkx.bookie.replica_check import RangeDigest, _verdicts, check_ledger, write_set_ranges
 from pybkx.meta import LedgerMetadata
 from pybkx.meta.ledger_metadata import LedgerState
@@ -126,3 +127,15 @@ def test_each_segment_is_checked_by_the_bookie_heading_it() -> None:
     (finding,) = done.findings
     assert (finding.bookie, finding.entries, finding.repaired) == ("a:1", (3,), ())
     assert "fails its client digest" in finding.detail, finding.detail
+
+
+def test_the_checkers_status_shows_a_bounded_part_of_a_large_run() -> None:
+    run = {
+        "findings": [{"bookie": "a:1", "entries": list(range(150)), "repaired": []}] * 150,
+        "differing": 150 * 150,
+    }
+    shown = _shown(run)
+    findings = shown["findings"]
+    assert isinstance(findings, list) and len(findings) == 100
+    assert findings[0]["entries"] == list(range(100)) and findings[0]["entriesCount"] == 150
+    assert (shown["findingsCount"], shown["differing"]) == (150, 150 * 150)

@@ -28,6 +28,8 @@ logger = logging.getLogger(__name__)
 
 #: Findings remembered as logged, so one seen again by the next cycle is not logged again.
 MAX_REMEMBERED_FINDINGS = 10_000
+#: Findings of the last run shown by the status, and entries shown per finding.
+MAX_SHOWN = 100
 
 
 @dataclass
@@ -264,7 +266,7 @@ class CrossReplicaChecker:
                 "unrepaired": counts.unrepaired,
                 "notAsked": counts.not_asked,
             },
-            "lastRun": None if last is None else last.as_json(),
+            "lastRun": None if last is None else _shown(last.as_json()),
         }
 
     def metrics(self) -> list[Metric]:
@@ -282,3 +284,21 @@ class CrossReplicaChecker:
                 ("pybkx_scrub_replica_bookies_not_asked", c.not_asked),
             )
         ]
+
+
+def _shown(run: dict[str, object]) -> dict[str, object]:
+    """A run's JSON with at most ``MAX_SHOWN`` findings, each listing at most ``MAX_SHOWN``
+    entries (the counts stay whole), so a status answer stays small."""
+    findings = run.get("findings")
+    if not isinstance(findings, list):
+        return run
+    shown = []
+    for finding in findings[:MAX_SHOWN]:
+        trimmed = dict(finding)
+        for key in ("entries", "repaired"):
+            listed = trimmed.get(key)
+            if isinstance(listed, list) and len(listed) > MAX_SHOWN:
+                trimmed[key] = listed[:MAX_SHOWN]
+                trimmed[f"{key}Count"] = len(listed)
+        shown.append(trimmed)
+    return {**run, "findings": shown, "findingsCount": len(findings)}
