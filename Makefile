@@ -27,7 +27,7 @@ CARGO_TEST_ENV := LD_LIBRARY_PATH="$(PY_LIBDIR)$${LD_LIBRARY_PATH:+:$$LD_LIBRARY
 
 .PHONY: help venv deps build lint test demo bench bench-client bench-suite bench-compare bench-builds \
 	bench-metrics bench-striped bench-speculative bench-recovery bench-v3 bench-tls bench-spark bench-storage-scale \
-	bench-cold-read bench-cold-read-java bench-java-client bench-group-commit bench-gc bench-tiers bench-large-adds bench-sustained-adds bench-journal-reuse bench-noisy bench-scrub faults faults-deps fuzz clean distclean
+	bench-cold-read bench-cold-read-java bench-java-client bench-group-commit bench-gc bench-tiers bench-large-adds bench-sustained-adds bench-journal-reuse bench-noisy bench-scrub bench-replica-digest faults faults-deps fuzz clean distclean
 
 help:
 	@echo "make demo   build everything, then run the cluster demo (pybkx demo)"
@@ -167,6 +167,10 @@ bench-group-commit: venv deps build
 # sequential read of the same logs, one run.
 bench-scrub: venv build
 	$(VPY) bench/scrub.py $(BENCH_ARGS)
+
+# A replica's digest for the cross-replica check: hashed in Rust beside the same in Python.
+bench-replica-digest: venv build
+	$(VPY) bench/replica_digest.py --json bench/results/replica_digest.json $(BENCH_ARGS)
 
 # What metrics cost: a bookie with them beside one without, rounds interleaved.
 bench-metrics: venv build

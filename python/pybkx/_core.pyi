@@ -344,6 +344,25 @@ class LedgerStorage:
         """The entry was rewritten from another replica: reads serve it again. Raises
         ValueError for a negative id."""
 
+    def replica_digest(
+        self,
+        ledger_id: int,
+        first_entry_id: int,
+        last_entry_id: int,
+        stride: int = 1,
+        list: bool = False,
+    ) -> tuple[int, int, int, bytes, list[tuple[int, bytes]]]:
+        """What this storage holds of the ledger in entries ``first, first + stride, ...`` up to
+        ``last`` (the cross-replica check's digest): ``(entries, bytes, unreadable, digest,
+        listed)``, ``digest`` a SHA-1 over each held entry's id (8 bytes, big-endian) and the
+        SHA-1 of its stored bytes, ``listed`` each entry's ``(id, SHA-1)`` when ``list``. An
+        entry whose record cannot be read counts in ``unreadable`` and nowhere else; an unknown
+        ledger holds nothing.
+
+        Raises ValueError (negative ids, a stride below 1, ``last`` before ``first``),
+        BookieException (closed), BookieIOException (the index cannot be read).
+        """
+
     def scrub_status(self) -> tuple[ScrubReport | None, int, int]:
         """(the last finished run or None, bytes the current run read, bytes it covers). Never
         raises."""

@@ -1,9 +1,10 @@
 """The admin endpoints about this bookie: ``/heartbeat``, ``/metrics``,
 ``/api/v1/config/server_config`` and ``/api/v1/bookie/*`` (info, state, read-only, readiness,
 last log mark, disk files, garbage collection) with BookKeeper's paths, JSON shapes and status
-codes, and pybkx's own ``/api/v1/bookie/orphans``, ``/api/v1/bookie/space`` and
-``/api/v1/bookie/scrub``. It answers requests; it never changes the bookie except through the
-bookie's own methods.
+codes, and pybkx's own ``/api/v1/bookie/orphans``, ``/api/v1/bookie/space``,
+``/api/v1/bookie/scrub``, ``/api/v1/bookie/ledger_digest`` and
+``/api/v1/bookie/cross_replica_check``. It answers requests; it never changes the bookie except
+through the bookie's own methods.
 """
 
 from __future__ import annotations
@@ -12,11 +13,14 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+from pybkx import errors
 from pybkx.admin.bookie_metrics import is_entry_log, is_journal
 from pybkx.admin.context import AdminContext
 from pybkx.admin.http import HttpError, Request, Response, require
 from pybkx.admin.prometheus import CONTENT_TYPE
 from pybkx.bookie import BookieError
+from pybkx.bookie.replica_access import local_digest
+from pybkx.bookie.replica_check import MAX_LISTED_ENTRIES
 from pybkx.bookie.space import account_space, compaction_progress
 from pybkx.tools.bookies import disk_info
 
@@ -43,6 +47,8 @@ def bookie_routes(ctx: AdminContext) -> dict[str, Handler]:
         "/api/v1/bookie/orphans": api.orphans,
         "/api/v1/bookie/space": api.space,
         "/api/v1/bookie/scrub": api.scrub,
+        "/api/v1/bookie/ledger_digest": api.ledger_digest,
+        "/api/v1/bookie/cross_replica_check": api.cross_replica_check,
     }
 
 
@@ -231,6 +237,65 @@ class _BookieEndpoints:
             )
         return Response(200, scrubber.status())
 
+    def ledger_digest(self, request: Request) -> Response:
+        """pybkx's own endpoint: GET this bookie's digest of what it stores of ``ledger_id`` in
+        entries ``first, first + stride, ..`` up to ``last`` (the cross-replica check asks it);
+        ``entries=true`` adds each entry's digest (at most ``MAX_LISTED_ENTRIES`` entries)."""
+        require(request, "GET")
+        ledger_id, first, last = (_required_int(request, k) for k in ("ledger_id", "first", "last"))
+        asked_stride = request.int_param("stride")
+        stride = 1 if asked_stride is None else asked_stride
+        listed = request.param("entries") == "true"
+        if min(ledger_id, first, last) < 0 or stride < 1 or last < first:
+            raise HttpError(400, "need ledger_id >= 0, 0 <= first <= last and stride >= 1")
+        if listed and (last - first) // stride + 1 > MAX_LISTED_ENTRIES:
+            raise HttpError(400, f"a listing covers at most {MAX_LISTED_ENTRIES} entries")
+        try:
+            found = local_digest(self._bookie.storage, ledger_id, first, last, stride, listed)
+        except (BookieError, errors.BKException) as exc:
+            raise HttpError(503, str(exc)) from None
+        body: dict[str, object] = {
+            "ledgerId": ledger_id,
+            "first": first,
+            "last": last,
+            "stride": stride,
+            "entries": found.entries,
+            "bytes": found.bytes,
+            "unreadable": found.unreadable,
+            "digest": found.digest,
+        }
+        if found.listed is not None:
+            body["listed"] = [[e, d] for e, d in sorted(found.listed.items())]
+        return Response(200, body)
+
+    def cross_replica_check(self, request: Request) -> Response:
+        """pybkx's own endpoint. GET: the cross-replica checker's counts and last run. POST
+        with ``ledger_id``: check that closed ledger's replicas now (every fragment; repaired
+        unless ``repair=false``) and answer what was found. POST without: start a run over the
+        fragments this bookie heads in the background (409 while one runs)."""
+        require(request, "GET", "POST")
+        scrubber = self._bookie.scrubber
+        checker = None if scrubber is None else scrubber.replicas
+        if checker is None:
+            raise HttpError(404, "this bookie runs standalone or is not running: no replicas")
+        if request.method == "GET":
+            return Response(200, checker.status())
+        repair = request.param("repair") != "false"
+        ledger_id = request.int_param("ledger_id")
+        try:
+            if ledger_id is not None:
+                return Response(200, checker.check(ledger_id, repair=repair).as_json())
+            if checker.running:
+                return Response(409, "A cross-replica check is already running")
+            checker.run_in_background(repair=repair)
+        except errors.NoSuchLedgerExistsOnMetadataServerException:
+            raise HttpError(404, f"ledger {ledger_id} has no metadata") from None
+        except ValueError as exc:
+            raise HttpError(400, str(exc)) from None
+        except (BookieError, errors.BKException) as exc:
+            raise HttpError(503, str(exc)) from None
+        return Response(200, "Triggered a cross-replica check")
+
     def _read_only_or(self, default: bool) -> bool:
         try:
             return self._bookie.read_only
@@ -247,6 +312,13 @@ def _files(dirs: tuple[str, ...] | None, wanted: Callable[[str], bool]) -> str:
         except OSError:
             continue
     return "".join(f"{name}\t" for name in names)
+
+
+def _required_int(request: Request, name: str) -> int:
+    value = request.int_param(name)
+    if value is None:
+        raise HttpError(400, f"missing parameter {name}")
+    return value
 
 
 def _text(value: object) -> str:

@@ -27,6 +27,7 @@ from pybkx.bookie import Bookie, BookieError, BookieService
 from pybkx.config import ConfigError, ServerConfig
 from pybkx.config.keystores import read_password
 from pybkx.meta import Endpoint
+from pybkx.tools.bookies import admin_caller
 
 __all__ = ["AdminHttpService", "MetricsHttpService", "services_for"]
 
@@ -129,6 +130,16 @@ class AdminHttpService(_HttpService):
 
     def _address(self, config: ServerConfig) -> tuple[str, int]:
         return config.http_server_host, config.http_server_port
+
+    def start(self, bookie: Bookie) -> Endpoint | None:
+        """Start serving; then give the bookie's cross-replica checker the way to its peers'
+        admin endpoints (the one pybkx's tools use), which starts its cycle."""
+        endpoint = super().start(bookie)
+        scrubber = bookie.scrubber
+        store = bookie.metadata_store
+        if scrubber is not None and scrubber.replicas is not None and store is not None:
+            scrubber.replicas.use_peers(admin_caller(store))
+        return endpoint
 
     def _tls(self, config: ServerConfig) -> ssl.SSLContext | None:
         """``httpServerTlsEnable`` and its stores. Raises BookieError naming the key of an

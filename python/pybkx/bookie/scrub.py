@@ -23,6 +23,7 @@ from pybkx._core import (
     ScrubReport,
     master_key,
 )
+from pybkx.bookie.cross_replica import CrossReplicaChecker
 from pybkx.bookie.exceptions import BookieError
 from pybkx.bookie.serving import close_storage_after_failure
 from pybkx.config import ClientConfig, ServerConfig
@@ -85,6 +86,14 @@ class ScrubRepairer:
         self._lock = threading.Lock()
         self._run_thread: threading.Thread | None = None
         self.counts = RepairCounts()
+        self.replicas = (
+            None
+            if store is None
+            else CrossReplicaChecker(
+                storage, store, config, bookie_id, self._bookie_client, self._address_of
+            )
+        )
+        """The cross-replica check of the closed ledgers this bookie stores (with metadata)."""
 
     # --- life cycle
 
@@ -96,6 +105,8 @@ class ScrubRepairer:
     def stop(self, timeout_s: float) -> bool:
         """Stop taking findings; False if a repair was still running after ``timeout_s``."""
         self._stop.set()
+        if self.replicas is not None and not self.replicas.stop(timeout_s):
+            return False
         thread = self._thread
         if thread is not None:
             thread.join(timeout_s)
@@ -148,9 +159,10 @@ class ScrubRepairer:
         }
 
     def metrics(self) -> list[Metric]:
-        """The repairs as counters, beside the storage's ``pybkx_scrub_*``."""
+        """The repairs (and the cross-replica check's) as counters, beside the storage's
+        ``pybkx_scrub_*``."""
         counts = self.counts
-        return [
+        repairs = [
             Metric(name, "counter", "count", {}, value)
             for name, value in (
                 ("pybkx_scrub_repaired_entries", counts.repaired),
@@ -158,6 +170,7 @@ class ScrubRepairer:
                 ("pybkx_scrub_findings_of_deleted_ledgers", counts.deleted),
             )
         ]
+        return repairs + ([] if self.replicas is None else self.replicas.metrics())
 
     # --- repairs
 

@@ -22,6 +22,7 @@ from pybkx.cli.shell_ledgers import LEDGER_COMMANDS
 from pybkx.cli.shell_options import client_conf, cluster, confirmed, resolve_uri
 from pybkx.cli.shell_orphans import ORPHAN_COMMANDS
 from pybkx.cli.shell_recover import RECOVERY_COMMANDS
+from pybkx.cli.shell_replicas import REPLICA_COMMANDS
 from pybkx.cli.shell_scrub import SCRUB_COMMANDS
 
 
@@ -107,5 +108,6 @@ for _command in (
     *AUTORECOVERY_COMMANDS,
     *ORPHAN_COMMANDS,
     *SCRUB_COMMANDS,
+    *REPLICA_COMMANDS,
 ):
     shell.add_command(_command)

@@ -377,6 +377,11 @@ class ServerConfig(TlsKeys, ZkSecurityKeys, KeyedConfig):
     scrub_interval_s: int = setting("scrubIntervalSeconds", 3600, integer(0), storage=True)
     """pybkx's key: seconds between two background scrub runs, the first one interval after
     the start (0: no background scrubber)."""
+    cross_replica_check_enabled: bool = setting("crossReplicaCheckEnabled", True, boolean)
+    """pybkx's key: in each background scrub cycle (``scrubIntervalSeconds``, paced to
+    ``scrubRateBytesPerSecond``), compare the replicas of the closed ledgers whose fragments this
+    bookie heads and repair the odd one out (docs/integrity.md). Needs the admin HTTP server on
+    every bookie; off with the background scrubber."""
     local_consistency_check_on_startup: bool = setting(
         "localConsistencyCheckOnStartup", False, boolean
     )

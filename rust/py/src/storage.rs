@@ -463,6 +463,48 @@ impl PyLedgerStorage {
         Ok(())
     }
 
+    /// The cross-replica check's digest of what this storage holds of the ledger in entries
+    /// `first, first + stride, ...` up to `last`: (entries, bytes, unreadable entries, SHA-1
+    /// over (id, entry SHA-1), [(entry id, entry SHA-1)] when `list`). Hashed in Rust, the GIL
+    /// released; no payload crosses into Python.
+    #[pyo3(signature = (ledger_id, first_entry_id, last_entry_id, stride = 1, list = false))]
+    #[allow(clippy::type_complexity)]
+    fn replica_digest<'py>(
+        &self,
+        py: Python<'py>,
+        ledger_id: i64,
+        first_entry_id: i64,
+        last_entry_id: i64,
+        stride: i64,
+        list: bool,
+    ) -> BkResult<(
+        u64,
+        u64,
+        u64,
+        Bound<'py, PyBytes>,
+        Vec<(u64, Bound<'py, PyBytes>)>,
+    )> {
+        let ledger = non_negative("ledger_id", ledger_id)?;
+        let range = storage::DigestRange {
+            first: non_negative("first_entry_id", first_entry_id)?,
+            last: non_negative("last_entry_id", last_entry_id)?,
+            stride: non_negative("stride", stride)?,
+        };
+        let found = py.detach(|| self.inner.replica_digest(ledger, range, list))?;
+        let listed = found
+            .listed
+            .iter()
+            .map(|(entry, digest)| (*entry, PyBytes::new(py, digest)))
+            .collect();
+        Ok((
+            found.entries,
+            found.bytes,
+            found.unreadable,
+            PyBytes::new(py, &found.digest),
+            listed,
+        ))
+    }
+
     /// (the last finished run or None, bytes read by the current run, bytes it covers).
     fn scrub_status(&self) -> (Option<PyScrubReport>, u64, u64) {
         let (last, done, total) = self.inner.scrub_status();

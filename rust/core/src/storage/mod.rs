@@ -44,8 +44,8 @@ pub use dirs::{DirKind, DirUsage};
 use entrylog::LedgersMap;
 pub use ids::{IdHasher, IdMap, LAST_ENTRY};
 pub use lifecycle::{
-    CollectReport, Compaction, CompactionReport, DiskPressure, GcReport, MoveReport, ScrubCheck,
-    ScrubFinding, ScrubReport,
+    CollectReport, Compaction, CompactionReport, DigestRange, DiskPressure, GcReport, MoveReport,
+    ReplicaDigest, ScrubCheck, ScrubFinding, ScrubReport, REPLICA_DIGEST_LEN,
 };
 pub use read::RangeLimits;
 pub use stats::StorageStats;
@@ -257,6 +257,21 @@ impl LedgerStorage {
     pub fn read_range(&self, ledger: u64, first: u64, limits: RangeLimits) -> Result<Vec<Bytes>> {
         self.parts.check_open()?;
         self.parts.reader.read_range(ledger, first, limits)
+    }
+
+    /// The cross-replica check's digest of what this storage holds of `ledger` in `range`
+    /// (`lifecycle::replica_digest`): hashed as read, no payload handed out.
+    pub fn replica_digest(
+        &self,
+        ledger: u64,
+        range: DigestRange,
+        list: bool,
+    ) -> Result<ReplicaDigest> {
+        self.parts.check_open()?;
+        let reader = &self.parts.reader;
+        lifecycle::replica_digest(range, list, |first, limits| {
+            reader.read_range(ledger, first, limits)
+        })
     }
 
     /// Whether the entry is stored, answered from the caches and the index alone (no entry

@@ -6,13 +6,15 @@
 //! storage's API: the bookie's metadata GC, an operator's forced compaction, tools). The
 //! scrubber (`scrub`) reads the sealed logs back on a thread of its own (`pybkx-scrub`, every
 //! `scrubIntervalSeconds` at `scrubRateBytesPerSecond`: a paced run takes hours, and must not
-//! hold up collection), or at once when asked. It decides which logs are removed, rewritten or
+//! hold up collection), or at once when asked; `replica_digest` answers what a ledger's range
+//! holds for the cross-replica check. It decides which logs are removed, rewritten or
 //! moved; it never writes an entry a client sent (the write path does) and never decides which
 //! ledgers are gone (the bookie's metadata does).
 
 mod compaction;
 mod gc;
 mod reclaim;
+mod replica_digest;
 mod scheduler;
 mod scrub;
 #[cfg(test)]
@@ -27,6 +29,7 @@ use parking_lot::{Condvar, Mutex};
 
 pub use compaction::CompactionReport;
 pub use gc::GcReport;
+pub use replica_digest::{replica_digest, DigestRange, ReplicaDigest, REPLICA_DIGEST_LEN};
 pub use scheduler::DiskPressure;
 pub use scrub::{ScrubCheck, ScrubFinding, ScrubReport, ScrubState};
 pub use tiering::MoveReport;
