@@ -27,7 +27,7 @@ CARGO_TEST_ENV := LD_LIBRARY_PATH="$(PY_LIBDIR)$${LD_LIBRARY_PATH:+:$$LD_LIBRARY
 
 .PHONY: help venv deps build lint test demo bench bench-client bench-suite bench-compare bench-builds \
 	bench-metrics bench-striped bench-speculative bench-recovery bench-v3 bench-tls bench-spark bench-storage-scale \
-	bench-cold-read bench-cold-read-java bench-java-client s3-server bench-group-commit bench-gc bench-tiers bench-large-adds bench-sustained-adds bench-journal-reuse bench-noisy bench-scrub faults faults-deps fuzz clean distclean
+	bench-cold-read bench-cold-read-java bench-java-client bench-offload s3-server bench-group-commit bench-gc bench-tiers bench-large-adds bench-sustained-adds bench-journal-reuse bench-noisy bench-scrub faults faults-deps fuzz clean distclean
 
 help:
 	@echo "make demo   build everything, then run the cluster demo (pybkx demo)"
@@ -56,6 +56,7 @@ help:
 	@echo "make bench-sustained-adds  many runs of adds back to back on one bookie, each reported"
 	@echo "make bench-journal-reuse  sync adds on a cycled journal, files reused vs created"
 	@echo "make bench-spark    Spark reading ledgers vs the same rows in Parquet, one run"
+	@echo "make bench-offload  ledgers offloaded to S3 (S3Proxy) vs its PUT rate; scans vs GET"
 	@echo "make faults [LONG=1 DURATION=s]  the fault suite; LONG=1: an hour of nemesis schedules"
 	@echo "make fuzz   the long fuzzing run of the wire decoders and file readers (rust/core/src/fuzz.rs)"
 	@echo "make s3-server  install S3Proxy (the object-storage tests' S3 server) from Maven Central"
@@ -196,6 +197,10 @@ bench-speculative: venv deps build
 
 bench-spark: venv deps build
 	$(VPY) bench/spark_read.py $(BENCH_ARGS)
+
+# Offload of closed ledgers to S3Proxy beside its own PUT rate; scans of the objects beside GET.
+bench-offload: venv deps build s3-server
+	$(VPY) bench/offload.py $(BENCH_ARGS)
 
 bench-v3: venv deps build
 	$(VPY) -m bench.v3_wire $(BENCH_ARGS)

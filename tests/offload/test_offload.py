@@ -225,6 +225,18 @@ def test_a_live_claim_of_another_offloader_is_respected(
     assert offload_ledger(bk, store, ledger_id, b"pw", owner="busy-bookie").action == "written"
 
 
+def test_an_empty_ledger_offloads_to_an_empty_object(
+    s3_server: S3Server, cluster: tuple[Sandbox, BookKeeper]
+) -> None:
+    _, bk = cluster
+    store = ObjectStore(settings_for(s3_server, "empty"))
+    lh = bk.create_ledger(3, 2, 2, password=b"pw")
+    lh.close()
+    result = offload_ledger(bk, store, lh.ledger_id, b"pw")
+    assert (result.action, result.context.entries, result.context.row_groups) == ("written", 0, ())
+    assert object_rows(store, lh.ledger_id) == []
+
+
 def test_an_open_ledger_is_refused(
     s3_server: S3Server, cluster: tuple[Sandbox, BookKeeper]
 ) -> None:

@@ -108,7 +108,11 @@ def offload_ledger(
     action = "adopted"
     if found is None:
         store.delete(key)  # a partial, foreign or stale object (no-op when there is none)
-        batches = handle.arrow_batches(0, metadata.last_entry_id, READ_BATCH_ENTRIES)
+        batches = (
+            handle.arrow_batches(0, metadata.last_entry_id, READ_BATCH_ENTRIES)
+            if metadata.last_entry_id >= 0
+            else iter(())  # an empty ledger: a Parquet file of no row groups
+        )
         write_ledger(store, key, metadata, ledger_id, batches, store.settings.row_group_bytes)
         found = check_object(store, key, metadata, ledger_id)
         if found is None:
