@@ -30,6 +30,7 @@ from pybkx.offload import (
     ObjectStore,
     OffloadContext,
     context_of,
+    find_orphan_objects,
     object_key,
     offload_ledger,
     offloaded_ledgers,
@@ -397,3 +398,49 @@ def test_the_shell_offloads_and_lists(
     no_bucket.write_text(f"metadataServiceUri={sandbox.metadata_uri}\n")
     refused = shell("offload", "--conf", str(no_bucket), "-l", str(ledger_id))
     assert refused.returncode != 0 and "objectStorageBucket" in refused.stderr
+
+
+def test_objects_of_deleted_ledgers_are_found_and_removed(
+    s3_server: S3Server, cluster: tuple[Sandbox, BookKeeper], tmp_path: Path
+) -> None:
+    """A deleted ledger's object and manifest entry are orphans; a live ledger's objects and
+    keys that name no ledger are left alone. The shell removes them with --delete."""
+    sandbox, bk = cluster
+    settings = settings_for(s3_server, "orphans")
+    store = ObjectStore(settings)
+    deleted, kept = closed_ledger(bk, 30), closed_ledger(bk, 40)
+    for ledger_id in (deleted, kept):
+        offload_ledger(bk, store, ledger_id, b"pw")
+    foreign = settings.key("ledgers", "notes.txt")
+    store.put(foreign, b"not a ledger")
+    bk.delete_ledger(deleted)
+    orphans = find_orphan_objects(bk, store)
+    assert {(o.key, o.ledger_id) for o in orphans} == {
+        (object_key(settings, deleted), deleted),
+        (settings.key("manifest", f"{deleted:020d}.json"), deleted),
+        (foreign, None),
+    }
+    conf = tmp_path / "bookie.conf"
+    conf.write_text(
+        f"metadataServiceUri={sandbox.metadata_uri}\n"
+        f"objectStorageEndpoint={settings.endpoint}\n"
+        "objectStorageBucket=orphans\nobjectStoragePrefix=cold\n"
+        f"objectStorageAccessKey={s3_server.access_key}\n"
+        f"objectStorageSecretKey={s3_server.secret_key}\n"
+    )
+    argv = [sys.executable, "-m", "pybkx", "shell", "offloadorphans", "--conf", str(conf)]
+    listed = subprocess.run([*argv, "--json"], capture_output=True, text=True, timeout=120)
+    assert listed.returncode == 0, listed.stderr
+    assert not any(row["removed"] for row in json.loads(listed.stdout))
+    assert len(store.list(settings.key("ledgers"))) == 3  # listing removes nothing
+    done = subprocess.run(
+        [*argv, "--delete", "--json"], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    removed = {row["object"] for row in json.loads(done.stdout) if row["removed"]}
+    assert removed == {f"s3://orphans/{o.key}" for o in orphans if o.ledger_id is not None}
+    assert [key for key, _ in store.list(settings.key("ledgers"))] == sorted(
+        [object_key(settings, kept), foreign]
+    )
+    assert [e["ledger_id"] for e in table_entries(store)] == [kept]
+    assert find_orphan_objects(bk, store) == [o for o in orphans if o.ledger_id is None]

@@ -1,10 +1,12 @@
-"""``pybkx shell offload`` and ``pybkx shell listoffloaded``: a closed ledger offloaded to the
-object store a bookie's ``objectStorage*`` keys name, and the ledgers whose metadata records an
-offload. It parses and prints; ``pybkx.offload`` does the work."""
+"""``pybkx shell offload``, ``listoffloaded`` and ``offloadorphans``: a closed ledger offloaded
+to the object store a bookie's ``objectStorage*`` keys name, the ledgers whose metadata records
+an offload, and the objects of ledgers that no longer exist (removed with ``--delete``). It
+parses and prints; ``pybkx.offload`` does the work."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -12,12 +14,28 @@ from pybkx import errors
 from pybkx.cli.output import emit
 from pybkx.cli.shell_options import client_conf, failed, json_option, resolve_uri
 
+if TYPE_CHECKING:
+    from pybkx.config.objectstore import ObjectStorageSettings
+
 __all__ = ["OFFLOAD_COMMANDS"]
 
 
-@click.command()
-@click.option("--uri", help="metadataServiceUri (default: the one --conf names).")
-@click.option(
+def _object_storage(conf_path: Path) -> ObjectStorageSettings:
+    """The object storage ``conf_path``'s keys name. Raises ClickException."""
+    from pybkx.config import ConfigError, ServerConfig
+    from pybkx.config.values import InvalidValue
+
+    try:
+        settings = ServerConfig.from_file(conf_path, lenient=True).object_storage()
+    except (ConfigError, InvalidValue) as exc:
+        raise failed(exc) from None
+    if settings is None:
+        raise failed(f"{conf_path} sets no objectStorageBucket: there is no object storage")
+    return settings
+
+
+_URI = click.option("--uri", help="metadataServiceUri (default: the one --conf names).")
+_CONF = click.option(
     "--conf",
     "conf_path",
     required=True,
@@ -25,6 +43,11 @@ __all__ = ["OFFLOAD_COMMANDS"]
     help="A bookie's configuration file: its objectStorage* keys, metadataServiceUri and "
     "client settings.",
 )
+
+
+@click.command()
+@_URI
+@_CONF
 @click.option("-l", "--ledgerid", "ledger_id", required=True, type=click.IntRange(0))
 @click.option(
     "--owner", default=None, help="Who claims the offload (default: this host and process)."
@@ -35,17 +58,10 @@ def offload(
 ) -> None:
     """Offload a closed ledger to object storage as one Parquet object (the local copies
     stay); a ledger already offloaded is left as it is."""
-    from pybkx.config import ConfigError, ServerConfig
-    from pybkx.config.values import InvalidValue
     from pybkx.offload import ObjectStore, offload_ledger
     from pybkx.tools.shell import ShellError, open_client
 
-    try:
-        settings = ServerConfig.from_file(conf_path, lenient=True).object_storage()
-    except (ConfigError, InvalidValue) as exc:
-        raise failed(exc) from None
-    if settings is None:
-        raise failed(f"{conf_path} sets no objectStorageBucket: there is nowhere to offload to")
+    settings = _object_storage(conf_path)
     uri = resolve_uri(uri, conf_path)
     try:
         with open_client(uri, **client_conf(conf_path)) as bk:
@@ -54,7 +70,7 @@ def offload(
             except errors.NoSuchLedgerExistsOnMetadataServerException:
                 raise failed(f"ledger {ledger_id} does not exist") from None
             result = offload_ledger(bk, ObjectStore(settings), ledger_id, password, owner=owner)
-    except ShellError as exc:
+    except (ShellError, errors.ObjectStorageException) as exc:
         raise failed(exc) from None
     row = {
         "ledger": ledger_id,
@@ -101,4 +117,42 @@ def listoffloaded(uri: str | None, conf_path: Path | None, as_json: bool) -> Non
     )
 
 
-OFFLOAD_COMMANDS = (offload, listoffloaded)
+@click.command()
+@_URI
+@_CONF
+@click.option("--delete", is_flag=True, help="Remove the orphans that name a ledger.")
+@json_option
+def offloadorphans(uri: str | None, conf_path: Path, delete: bool, as_json: bool) -> None:
+    """List the objects of offloaded ledgers whose metadata is gone (deleted ledgers), and
+    with --delete remove them. Keys that name no ledger are listed, never removed."""
+    from pybkx.offload import ObjectStore, find_orphan_objects, remove_orphan_objects
+    from pybkx.tools.shell import ShellError, open_client
+
+    store = ObjectStore(_object_storage(conf_path))
+    uri = resolve_uri(uri, conf_path)
+    try:
+        with open_client(uri, **client_conf(conf_path)) as bk:
+            orphans = find_orphan_objects(bk, store)
+            removed = (
+                {o.key for o in remove_orphan_objects(bk, store, orphans)} if delete else set()
+            )
+    except (ShellError, errors.ObjectStorageException) as exc:
+        raise failed(exc) from None
+    rows = [
+        {
+            "object": f"s3://{store.settings.bucket}/{o.key}",
+            "ledger": o.ledger_id,
+            "bytes": o.size_bytes,
+            "removed": o.key in removed,
+        }
+        for o in orphans
+    ]
+    emit(
+        rows,
+        ["object", "ledger", "bytes", "removed"],
+        as_json=as_json,
+        title=f"{len(rows)} orphan objects, {len(removed)} removed",
+    )
+
+
+OFFLOAD_COMMANDS = (offload, listoffloaded, offloadorphans)
