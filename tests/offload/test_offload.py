@@ -24,7 +24,7 @@ from support.s3server import S3Server
 from support.wait import wait_until
 
 from pybkx import errors
-from pybkx.client import BookKeeper
+from pybkx.client import BookKeeper, ReadHandle
 from pybkx.offload import (
     OFFLOAD_CONTEXT_KEY,
     ObjectStore,
@@ -75,6 +75,20 @@ def expected_rows(ledger_id: int, entries: int) -> list[tuple[int, int, bytes]]:
     return [(ledger_id, e, payload(ledger_id, e)) for e in range(entries)]
 
 
+def reads_by_every_api(handle: ReadHandle) -> dict[str, list[bytes]]:
+    """The ledger's payloads as read, batch-read, iterated and read as Arrow."""
+    last = handle.last_add_confirmed
+    batched: list[bytes] = []
+    while len(batched) <= last:
+        batched += [bytes(e) for e in handle.batch_read(len(batched), 500, 1 << 20)]
+    return {
+        "read": [bytes(e) for e in handle.read(0, last)],
+        "batch_read": batched,
+        "iterate": [bytes(e) for e in handle],
+        "arrow": handle.read_arrow(0, last).column(2).to_pylist(),
+    }
+
+
 def ledger_objects(store: ObjectStore) -> list[str]:
     return [key for key, _ in store.list(store.settings.key("ledgers"))]
 
@@ -85,6 +99,8 @@ def test_offload_writes_every_entry_once_and_records_it(
     _, bk = cluster
     store = ObjectStore(settings_for(s3_server, "written"))
     ledger_id = closed_ledger(bk, 1200)
+    before = reads_by_every_api(bk.open_ledger(ledger_id, b"pw"))
+    assert before["read"] == [payload(ledger_id, e) for e in range(1200)]
     result = offload_ledger(bk, store, ledger_id, b"pw")
     assert result.action == "written"
     assert object_rows(store, ledger_id) == [
@@ -107,9 +123,9 @@ def test_offload_writes_every_entry_once_and_records_it(
     with store.open_input(recorded.object_key) as source:
         middle = pq.ParquetFile(source).read_row_group(len(groups) // 2)
     assert middle.column("entry_id")[0].as_py() == groups[len(groups) // 2].first_entry
-    # The local copies stay: reads through the bookies are unchanged.
-    entries = bk.open_ledger(ledger_id, b"pw").read(0, 1199)
-    assert [bytes(e) for e in entries] == [payload(ledger_id, e) for e in range(1200)]
+    # The local copies stay: reads by every API are what they were before the offload.
+    handle = bk.open_ledger(ledger_id, b"pw")
+    assert reads_by_every_api(handle) == before
 
 
 def test_a_second_offload_sees_the_record_and_writes_nothing(
@@ -444,3 +460,42 @@ def test_objects_of_deleted_ledgers_are_found_and_removed(
     )
     assert [e["ledger_id"] for e in table_entries(store)] == [kept]
     assert find_orphan_objects(bk, store) == [o for o in orphans if o.ledger_id is None]
+
+
+@pytest.mark.slow
+def test_offload_under_load_survives_a_bookie_killed_mid_offload(
+    s3_server: S3Server, cluster: tuple[Sandbox, BookKeeper]
+) -> None:
+    """Two ledgers offloaded at once while a bookie of their ensembles is killed (kill -9) once
+    the first offload has claimed its ledger: the reads go to the other replica (Qw=2), both
+    objects hold every entry, and the bookie comes back afterwards."""
+    sandbox, bk = cluster
+    store = ObjectStore(settings_for(s3_server, "bookiekill"))
+    big, other = closed_ledger(bk, 12_000), closed_ledger(bk, 3_000)
+    results: dict[int, str] = {}
+    failures: list[BaseException] = []
+
+    def offload(ledger_id: int) -> None:
+        try:
+            results[ledger_id] = offload_ledger(bk, store, ledger_id, b"pw").action
+        except BaseException as exc:  # reported by the test thread
+            failures.append(exc)
+
+    threads = [threading.Thread(target=offload, args=(lid,)) for lid in (big, other)]
+    for thread in threads:
+        thread.start()
+    try:
+        wait_until(
+            lambda: context_of(bk.open_ledger(big, b"pw", recovery=False).metadata) is not None,
+            "the offload claims the big ledger",
+            timeout_s=60,
+        )
+        sandbox.kill_bookie(0)
+        for thread in threads:
+            thread.join(timeout=300)
+    finally:
+        sandbox.restart_bookie(0)
+    assert not failures, failures
+    assert results == {big: "written", other: "written"}
+    assert object_rows(store, big) == expected_rows(big, 12_000)
+    assert object_rows(store, other) == expected_rows(other, 3_000)
