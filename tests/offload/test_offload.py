@@ -136,11 +136,12 @@ def test_a_second_offload_sees_the_record_and_writes_nothing(
     ledger_id = closed_ledger(bk, 300)
     first = offload_ledger(bk, store, ledger_id, b"pw", owner="bookie-a")
     object_path = Path(s3_server.directory, "again", first.context.object_key)
-    written_ns = object_path.stat().st_mtime_ns
+    manifest_path = Path(s3_server.directory, "again", "cold/manifest", f"{ledger_id:020d}.json")
+    written_ns = object_path.stat().st_mtime_ns, manifest_path.stat().st_mtime_ns
     second = offload_ledger(bk, store, ledger_id, b"pw", owner="bookie-b")
     assert (first.action, second.action) == ("written", "already")
     assert second.context == first.context
-    assert object_path.stat().st_mtime_ns == written_ns
+    assert (object_path.stat().st_mtime_ns, manifest_path.stat().st_mtime_ns) == written_ns
     assert ledger_objects(store) == [first.context.object_key]
 
 

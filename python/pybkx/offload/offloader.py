@@ -73,7 +73,7 @@ def offload_ledger(
         raise errors.IllegalOpException(f"ledger {ledger_id} is open: only closed ledgers offload")
     existing = context_of(metadata)
     if existing is not None and existing.complete:
-        write_manifest_entry(store, ledger_id, existing)
+        write_manifest_entry(store, ledger_id, existing, only_if_missing=True)
         return OffloadResult(ledger_id, "already", existing)
     key = object_key(store.settings, ledger_id)
     mine = OffloadContext(
@@ -101,7 +101,7 @@ def offload_ledger(
     try:
         handle.update_metadata(claim)
     except _AlreadyOffloaded as offloaded:
-        write_manifest_entry(store, ledger_id, offloaded.context)
+        write_manifest_entry(store, ledger_id, offloaded.context, only_if_missing=True)
         return OffloadResult(ledger_id, "already", offloaded.context)
     store.ensure_bucket()
     found = check_object(store, key, metadata, ledger_id)

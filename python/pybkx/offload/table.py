@@ -44,11 +44,16 @@ def _manifest_key(settings: ObjectStorageSettings, ledger_id: int) -> str:
     return settings.key(MANIFEST_DIR, f"{ledger_id:0{_ID_DIGITS}d}.json")
 
 
-def write_manifest_entry(store: ObjectStore, ledger_id: int, context: OffloadContext) -> None:
-    """Enter a complete offload in the manifest (again: the entry is rewritten whole). Raises
-    ObjectStorageException; IllegalOpException for an offload not complete."""
+def write_manifest_entry(
+    store: ObjectStore, ledger_id: int, context: OffloadContext, *, only_if_missing: bool = False
+) -> None:
+    """Enter a complete offload in the manifest (the entry is written whole; with
+    ``only_if_missing`` an existing entry is left as it is). Raises ObjectStorageException;
+    IllegalOpException for an offload not complete."""
     if not context.complete:
         raise errors.IllegalOpException(f"ledger {ledger_id}: offload not complete")
+    if only_if_missing and store.size(_manifest_key(store.settings, ledger_id)) is not None:
+        return
     entry = {
         "ledger_id": ledger_id,
         "object_key": context.object_key,
