@@ -143,6 +143,11 @@ def test_a_second_offload_sees_the_record_and_writes_nothing(
     assert second.context == first.context
     assert (object_path.stat().st_mtime_ns, manifest_path.stat().st_mtime_ns) == written_ns
     assert ledger_objects(store) == [first.context.object_key]
+    # A crash between the record and the manifest entry: the next call writes the entry only.
+    manifest_path.unlink()
+    assert offload_ledger(bk, store, ledger_id, b"pw").action == "already"
+    assert [e["ledger_id"] for e in table_entries(store)] == [ledger_id]
+    assert object_path.stat().st_mtime_ns == written_ns[0]
 
 
 def test_racing_offloaders_write_one_object(
