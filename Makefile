@@ -200,7 +200,7 @@ bench-spark: venv deps build
 
 # Offload of closed ledgers to S3Proxy beside its own PUT rate; scans of the objects beside GET.
 bench-offload: venv deps build s3-server
-	$(VPY) bench/offload.py $(BENCH_ARGS)
+	$(VPY) -m bench.offload $(BENCH_ARGS)
 
 bench-v3: venv deps build
 	$(VPY) -m bench.v3_wire $(BENCH_ARGS)

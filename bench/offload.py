@@ -1,16 +1,18 @@
-"""Offload to object storage beside the object server's own PUT and GET rates, in one run
-(``make bench-offload``; ``--ledger-mb``, ``--entry-size``, ``--rounds``).
+"""Offload to object storage beside the object server's own PUT and GET rates, and cold reads
+from the object beside cold reads through the bookies, in one run (``make bench-offload``, or
+``python -m bench.offload`` with ``--ledger-mb``, ``--entry-size``, ``--rounds``).
 
 Owns this measurement (never asserts on timings). A sandbox of 3 pybkx bookies on loopback and
 one S3Proxy (the tests' S3-compatible server, filesystem backend on the same disk) are started,
 and the server is warmed up with three PUTs and GETs of a ledger's size. Each round: a closed
 ledger of ``--ledger-mb`` MiB of random (incompressible) payloads is offloaded (read from the
 bookies, written as Parquet, checked back, recorded), then a blob of the same size as its object
-is PUT with the same S3 client. The object is then read whole by its row groups (ranged GETs)
-and the blob with one GET. The first row group read alone (its recorded byte range) gives the
-first-byte latency of a cold read from the object, and the whole table is read through
-``pyarrow.dataset``. The best round of each counts. The ratios are offload / PUT and scan / GET.
-Results go to bench/results/offload.json.
+is PUT with the same S3 client; the object is read whole by its row groups (ranged GETs) and
+the blob with one GET. Then the bookies are restarted and, before each cold read, their files
+and the server's are dropped from the page cache: the first entry read alone through the
+bookies beside the first row group read alone from the object (first-byte latency), and every
+entry by batched reads beside every row group. Ratios are taken within each round; the medians
+of the rounds are reported. Results go to bench/results/offload.json.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -27,9 +30,10 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
+from bench.machine import drop_cache
 from pybkx.client import BookKeeper
 from pybkx.config.objectstore import ObjectStorageSettings
-from pybkx.offload import ObjectStore, offload_ledger, table_dataset
+from pybkx.offload import ObjectStore, OffloadContext, offload_ledger
 from pybkx.tools.sandbox import Sandbox
 
 REPO = Path(__file__).resolve().parents[1]
@@ -54,7 +58,8 @@ def closed_ledger(bk: BookKeeper, total_bytes: int, entry_size: int) -> int:
 
 def one_round(
     bk: BookKeeper, store: ObjectStore, args: argparse.Namespace, n: int
-) -> dict[str, Any]:
+) -> tuple[int, OffloadContext, dict[str, Any]]:
+    """Offload beside PUT, the object scanned beside GET (both warm: just written)."""
     ledger_id = closed_ledger(bk, args.ledger_mb * MIB, args.entry_size)
     began = time.perf_counter()
     result = offload_ledger(bk, store, ledger_id, b"pw")
@@ -66,36 +71,64 @@ def one_round(
     store.put(blob_key, blob)
     put_s = time.perf_counter() - began
     began = time.perf_counter()
-    scanned = table_dataset(store).to_table(filter=None).num_rows
-    scan_all_s = time.perf_counter() - began
-    began = time.perf_counter()
-    with store.open_input(result.context.object_key) as source:
-        rows = (
-            pq.ParquetFile(source)
-            .read_row_groups(list(range(len(result.context.row_groups))))
-            .num_rows
-        )
+    rows = read_object(store, result.context).num_rows
     scan_s = time.perf_counter() - began
     began = time.perf_counter()
     assert len(store.get(blob_key)) == size
     get_s = time.perf_counter() - began
-    began = time.perf_counter()
-    with store.open_input(result.context.object_key) as source:
-        first = pq.ParquetFile(source).read_row_group(0)
-    first_group_s = time.perf_counter() - began
     store.delete(blob_key)
-    return {
+    figures = {
         "object_bytes": size,
         "payload_bytes": result.context.payload_bytes,
         "rows": rows,
-        "table_rows_so_far": scanned,
         "offload_mb_s": size / MIB / offload_s,
         "put_mb_s": size / MIB / put_s,
         "scan_mb_s": size / MIB / scan_s,
         "get_mb_s": size / MIB / get_s,
-        "table_scan_s": scan_all_s,
-        "first_row_group_ms": first_group_s * 1000,
-        "first_row_group_rows": first.num_rows,
+    }
+    return ledger_id, result.context, figures
+
+
+def read_object(store: ObjectStore, context: OffloadContext, groups: int | None = None) -> Any:
+    """The object's first ``groups`` row groups (all: None), by ranged GETs."""
+    count = len(context.row_groups) if groups is None else groups
+    with store.open_input(context.object_key) as source:
+        return pq.ParquetFile(source).read_row_groups(list(range(count)))
+
+
+def cold_reads(
+    sandbox: Sandbox,
+    server: S3Server,
+    bk: BookKeeper,
+    store: ObjectStore,
+    ledger_id: int,
+    context: OffloadContext,
+) -> dict[str, Any]:
+    """The same ledger read cold through the bookies (restarted, their files dropped from the
+    page cache) and from its object (the server's files dropped from the page cache): the
+    first entry alone, then every entry by batched reads or by row groups."""
+    for index in range(3):
+        sandbox.restart_bookie(index)
+    payload_mb = context.payload_bytes / MIB
+
+    def timed(work: Any) -> float:
+        drop_cache(sandbox.directory)
+        drop_cache(server.directory)
+        began = time.perf_counter()
+        work()
+        return time.perf_counter() - began
+
+    handle = bk.open_ledger(ledger_id, b"pw", recovery=False)
+    last = handle.last_add_confirmed
+    local_first_s = timed(lambda: handle.read_arrow(0, 0))
+    local_s = timed(lambda: sum(b.num_rows for b in handle.arrow_batches(0, last, 4096)))
+    object_first_s = timed(lambda: read_object(store, context, 1))
+    object_s = timed(lambda: read_object(store, context))
+    return {
+        "local_cold_first_entry_ms": local_first_s * 1000,
+        "object_cold_first_row_group_ms": object_first_s * 1000,
+        "local_cold_batch_read_mb_s": payload_mb / local_s,
+        "object_cold_scan_mb_s": payload_mb / object_s,
     }
 
 
@@ -131,23 +164,31 @@ def main() -> None:
                 Sandbox(3, directory=Path(tmp) / "sandbox") as sandbox,
                 BookKeeper(sandbox.metadata_uri) as bk,
             ):
-                rounds = [one_round(bk, store, args, n) for n in range(args.rounds)]
+                rounds = []
+                for n in range(args.rounds):
+                    ledger_id, context, figures = one_round(bk, store, args, n)
+                    figures |= cold_reads(sandbox, server, bk, store, ledger_id, context)
+                    rounds.append(figures)
+                    print(json.dumps(figures), flush=True)
         finally:
             server.stop()
-    best = {key: max(r[key] for r in rounds) for key in rounds[0] if key.endswith("_mb_s")}
-    best["first_row_group_ms"] = min(r["first_row_group_ms"] for r in rounds)
+    ratios = {
+        "offload_vs_put": ("offload_mb_s", "put_mb_s"),
+        "scan_vs_get": ("scan_mb_s", "get_mb_s"),
+        "object_vs_local_cold_scan": ("object_cold_scan_mb_s", "local_cold_batch_read_mb_s"),
+    }
+    for figures in rounds:
+        figures |= {name: figures[a] / figures[b] for name, (a, b) in ratios.items()}
     report = {
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
         "ledger_mb": args.ledger_mb,
         "entry_size": args.entry_size,
         "rounds": rounds,
-        "best": best,
-        "offload_vs_put": best["offload_mb_s"] / best["put_mb_s"],
-        "scan_vs_get": best["scan_mb_s"] / best["get_mb_s"],
+        "median": {key: statistics.median(r[key] for r in rounds) for key in rounds[0]},
     }
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "offload.json").write_text(json.dumps(report, indent=2) + "\n")
-    print(json.dumps({k: v for k, v in report.items() if k != "rounds"}, indent=2))
+    print(json.dumps(report["median"], indent=2))
 
 
 if __name__ == "__main__":
