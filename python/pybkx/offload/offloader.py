@@ -120,7 +120,7 @@ def offload_ledger(
                 f"ledger {ledger_id}: object {key} does not check back against the ledger"
             )
         action = "written"
-    done = _record_complete(handle.update_metadata, ledger_id, metadata, mine, found)
+    done = _record_complete(handle.update_metadata, ledger_id, mine, found)
     write_manifest_entry(store, ledger_id, done)
     return OffloadResult(ledger_id, action, done)
 
@@ -142,19 +142,13 @@ def _with_context(md: LedgerMetadata, context: OffloadContext) -> LedgerMetadata
 def _record_complete(
     update: Callable[[Callable[[LedgerMetadata], LedgerMetadata | None]], LedgerMetadata],
     ledger_id: int,
-    metadata: LedgerMetadata,
     mine: OffloadContext,
     found: ObjectCheck,
 ) -> OffloadContext:
-    """Compare-and-set our claim to complete. Raises OffloadInProgressException when another
-    offloader took the claim over meanwhile (ours had timed out): it records the same object."""
-    done = mine.completed(
-        metadata,
-        at_ms=_now_ms(),
-        size_bytes=found.size_bytes,
-        payload_bytes=found.payload_bytes,
-        row_groups=found.row_groups,
-    )
+    """Compare-and-set our claim to complete, the ensembles and digest type taken from the
+    metadata as it is then (AutoRecovery may have replaced bookies during the upload); the
+    record as stored. Raises OffloadInProgressException when another offloader took the claim
+    over meanwhile (ours had timed out): it records the same object."""
 
     def complete(md: LedgerMetadata) -> LedgerMetadata | None:
         current = context_of(md)
@@ -163,10 +157,21 @@ def _record_complete(
             raise errors.OffloadInProgressException(
                 f"ledger {ledger_id}: the offload claim passed to {owner} during the upload"
             )
-        return None if current.complete else _with_context(md, done)
+        if current.complete:
+            return None  # recorded already (a retried write whose answer was lost)
+        done = mine.completed(
+            md,
+            at_ms=_now_ms(),
+            size_bytes=found.size_bytes,
+            payload_bytes=found.payload_bytes,
+            row_groups=found.row_groups,
+        )
+        return _with_context(md, done)
 
-    update(complete)
-    return done
+    recorded = context_of(update(complete))
+    if recorded is None or not recorded.complete:
+        raise errors.UnexpectedConditionException(f"ledger {ledger_id}: offload not recorded")
+    return recorded
 
 
 def offloaded_ledgers(bk: BookKeeper) -> list[tuple[int, OffloadContext]]:
