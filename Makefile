@@ -27,7 +27,7 @@ CARGO_TEST_ENV := LD_LIBRARY_PATH="$(PY_LIBDIR)$${LD_LIBRARY_PATH:+:$$LD_LIBRARY
 
 .PHONY: help venv deps build lint test demo bench bench-client bench-suite bench-compare bench-builds \
 	bench-metrics bench-striped bench-speculative bench-recovery bench-v3 bench-tls bench-spark bench-storage-scale \
-	bench-cold-read bench-cold-read-java bench-java-client bench-group-commit bench-gc bench-tiers bench-large-adds bench-sustained-adds bench-journal-reuse bench-noisy bench-scrub bench-replica-digest faults faults-deps fuzz clean distclean
+	bench-cold-read bench-cold-read-java bench-java-client bench-group-commit bench-gc bench-tiers bench-large-adds bench-sustained-adds bench-journal-reuse bench-noisy bench-scrub bench-replica-digest bench-offload s3-server faults faults-deps fuzz clean distclean
 
 help:
 	@echo "make demo   build everything, then run the cluster demo (pybkx demo)"
@@ -56,8 +56,10 @@ help:
 	@echo "make bench-sustained-adds  many runs of adds back to back on one bookie, each reported"
 	@echo "make bench-journal-reuse  sync adds on a cycled journal, files reused vs created"
 	@echo "make bench-spark    Spark reading ledgers vs the same rows in Parquet, one run"
+	@echo "make bench-offload  ledgers offloaded to S3 (S3Proxy) vs its PUT rate; scans vs GET"
 	@echo "make faults [LONG=1 DURATION=s]  the fault suite; LONG=1: an hour of nemesis schedules"
 	@echo "make fuzz   the long fuzzing run of the wire decoders and file readers (rust/core/src/fuzz.rs)"
+	@echo "make s3-server  install S3Proxy (the object-storage tests' S3 server) from Maven Central"
 	@echo "make venv | deps | build | lint | clean | distclean"
 
 venv: $(DEPS_STAMP)
@@ -108,6 +110,12 @@ build: venv
 	VIRTUAL_ENV=$(VENV_ABS) PATH="$(VENV_ABS)/bin:$$PATH" \
 	    CARGO_TARGET_DIR=$(MATURIN_TARGET_DIR) $(VENV)/bin/maturin develop --release --features bench
 
+# S3Proxy, the S3-compatible server the object-storage tests start (tests/support/s3server.py):
+# its jars come from Maven Central into the Maven cache, its classpath is kept in target/s3proxy/
+# (resolved again only when tests/support/s3proxy/pom.xml changes).
+s3-server: venv
+	cd tests && ../$(VPY) -m support.s3server install
+
 lint: venv
 	cargo fmt --all --check
 	cargo clippy --workspace --all-targets --all-features -- -D warnings
@@ -115,7 +123,7 @@ lint: venv
 	$(VENV)/bin/ruff format --check $(PY_SOURCES)
 	$(VENV)/bin/mypy python/pybkx
 
-test: venv deps build lint
+test: venv deps build lint s3-server
 	$(CARGO_TEST_ENV) cargo test --release --workspace --all-features
 	@rc=0; $(VENV)/bin/pytest || rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest: no Python tests collected (exit 5), treated as success"; \
@@ -193,6 +201,10 @@ bench-speculative: venv deps build
 
 bench-spark: venv deps build
 	$(VPY) bench/spark_read.py $(BENCH_ARGS)
+
+# Offload of closed ledgers to S3Proxy beside its own PUT rate; scans of the objects beside GET.
+bench-offload: venv deps build s3-server
+	$(VPY) -m bench.offload $(BENCH_ARGS)
 
 bench-v3: venv deps build
 	$(VPY) -m bench.v3_wire $(BENCH_ARGS)

@@ -45,6 +45,8 @@ __all__ = [
     "NoSuchLedgerExistsException",
     "NoSuchLedgerExistsOnMetadataServerException",
     "NotEnoughBookiesException",
+    "ObjectStorageException",
+    "OffloadInProgressException",
     "ProtocolVersionException",
     "QuorumException",
     "ReadException",
@@ -370,6 +372,19 @@ class CookieNotFoundException(BookieException):
 class InvalidCookieException(BookieException):
     """A bookie's cookie does not match its configuration or the cluster (other directories,
     another instance id): starting would risk serving the wrong data."""
+
+
+# --- the object-storage cold tier (pybkx's own; no BookKeeper result code) --------------------
+
+
+class ObjectStorageException(BKException):
+    """The object store refused a request or did not answer in time (the endpoint, bucket or
+    credentials are wrong, or the server is down); nothing was recorded in the metadata."""
+
+
+class OffloadInProgressException(BKException):
+    """Another offloader holds the ledger's offload claim (recorded in its metadata) and its
+    claim has not timed out: it alone writes the ledger's object."""
 
 
 # --- lookups --------------------------------------------------------------------------------

@@ -2,9 +2,10 @@
 cluster (initnewcluster, metaformat, cookie, updateledgers), bookies (listbookies, bookieinfo,
 bookiesanity, lastmark), ledgers (listledgers, ledgermetadata, readledger, deleteledger,
 simpletest), files (readjournal), the local consistency check (``shell_scrub``), manual
-recovery (``shell_recover``), AutoRecovery (``shell_autorecovery``) and orphans
-(``shell_orphans``). It parses and prints (tables, or JSON with ``--json``); it never does the
-work itself (``pybkx.tools``, ``pybkx.recovery`` do)."""
+recovery (``shell_recover``), AutoRecovery (``shell_autorecovery``), orphans
+(``shell_orphans``) and offload to object storage (``shell_offload``). It parses and prints
+(tables, or JSON with ``--json``); it never does the work itself (``pybkx.tools``,
+``pybkx.recovery``, ``pybkx.offload`` do)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from pybkx._core import scan_journal
 from pybkx.cli.shell_autorecovery import AUTORECOVERY_COMMANDS
 from pybkx.cli.shell_bookies import BOOKIE_COMMANDS
 from pybkx.cli.shell_ledgers import LEDGER_COMMANDS
+from pybkx.cli.shell_offload import OFFLOAD_COMMANDS
 from pybkx.cli.shell_options import client_conf, cluster, confirmed, resolve_uri
 from pybkx.cli.shell_orphans import ORPHAN_COMMANDS
 from pybkx.cli.shell_recover import RECOVERY_COMMANDS
@@ -109,5 +111,6 @@ for _command in (
     *ORPHAN_COMMANDS,
     *SCRUB_COMMANDS,
     *REPLICA_COMMANDS,
+    *OFFLOAD_COMMANDS,
 ):
     shell.add_command(_command)

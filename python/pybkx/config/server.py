@@ -24,6 +24,7 @@ from typing import ClassVar, Final
 from pybkx.config.bookkeeper_keys import NOT_IMPLEMENTED
 from pybkx.config.jaas import JAAS_FILE_KEY, JAVA_PROPERTY, allowed_ids_pattern
 from pybkx.config.network import interface_ipv4, interface_names, is_ip
+from pybkx.config.objectstore import ObjectStorageKeys
 from pybkx.config.properties import read_file
 from pybkx.config.security import bookie_auth_provider, client_auth_provider
 from pybkx.config.tiers import (
@@ -86,7 +87,7 @@ def _root_path(value: object) -> str:
 
 
 @dataclass(frozen=True)
-class ServerConfig(TlsKeys, ZkSecurityKeys, KeyedConfig):
+class ServerConfig(TlsKeys, ZkSecurityKeys, ObjectStorageKeys, KeyedConfig):
     """A bookie's configuration; construct it with ``from_file``/``load`` or keyword arguments.
 
     Every value is checked on construction (``ConfigError``). Directory lists are tuples.
