@@ -12,6 +12,7 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Collection, Sequence
@@ -38,6 +39,9 @@ logger = logging.getLogger(__name__)
 #: Tries per ledger when a copy fails for a reason other than lost data (a target bookie
 #: failing, a metadata race); each try chooses the replacements again.
 ATTEMPTS = 3
+LOCK_WAIT_S = 60.0
+"""How long recovery waits for a ledger's replication lock (a bookie's garbage collector holds
+it for a moment; a replication worker for as long as its copy takes)."""
 
 
 @dataclass(frozen=True)
@@ -239,6 +243,43 @@ def _recover_ledger(
             return
     # Opening with recovery fences and closes an OPEN ledger: its writer can add no more.
     handle = bk.open_ledger(ledger_id, md.password, recovery=not md.is_closed)
+    holder = f"recover-{os.getpid()}-{threading.get_ident()}"
+    locked = options.dry_run or _lock_against_gc(bk.store, ledger_id, holder)
+    try:
+        _heal_with_retries(bk, handle, lost, options, report, copied, rate)
+    finally:
+        if locked and not options.dry_run:
+            bk.store.release_underreplicated_ledger(ledger_id)
+
+
+def _lock_against_gc(store: MetadataStore, ledger_id: int, holder: str) -> bool:
+    """Take the ledger's replication lock, waiting up to ``LOCK_WAIT_S``: while recovery holds
+    it, the target bookie's garbage collector does not take the entries just copied onto it
+    for over-replicated ones (the metadata names the target only once the copy is done).
+    False, with a warning, if it stays held: recovery goes on without it."""
+    deadline = time.monotonic() + LOCK_WAIT_S
+    while not store.lock_ledger_against_replication(ledger_id, holder):
+        if time.monotonic() >= deadline:
+            logger.warning(
+                "ledger %d: its replication lock stayed held for %.0f s; copying without it",
+                ledger_id,
+                LOCK_WAIT_S,
+            )
+            return False
+        time.sleep(0.2)  # a bounded poll: the lock has no wake-up
+    return True
+
+
+def _heal_with_retries(
+    bk: BookKeeper,
+    handle: ReadHandle,
+    lost: frozenset[str],
+    options: RecoveryOptions,
+    report: RecoveryReport,
+    copied: Callable[[int], None],
+    rate: ByteRate,
+) -> None:
+    ledger_id = handle.ledger_id
     for attempt in range(1, ATTEMPTS + 1):
         try:
             heal_ledger(bk, handle, lost, options, report, copied, rate)
