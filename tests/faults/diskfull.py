@@ -61,12 +61,16 @@ OLDER_DELETES = 10
 @dataclass
 class DiskFullRound:
     """One ``disk_full`` fault: seconds to read-only after the fill and to writable after the
-    deletes, per bookie index; ledgers deleted; what went wrong."""
+    deletes, per bookie index; ledgers deleted; the outcomes of the writers' appends sent
+    between the fill and the deletes; what went wrong."""
 
     read_only_s: dict[int, float] = field(default_factory=dict)
     writable_again_s: dict[int, float] = field(default_factory=dict)
     deleted: int = 0
+    appends_while_full: dict[str, int] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
+    filled_at: float = 0.0
+    """History time (``Recorder.now``) when the fill began."""
 
 
 class DiskFull:
@@ -102,9 +106,9 @@ class DiskFull:
             timeout_s=CHECKPOINTED_S,
             interval_s=0.1,
         )
+        self._round = DiskFullRound(filled_at=self.rec.now())
         for disk in disks:
             fill_up(disk)
-        self._round = DiskFullRound()
         self.rounds.append(self._round)
         late = self._wait_each(
             lambda store: store.readonly_bookies(), READ_ONLY_S, self._round.read_only_s
@@ -130,6 +134,7 @@ class DiskFull:
                 b.unfill()
 
     def _free(self, round_: DiskFullRound) -> None:
+        round_.appends_while_full = self._appends_between(round_.filled_at, self.rec.now())
         try:
             deleted = self.workload.delete_for_space(self._ballast, OLDER_DELETES, "disk_full")
         except errors.BKException as exc:
@@ -160,6 +165,17 @@ class DiskFull:
                 round_.problems.append(
                     f"bookie{b.index} exited or was restarted during disk_full (see its bookie.log)"
                 )
+
+    def _appends_between(self, since: float, until: float) -> dict[str, int]:
+        """Outcomes (ok, fail, unknown) of the appends sent from ``since`` to ``until`` and
+        known by now (the writers': the ballast is written before)."""
+        with self.rec.lock:
+            events = list(self.rec.events)
+        outcomes: dict[str, int] = {}
+        for e in events:
+            if e["type"] == "append" and since <= float(e.get("sent", e["t"])) < until:
+                outcomes[str(e["status"])] = outcomes.get(str(e["status"]), 0) + 1
+        return outcomes
 
     def _wait_each(
         self,
@@ -209,5 +225,7 @@ def summary(rounds: list[DiskFullRound], bound_s: float) -> str:
         f"disk_full rounds {len(rounds)}: the slowest bookie read-only {max(read_only):.1f} s "
         f"after the fill, writable again by itself {max(writable):.1f} s after the deletes "
         f"(bound {bound_s:.0f} s; slowest per round {writable}); ledgers deleted "
-        f"{sum(r.deleted for r in rounds)}; problems {sum(len(r.problems) for r in rounds)}"
+        f"{sum(r.deleted for r in rounds)}; writers' appends sent between fill and deletes "
+        f"{[r.appends_while_full for r in rounds]}; problems "
+        f"{sum(len(r.problems) for r in rounds)}"
     )

@@ -48,7 +48,8 @@ class Recorder:
     def __init__(self, path: Path) -> None:
         self.t0 = time.monotonic()
         self.events: list[dict[str, Any]] = []
-        self._lock = threading.Lock()
+        self.lock = threading.Lock()
+        """Held while an event is appended: take it to read ``events`` from another thread."""
         self._file = path.open("w")
 
     def now(self) -> float:
@@ -56,12 +57,12 @@ class Recorder:
 
     def record(self, **event: Any) -> None:
         event.setdefault("t", self.now())
-        with self._lock:
+        with self.lock:
             self.events.append(event)
             self._file.write(json.dumps(event) + "\n")
 
     def close(self) -> None:
-        with self._lock:
+        with self.lock:
             self._file.close()
 
 
