@@ -30,6 +30,7 @@ are ``cluster.py``'s, the ledgers ``workload.py``'s.
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -43,6 +44,8 @@ from workload import Recorder, Workload
 
 from pybkx import errors
 from pybkx.meta import MetadataStore, open_metadata_store
+
+logger = logging.getLogger("nemesis")
 
 REGISTERED_S = 30.0
 """Bound on every bookie registering writable before a round (one just restarted after a
@@ -129,7 +132,12 @@ class DiskFull:
         try:
             if round_ is not None:
                 self._free(round_)
+            elif self._ballast:  # the fill failed after the ballast: no disk left holding it
+                self.workload.delete_for_space(self._ballast, 0, "disk_full")
+        except errors.BKException as exc:
+            logger.warning("deleting the ballast %s failed: %s", self._ballast, exc)
         finally:
+            self._ballast = []
             for b in self.cluster.bookies:
                 b.unfill()
 

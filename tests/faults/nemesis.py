@@ -102,12 +102,16 @@ class Nemesis:
         self.faulty: set[int] = set()
         self.zk_faulty = False
         self.restarts = 0
+        self.skipped: list[str] = []
+        """Why each ``disk_full`` round that could not start within a period was skipped."""
+        self.last_failure = ""
         self.stop = threading.Event()
 
     def run(self) -> None:
         next_fault = time.monotonic() + self.rng.uniform(*self.config.gap_s)
         every = self.config.disk_full_every_s
-        next_disk_full = time.monotonic() + every / 2 if self.disk_full else float("inf")
+        due = time.monotonic() + every / 2 if self.disk_full else float("inf")
+        next_disk_full = due
         while not self.stop.is_set():
             now = time.monotonic()
             for item in [h for h in self.heals if h[0] <= now]:
@@ -117,8 +121,17 @@ class Nemesis:
             if now >= next_disk_full:
                 # Due: no new fault starts until those holding a bookie or ZooKeeper heal.
                 if not self.faulty and not self.zk_faulty:
-                    started = self._start("disk_full")
-                    next_disk_full = time.monotonic() + (every if started else 1.0)
+                    if self._start("disk_full"):
+                        due = next_disk_full = time.monotonic() + every
+                    elif time.monotonic() - due > every:
+                        # Tried for a whole period: the other faults get their turn again.
+                        self.skipped.append(self.last_failure)
+                        self.rec.record(
+                            type="nemesis", ledger=-1, op="skip", what=self.last_failure
+                        )
+                        due = next_disk_full = time.monotonic() + every
+                    else:
+                        next_disk_full = time.monotonic() + 1.0
             elif now >= next_fault:
                 self._inject()
                 next_fault = now + self.rng.uniform(*self.config.gap_s)
@@ -166,6 +179,7 @@ class Nemesis:
             do()
         except Exception as exc:
             logger.warning("fault %s failed: %s", what, exc)
+            self.last_failure = f"{what}: {type(exc).__name__}: {exc}"
             with contextlib.suppress(Exception):
                 heal()  # undoes what was done and frees the bookie's slot
             return False
@@ -375,6 +389,11 @@ def _what_happened(
         rounds = nemesis.disk_full.rounds
         notes.append(summary(rounds, config.writable_again_s))
         notes += [f"disk_full: {problem}" for r in rounds for problem in r.problems]
+    if nemesis.skipped:
+        notes.append(
+            f"disk_full rounds that could not start for a whole period: {len(nemesis.skipped)} "
+            f"(the last: {nemesis.skipped[-1]})"
+        )
     return notes
 
 
@@ -396,6 +415,9 @@ def main() -> int:
         help="every bookie on a small tmpfs of its own, filled to 100%% now and then (root)",
     )
     parser.add_argument("--disk-mib", type=int, default=48, help="each bookie's tmpfs, MiB")
+    parser.add_argument(
+        "--disk-full-every", type=float, default=20.0, help="seconds between disk_full rounds"
+    )
     parser.add_argument("--workdir", type=Path, default=None)
     args = parser.parse_args()
     if args.net and (reason := Network.unavailable()) is not None:
@@ -414,6 +436,7 @@ def main() -> int:
         kinds=kinds,
         net=args.net,
         disk_mib=args.disk_mib,
+        disk_full_every_s=args.disk_full_every,
     )
     with _quiet():
         result = run(config, workdir)
