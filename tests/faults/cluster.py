@@ -30,6 +30,8 @@ from pybkx import errors
 from pybkx.meta import open_metadata_store
 
 PYBKX = Path(sys.executable).with_name("pybkx")
+SERVING = b"pybkx.bookie.process: bookie serving "
+"""What a bookie logs once it serves and is registered."""
 
 DISK_FULL_KEYS = {
     # The disk checker looks twice a second (BookKeeper's default is 10 s), and deleted
@@ -142,6 +144,7 @@ class BookieNode:
         )
         self.proc: subprocess.Popen[bytes] | None = None
         self.paused = False
+        self._log_from = 0
 
     @property
     def address(self) -> str:
@@ -153,8 +156,19 @@ class BookieNode:
             argv = self.net.exec_argv(self.index, argv)
         env = dict(os.environ, PYBKX_TEST_DISK_FAULTS=str(self.control))
         with (self.root / "bookie.log").open("ab") as out:
+            self._log_from = out.tell()
             self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
         self.paused = False
+
+    def serving(self) -> bool:
+        """Whether the process started last is alive and has logged that it serves (it
+        registered: a start refused while its previous session's registration lives exits
+        instead)."""
+        if not self.alive():
+            return False
+        with (self.root / "bookie.log").open("rb") as log:
+            log.seek(self._log_from)
+            return SERVING in log.read()
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -267,14 +281,21 @@ class Cluster:
         )
 
     def heal_everything(self) -> None:
-        """Every bookie without disk faults or a foreign file on its disk, running and
-        resumed, and registered again."""
+        """Every bookie without disk faults or a foreign file on its disk, resumed, serving
+        (started again while it exits: a start is refused while the registration of the
+        process killed before it lives) and registered again."""
         for b in self.bookies:
             b.disk_faults([])
             b.unfill()
-            if not b.alive():
-                b.start()
             b.send(signal.SIGCONT)
+
+        def every_bookie_serving() -> bool:
+            for b in self.bookies:
+                if not b.alive():
+                    b.start()
+            return all(b.serving() for b in self.bookies)
+
+        wait_until(every_bookie_serving, "every bookie serving", timeout_s=120, interval_s=0.5)
         self.wait_registered(len(self.bookies), 120)
 
     def close(self) -> None:

@@ -71,6 +71,9 @@ class DiskFullRound:
     writable_again_s: dict[int, float] = field(default_factory=dict)
     deleted: int = 0
     appends_while_full: dict[str, int] = field(default_factory=dict)
+    writable_before_deletes: list[int] = field(default_factory=list)
+    """Bookies registered writable again before the round's deletes (the workload's deleter
+    deletes meanwhile too): for them the round shows less than it claims."""
     problems: list[str] = field(default_factory=list)
     filled_at: float = 0.0
     """History time (``Recorder.now``) when the fill began."""
@@ -109,19 +112,20 @@ class DiskFull:
             timeout_s=CHECKPOINTED_S,
             interval_s=0.1,
         )
-        self._round = DiskFullRound(filled_at=self.rec.now())
+        round_ = DiskFullRound(filled_at=self.rec.now())
         for disk in disks:
             fill_up(disk)
-        self.rounds.append(self._round)
+        self._round = round_  # a round from here on: ``free`` deletes and waits
+        self.rounds.append(round_)
         late = self._wait_each(
-            lambda store: store.readonly_bookies(), READ_ONLY_S, self._round.read_only_s
+            lambda store: store.readonly_bookies(), READ_ONLY_S, round_.read_only_s
         )
-        self._round.problems += [
+        round_.problems += [
             f"bookie{i} not read-only within {READ_ONLY_S:.0f} s of its disk filled to 100%"
             for i in late
         ]
         self.rec.record(
-            type="nemesis", ledger=-1, op="read_only", what=self._round.read_only_s, late=late
+            type="nemesis", ledger=-1, op="read_only", what=round_.read_only_s, late=late
         )
 
     def free(self) -> None:
@@ -143,6 +147,7 @@ class DiskFull:
 
     def _free(self, round_: DiskFullRound) -> None:
         round_.appends_while_full = self._appends_between(round_.filled_at, self.rec.now())
+        round_.writable_before_deletes = self._writable_now()
         try:
             deleted = self.workload.delete_for_space(self._ballast, OLDER_DELETES, "disk_full")
         except errors.BKException as exc:
@@ -173,6 +178,16 @@ class DiskFull:
                 round_.problems.append(
                     f"bookie{b.index} exited or was restarted during disk_full (see its bookie.log)"
                 )
+
+    def _writable_now(self) -> list[int]:
+        """The indexes of the bookies registered writable now (none known: an empty list)."""
+        try:
+            with open_metadata_store(self.cluster.uri, zkTimeout=4000) as store:
+                writable = store.writable_bookies()
+        except errors.BKException as exc:
+            logger.warning("listing the writable bookies failed: %s", exc)
+            return []
+        return [b.index for b in self.cluster.bookies if b.address in writable]
 
     def _appends_between(self, since: float, until: float) -> dict[str, int]:
         """Outcomes (ok, fail, unknown) of the appends sent from ``since`` to ``until`` and
@@ -234,6 +249,7 @@ def summary(rounds: list[DiskFullRound], bound_s: float) -> str:
         f"after the fill, writable again by itself {max(writable):.1f} s after the deletes "
         f"(bound {bound_s:.0f} s; slowest per round {writable}); ledgers deleted "
         f"{sum(r.deleted for r in rounds)}; writers' appends sent between fill and deletes "
-        f"{[r.appends_while_full for r in rounds]}; problems "
+        f"{[r.appends_while_full for r in rounds]}; bookies writable again before the round's "
+        f"deletes {[r.writable_before_deletes for r in rounds]}; problems "
         f"{sum(len(r.problems) for r in rounds)}"
     )

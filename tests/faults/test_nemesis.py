@@ -79,3 +79,5 @@ def test_every_disk_filled_to_100_percent_then_deletes_each_bookie_writable_agai
         assert set(round_.read_only_s) == set(range(4)), round_
         assert set(round_.writable_again_s) == set(range(4)), round_
         assert round_.deleted >= 1, round_  # the ballast at least
+        # The bookies came back because of the deletes: none was writable before them.
+        assert not round_.writable_before_deletes, round_
