@@ -316,7 +316,8 @@ class Workload:
             count = max(1, size // BALLAST_ENTRY)
             for i in range(count):
                 data = os.urandom(BALLAST_ENTRY)
-                window.append((lh.append_async(data), self.rec.now(), data))
+                sent = self.rec.now()  # before the send: the fence rule compares it
+                window.append((lh.append_async(data), sent, data))
                 if len(window) >= 16 or i == count - 1:
                     self._settle_ballast(lid, window)
                     window.clear()
