@@ -9,9 +9,10 @@ The fault is two halves, which the nemesis runs as its start and, after its hold
   (the workload's client, recorded in the history); once every bookie's checkpoint has let
   its journal files go (else the fill is undone at once by the next checkpoint removing them,
   and no delete is needed), each disk is filled to 100% by a foreign file. Every bookie must
-  register read-only within ``READ_ONLY_S``. Meanwhile the writers' appends are refused
-  (recorded as failed, never acknowledged) or go unanswered for at most the workload's
-  bounded wait.
+  register read-only within ``READ_ONLY_S``. Meanwhile a writer's append waits while its
+  client looks for a writable bookie (acknowledged once one takes it), or is refused
+  (recorded as failed, never acknowledged), or goes unanswered for at most the workload's
+  bounded wait (recorded as unknown).
 - **free**: up to ``OLDER_DELETES`` older closed ledgers of the workload (each read whole
   first) and then the ballast are deleted, the foreign file still in place: only the bookie's
   own collection (GC, and the compaction a full disk runs within its space reserve) can give
