@@ -134,12 +134,13 @@ test: venv deps build lint s3-server
 faults-deps: deps
 
 # The nemesis (tests/faults/nemesis.py): a short run of tests/faults/test_nemesis.py, or with
-# LONG=1 one randomized schedule of DURATION seconds (default 3600), network faults included
-# when run as root; prints faults by kind, entries acknowledged, violations.
+# LONG=1 one randomized schedule of DURATION seconds (default 3600), network faults and disk_full
+# (every bookie's own 256 MiB tmpfs filled to 100% once a minute: what an hour's workload keeps
+# fits) included when run as root; prints faults by kind, entries acknowledged, violations.
 DURATION ?= 3600
 faults: venv deps build
 ifeq ($(LONG),1)
-	$(VPY) tests/faults/nemesis.py --duration $(DURATION) $$( [ "$$(id -u)" -eq 0 ] && echo --net )
+	$(VPY) tests/faults/nemesis.py --duration $(DURATION) $$( [ "$$(id -u)" -eq 0 ] && echo --net --disk-full --disk-mib 256 --disk-full-every 60 )
 else
 	$(VENV)/bin/pytest -q -s tests/faults/test_nemesis.py
 endif

@@ -10,7 +10,9 @@ with network namespaces (``net=True``), ``partition`` (a bookie's link cut: clie
 ZooKeeper lose it) and ``zk_partition`` / ``loss`` (nftables rules: the bookie loses ZooKeeper
 only, or a share of its packets; ``make faults-deps`` installs nftables). At most
 ``max_faulty`` bookies are faulty at once, so that the ensembles the workload asks for can still
-be formed.
+be formed. As root, ``disk_full`` (``diskfull.py``) fills every bookie's own small disk to 100%
+with a foreign file, deletes ledgers, and requires each bookie to be writable again by itself
+within a bound, no restart; it runs alone, every ``disk_full_every_s``.
 
 The bookies' own background work runs meanwhile (``RunConfig.lifecycle``, ``autorecovery``):
 garbage collection and compaction every few seconds of ledgers a deleter removes, and
@@ -49,8 +51,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from checker import CheckResult, check
 from cluster import BookieNode, Cluster
+from diskfull import DiskFull, DiskFullRound, summary
 from netns import Network
-from plan import NET_FAULTS, PROCESS_FAULTS, ZK_FAULTS, RunConfig
+from plan import NET_FAULTS, PROCESS_FAULTS, SPACE_FAULTS, ZK_FAULTS, RunConfig
+from support.disks import tmpfs_unavailable
 from workload import APPEND_WAIT_S, Recorder, Workload, verify
 
 logger = logging.getLogger("nemesis")
@@ -63,6 +67,13 @@ class RunResult:
     ledgers: int
     history: Path
     notes: list[str] = field(default_factory=list)
+    disk_full: list[DiskFullRound] = field(default_factory=list)
+    """What each ``disk_full`` round found (empty without that kind)."""
+
+    @property
+    def ok(self) -> bool:
+        """The history checked clean and every ``disk_full`` round held its bounds."""
+        return self.result.ok and not any(r.problems for r in self.disk_full)
 
     def summary(self) -> str:
         return (
@@ -73,26 +84,55 @@ class RunResult:
 
 
 class Nemesis:
-    """Starts a random fault every ``gap_s``, heals it after ``hold_s``; counts by kind."""
+    """Starts a random fault every ``gap_s``, heals it after ``hold_s``; counts by kind. With
+    ``disk_full`` (its ``DiskFull``), a round of it every ``disk_full_every_s``, alone."""
 
-    def __init__(self, cluster: Cluster, config: RunConfig, rng: random.Random, rec: Recorder):
+    def __init__(
+        self,
+        cluster: Cluster,
+        config: RunConfig,
+        rng: random.Random,
+        rec: Recorder,
+        disk_full: DiskFull | None = None,
+    ):
         self.cluster, self.config, self.rng, self.rec = cluster, config, rng, rec
+        self.disk_full = disk_full
         self.counts: Counter[str] = Counter()
         self.heals: list[tuple[float, str, Callable[[], None]]] = []
         self.faulty: set[int] = set()
         self.zk_faulty = False
         self.restarts = 0
+        self.skipped: list[str] = []
+        """Why each ``disk_full`` round that could not start within a period was skipped."""
+        self.last_failure = ""
         self.stop = threading.Event()
 
     def run(self) -> None:
         next_fault = time.monotonic() + self.rng.uniform(*self.config.gap_s)
+        every = self.config.disk_full_every_s
+        due = time.monotonic() + every / 2 if self.disk_full else float("inf")
+        next_disk_full = due
         while not self.stop.is_set():
             now = time.monotonic()
             for item in [h for h in self.heals if h[0] <= now]:
                 self.heals.remove(item)
                 self._heal(item)
             self._restart_exited()
-            if now >= next_fault:
+            if now >= next_disk_full:
+                # Due: no new fault starts until those holding a bookie or ZooKeeper heal.
+                if not self.faulty and not self.zk_faulty:
+                    if self._start("disk_full"):
+                        due = next_disk_full = time.monotonic() + every
+                    elif time.monotonic() - due > every:
+                        # Tried for a whole period: the other faults get their turn again.
+                        self.skipped.append(self.last_failure)
+                        self.rec.record(
+                            type="nemesis", ledger=-1, op="skip", what=self.last_failure
+                        )
+                        due = next_disk_full = time.monotonic() + every
+                    else:
+                        next_disk_full = time.monotonic() + 1.0
+            elif now >= next_fault:
                 self._inject()
                 next_fault = now + self.rng.uniform(*self.config.gap_s)
             self.stop.wait(0.05)
@@ -122,26 +162,31 @@ class Nemesis:
             logger.warning("healing %s failed: %s", what, exc)
 
     def _inject(self) -> None:
-        kinds = list(self.config.kinds)
+        """A random fault of the run's kinds (``disk_full`` has its own schedule)."""
+        kinds = [k for k in self.config.kinds if k not in SPACE_FAULTS]
         self.rng.shuffle(kinds)
         for kind in kinds:
-            action = self._plan(kind)
-            if action is None:
-                continue
-            what, do, heal = action
-            try:
-                do()
-            except Exception as exc:
-                logger.warning("fault %s failed: %s", what, exc)
-                with contextlib.suppress(Exception):
-                    heal()  # undoes what was done and frees the bookie's slot
-                continue
-            self.counts[kind] += 1
-            self.rec.record(type="nemesis", ledger=-1, op="fault", what=what)
-            self.heals.append(
-                (time.monotonic() + self.rng.uniform(*self.config.hold_s), what, heal)
-            )
-            return
+            if self._start(kind):
+                return
+
+    def _start(self, kind: str) -> bool:
+        """Starts a fault of ``kind`` and schedules its heal; False when none could start."""
+        action = self._plan(kind)
+        if action is None:
+            return False
+        what, do, heal = action
+        try:
+            do()
+        except Exception as exc:
+            logger.warning("fault %s failed: %s", what, exc)
+            self.last_failure = f"{what}: {type(exc).__name__}: {exc}"
+            with contextlib.suppress(Exception):
+                heal()  # undoes what was done and frees the bookie's slot
+            return False
+        self.counts[kind] += 1
+        self.rec.record(type="nemesis", ledger=-1, op="fault", what=what)
+        self.heals.append((time.monotonic() + self.rng.uniform(*self.config.hold_s), what, heal))
+        return True
 
     def _plan(self, kind: str) -> tuple[str, Callable[[], None], Callable[[], None]] | None:
         """A fault of ``kind`` to start now: what it is, what does it, what heals it (and frees
@@ -149,6 +194,8 @@ class Nemesis:
         network for a network fault)."""
         if kind in ZK_FAULTS:
             return self._plan_zk(kind)
+        if kind == "disk_full":
+            return self._plan_disk_full()
         healthy = [b for b in self.cluster.bookies if b.index not in self.faulty]
         if len(self.faulty) >= self.config.max_faulty or not healthy:
             return None
@@ -159,6 +206,21 @@ class Nemesis:
         self.faulty.add(b.index)
         what, do, undo = action
         return what, do, then(undo, lambda: self.faulty.discard(b.index))
+
+    def _plan_disk_full(self) -> tuple[str, Callable[[], None], Callable[[], None]] | None:
+        """Every bookie and ZooKeeper held for the whole round, so that no other fault
+        composes with it: the bound it checks is the bookies' own."""
+        if self.disk_full is None or self.faulty or self.zk_faulty:
+            return None
+        every = {b.index for b in self.cluster.bookies}
+        self.faulty |= every
+        self.zk_faulty = True
+
+        def release() -> None:
+            self.faulty -= every
+            self.zk_faulty = False
+
+        return "disk_full every bookie", self.disk_full.fill, then(self.disk_full.free, release)
 
     def _plan_zk(self, kind: str) -> tuple[str, Callable[[], None], Callable[[], None]] | None:
         if self.zk_faulty:
@@ -263,7 +325,8 @@ def run(config: RunConfig, workdir: Path) -> RunResult:
     try:
         cluster.start()
         workload = Workload(cluster.uri, config, rng, rec)
-        nemesis = Nemesis(cluster, config, rng, rec)
+        disk_full = DiskFull(cluster, workload, config, rec) if cluster.disk_mib else None
+        nemesis = Nemesis(cluster, config, rng, rec, disk_full)
         notes += _run_for_the_duration(config, workload, nemesis)
         cluster.heal_everything()
         notes += verify(cluster.uri, sorted(workload.ledgers), rec)
@@ -272,7 +335,8 @@ def run(config: RunConfig, workdir: Path) -> RunResult:
     finally:
         rec.close()
         cluster.close()
-    return RunResult(nemesis.counts, check(rec.events), ledgers, history, notes)
+    rounds = disk_full.rounds if disk_full else []
+    return RunResult(nemesis.counts, check(rec.events), ledgers, history, notes, rounds)
 
 
 def _without_faults_nftables_lacks(config: RunConfig) -> tuple[RunConfig, list[str]]:
@@ -321,6 +385,15 @@ def _what_happened(
         notes.append(f"bookies' background work: {background_work(workdir)}")
     if workload.errors:
         notes.append(f"client errors seen (expected under faults): {dict(workload.errors)}")
+    if nemesis.disk_full is not None and nemesis.disk_full.rounds:
+        rounds = nemesis.disk_full.rounds
+        notes.append(summary(rounds, config.writable_again_s))
+        notes += [f"disk_full: {problem}" for r in rounds for problem in r.problems]
+    if nemesis.skipped:
+        notes.append(
+            f"disk_full rounds that could not start for a whole period: {len(nemesis.skipped)} "
+            f"(the last: {nemesis.skipped[-1]})"
+        )
     return notes
 
 
@@ -336,16 +409,35 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=int(time.time()))
     parser.add_argument("--bookies", type=int, default=5)
     parser.add_argument("--net", action="store_true", help="namespaces and network faults")
+    parser.add_argument(
+        "--disk-full",
+        action="store_true",
+        help="every bookie on a small tmpfs of its own, filled to 100%% now and then (root)",
+    )
+    parser.add_argument("--disk-mib", type=int, default=48, help="each bookie's tmpfs, MiB")
+    parser.add_argument(
+        "--disk-full-every", type=float, default=20.0, help="seconds between disk_full rounds"
+    )
     parser.add_argument("--workdir", type=Path, default=None)
     args = parser.parse_args()
     if args.net and (reason := Network.unavailable()) is not None:
         print(f"note: no network faults: {reason}")
         args.net = False
-    kinds = PROCESS_FAULTS + ZK_FAULTS + (NET_FAULTS if args.net else ())
-    config = RunConfig(
-        duration_s=args.duration, seed=args.seed, bookies=args.bookies, kinds=kinds, net=args.net
-    )
     workdir = args.workdir or Path(f"/tmp/pybkx-nemesis-{args.seed}")
+    if args.disk_full and (reason := tmpfs_unavailable(workdir / "tmpfs-probe")) is not None:
+        print(f"note: no disk_full faults: {reason}")
+        args.disk_full = False
+    kinds = PROCESS_FAULTS + ZK_FAULTS + (NET_FAULTS if args.net else ())
+    kinds += SPACE_FAULTS if args.disk_full else ()
+    config = RunConfig(
+        duration_s=args.duration,
+        seed=args.seed,
+        bookies=args.bookies,
+        kinds=kinds,
+        net=args.net,
+        disk_mib=args.disk_mib,
+        disk_full_every_s=args.disk_full_every,
+    )
     with _quiet():
         result = run(config, workdir)
     print(f"seed {args.seed}: {result.summary()}")
@@ -354,7 +446,7 @@ def main() -> int:
     if not result.result.ok:
         print(result.result.report())
     print(f"history: {result.history}")
-    return 0 if result.result.ok else 1
+    return 0 if result.ok else 1
 
 
 if __name__ == "__main__":

@@ -3,8 +3,9 @@ history checker: nothing acknowledged lost, readers agree, no ack after a fence,
 closed lengths right. Short runs here (the default test run); long ones with
 ``make faults LONG=1 DURATION=<s>`` (tests/faults/nemesis.py).
 
-``PYBKX_NEMESIS_SECONDS`` changes the fault time of these runs; ``PYBKX_NEMESIS_SEED`` fixes the
-seed (else a new one each run, printed, so a failing schedule can be replayed).
+``PYBKX_NEMESIS_SECONDS`` changes the fault time of these runs (``PYBKX_NEMESIS_DISK_FULL_SECONDS``
+that of the ``disk_full`` run, root only); ``PYBKX_NEMESIS_SEED`` fixes the seed (else a new one
+each run, printed, so a failing schedule can be replayed).
 """
 
 from __future__ import annotations
@@ -16,9 +17,11 @@ from pathlib import Path
 import pytest
 from nemesis import RunResult, run
 from netns import Network
-from plan import NET_FAULTS, PROCESS_FAULTS, ZK_FAULTS, RunConfig
+from plan import NET_FAULTS, PROCESS_FAULTS, SPACE_FAULTS, ZK_FAULTS, RunConfig
+from support.disks import tmpfs_unavailable
 
 SECONDS = float(os.environ.get("PYBKX_NEMESIS_SECONDS", "75"))
+DISK_FULL_SECONDS = float(os.environ.get("PYBKX_NEMESIS_DISK_FULL_SECONDS", "25"))
 
 
 def seed() -> int:
@@ -33,6 +36,8 @@ def judged_run(config: RunConfig, tmp_path: Path) -> RunResult:
     for note in result.notes:
         print(f"note: {note}")
     assert result.result.ok, f"seed {config.seed}\n{result.result.report()}"
+    problems = [p for r in result.disk_full for p in r.problems]
+    assert not problems, f"seed {config.seed}: {problems}"
     assert result.result.acknowledged > 0
     assert not [n for n in result.notes if "not verified" in n or "still running" in n]
     return result
@@ -54,3 +59,25 @@ def test_network_partitions_between_namespaces(tmp_path: Path) -> None:
     )
     result = judged_run(config, tmp_path)
     assert sum(result.faults[k] for k in NET_FAULTS) > 0  # the schedule picks which
+
+
+def test_every_disk_filled_to_100_percent_then_deletes_each_bookie_writable_again(
+    tmp_path: Path,
+) -> None:
+    """Each bookie on a 48 MiB tmpfs of its own; a ``disk_full`` round 10 s in (every bookie's
+    disk filled by a foreign file, read-only, ledgers deleted with the file still there), kills,
+    pauses and disk errors around it: every bookie writable again by itself within the bound,
+    the same process, and the history clean (nothing acknowledged lost)."""
+    reason = tmpfs_unavailable(tmp_path / "probe")
+    if reason is not None:
+        pytest.skip(reason)
+    kinds = (*SPACE_FAULTS, "kill", "pause", "disk_error")
+    config = RunConfig(duration_s=DISK_FULL_SECONDS, seed=seed(), bookies=4, kinds=kinds)
+    result = judged_run(config, tmp_path)
+    assert result.faults["disk_full"] >= 1 and result.disk_full
+    for round_ in result.disk_full:
+        assert set(round_.read_only_s) == set(range(4)), round_
+        assert set(round_.writable_again_s) == set(range(4)), round_
+        assert round_.deleted >= 1, round_  # the ballast at least
+        # The bookies came back because of the deletes: none was writable before them.
+        assert not round_.writable_before_deletes, round_

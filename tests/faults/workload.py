@@ -1,7 +1,8 @@
 """The nemesis's workload and its history: writers, tailing readers, a fencer and a deleter
 working through the client while faults go on, every operation recorded by a ``Recorder`` (the
 JSON-lines history ``checker.check`` judges), and the verification after the run that recovers
-every ledger and reads it whole (the final reads).
+every ledger and reads it whole (the final reads). For the ``disk_full`` fault it also writes a
+ballast ledger on every bookie and deletes ledgers to free space, recorded the same way.
 
 Owns what clients do and see: it never starts, signals or faults a process (it knows the
 cluster only by its metadata URI) and never judges the history (the checker does).
@@ -12,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import random
 import threading
 import time
@@ -34,6 +36,10 @@ PASSWORD = b"nemesis"
 QUORUMS = [(3, 3, 2), (3, 2, 2), (2, 2, 2), (3, 3, 3)]
 APPEND_WAIT_S = 30.0
 """How long a writer waits for one append's outcome before recording it unknown."""
+BALLAST_ENTRY = 64 << 10
+"""The size of a ballast ledger's entries."""
+TAILED = 20
+"""The newest ledgers, which readers tail: never deleted while the run goes on."""
 
 
 class Recorder:
@@ -42,7 +48,8 @@ class Recorder:
     def __init__(self, path: Path) -> None:
         self.t0 = time.monotonic()
         self.events: list[dict[str, Any]] = []
-        self._lock = threading.Lock()
+        self.lock = threading.Lock()
+        """Held while an event is appended: take it to read ``events`` from another thread."""
         self._file = path.open("w")
 
     def now(self) -> float:
@@ -50,12 +57,12 @@ class Recorder:
 
     def record(self, **event: Any) -> None:
         event.setdefault("t", self.now())
-        with self._lock:
+        with self.lock:
             self.events.append(event)
             self._file.write(json.dumps(event) + "\n")
 
     def close(self) -> None:
-        with self._lock:
+        with self.lock:
             self._file.close()
 
 
@@ -261,22 +268,106 @@ class Workload:
             while not self.stop.is_set():
                 self.stop.wait(rng.uniform(0.5, 2.0))
                 with self.lock:
-                    newest = sorted(self.ledgers)[-20:]
-                    choices = sorted(self.closed - self.writing - set(newest))
+                    choices = self._deletable()
                 if not choices:
                     continue
                 lid = rng.choice(choices)
-                rh = bk.open_ledger(lid, PASSWORD, recovery=False)
-                entries = read_whole(rh, rh.metadata.last_entry_id)
-                self.rec.record(type="read", ledger=lid, reader=name, final=True, entries=entries)
-                with self.lock:
-                    # Whatever the delete's outcome, the ledger is no longer verified at the
-                    # end: its final read is the one above.
-                    self.closed.discard(lid)
-                    self.ledgers.discard(lid)
-                    self.deleted.add(lid)
-                bk.delete_ledger(lid)
-                self.rec.record(type="delete", ledger=lid, by=name)
+                self._read_final(bk, lid, name)
+                self._delete(bk, lid, name)
+
+    def _deletable(self) -> list[int]:
+        """Closed ledgers no writer holds and older than the ones readers tail (under the
+        lock)."""
+        newest = set(sorted(self.ledgers)[-TAILED:])
+        return sorted(self.closed - self.writing - newest)
+
+    def _read_final(self, bk: BookKeeper, lid: int, name: str) -> None:
+        """Reads closed ledger ``lid`` whole and records it as a final read (it must hold
+        every acknowledged entry). Raises BKException."""
+        rh = bk.open_ledger(lid, PASSWORD, recovery=False)
+        entries = read_whole(rh, rh.metadata.last_entry_id)
+        self.rec.record(type="read", ledger=lid, reader=name, final=True, entries=entries)
+
+    def _delete(self, bk: BookKeeper, lid: int, name: str) -> None:
+        """Deletes ledger ``lid``, read whole before. Raises BKException."""
+        with self.lock:
+            # Whatever the delete's outcome, the ledger is no longer verified at the end: its
+            # final read came before.
+            self.closed.discard(lid)
+            self.ledgers.discard(lid)
+            self.deleted.add(lid)
+        bk.delete_ledger(lid)
+        self.rec.record(type="delete", ledger=lid, by=name)
+
+    def write_ballast(self, size: int) -> int:
+        """A closed ledger of about ``size`` bytes on every bookie (ensemble and both quorums
+        all of them), recorded like a writer's and read whole (a final read), for the
+        ``disk_full`` fault to delete; its id. The fencer and the deleter leave it alone; not
+        deleted, it is verified at the end like any other. Raises BKException when it cannot be
+        written (each append waited for at most ``APPEND_WAIT_S``)."""
+        n = self.config.bookies
+        with self.client() as bk:
+            lh = bk.create_ledger(n, n, n, password=PASSWORD)
+            lid = lh.ledger_id
+            with self.lock:
+                self.ledgers.add(lid)
+            self.rec.record(type="create", ledger=lid, writer="ballast", quorums=[n, n, n])
+            window: list[tuple[Any, float, bytes]] = []
+            count = max(1, size // BALLAST_ENTRY)
+            for i in range(count):
+                data = os.urandom(BALLAST_ENTRY)
+                sent = self.rec.now()  # before the send: the fence rule compares it
+                window.append((lh.append_async(data), sent, data))
+                if len(window) >= 16 or i == count - 1:
+                    self._settle_ballast(lid, window)
+                    window.clear()
+            lh.close()
+            md = lh.metadata
+            self.rec.record(type="close", ledger=lid, last_entry=md.last_entry_id, length=md.length)
+            self._read_final(bk, lid, "ballast")
+        return lid
+
+    def _settle_ballast(self, lid: int, window: list[tuple[Any, float, bytes]]) -> None:
+        """Records the outcome of each append in ``window``; raises the first failure
+        (BKException, or TimeoutError after ``APPEND_WAIT_S``)."""
+        failure: Exception | None = None
+        for future, sent, data in window:
+            event: dict[str, Any] = dict(
+                type="append", ledger=lid, sent=sent, hash=digest(data), size=len(data)
+            )
+            try:
+                event.update(status="ok", entry=future.result(APPEND_WAIT_S))
+            except FutureTimeout as exc:
+                event.update(status="unknown")
+                failure = failure or TimeoutError(f"ballast append unanswered: {exc}")
+            except errors.BKException as exc:
+                event.update(status="fail", error=type(exc).__name__)
+                failure = failure or exc
+            self.rec.record(**event)
+        if failure is not None:
+            raise failure
+
+    def delete_for_space(self, ledger_ids: list[int], more: int, name: str) -> list[int]:
+        """Deletes up to ``more`` of the oldest closed ledgers the deleter could pick, each read
+        whole first (a final read), and then ``ledger_ids`` (read whole already); the ids
+        deleted.
+        One that cannot be read stays to be verified at the end; a failed delete is counted
+        in ``errors`` and left (its final read stands)."""
+        with self.lock:
+            older = self._deletable()[:more]
+            self.closed.difference_update(older)  # claimed: the deleter leaves them alone
+        deleted = []
+        with self.client() as bk:
+            for lid in older + ledger_ids:
+                try:
+                    if lid in older:
+                        self._read_final(bk, lid, name)
+                    self._delete(bk, lid, name)
+                except errors.BKException as exc:
+                    self.errors[type(exc).__name__] += 1
+                    continue
+                deleted.append(lid)
+        return deleted
 
 
 def read_whole(rh: Any, last_entry_id: int) -> list[list[Any]]:
