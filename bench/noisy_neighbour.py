@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--flooders", type=int, default=2, help="flooding reader processes")
     parser.add_argument(
         "--read-threads",
-        default="2,0",
+        default="1,2,0",
         help="the bookies compared, comma-separated: numReadWorkerThreads (0: reads inline), "
         "optionally /readWorkerThreadNice (2/10)",
     )
@@ -113,7 +113,10 @@ def main(argv: list[str] | None = None) -> int:
     variants = args.read_threads.split(",")
     rows: dict[str, list[dict[str, object]]] = {v: [] for v in variants}
     with tempfile.TemporaryDirectory(prefix="pybkx-bench-noisy-") as tmp, ExitStack() as stack:
-        bookies = {v: start_filled_bookie(Path(tmp) / f"bookie-{v}", v, stack) for v in variants}
+        bookies = {
+            v: start_filled_bookie(Path(tmp) / f"bookie-{v.replace('/', '-nice-')}", v, stack)
+            for v in variants
+        }
         for rnd in range(args.rounds):
             for threads, (process, address) in bookies.items():
                 machine.wait_quiet([process.popen.pid])

@@ -29,6 +29,7 @@ from pybkx.bookie.registration import (
     StartWait,
     close_store_quietly,
     join_cluster,
+    run_bounded,
 )
 from pybkx.bookie.scrub import ScrubRepairer, check_consistency_on_startup
 from pybkx.bookie.serving import (
@@ -443,7 +444,7 @@ class Bookie:
         with self._state_lock:
             running, self._running = self._running, None
         if running is None:
-            self._stop_services()
+            self._stop_services(budget_s / 4)
             return
         running.mode.close()  # a move in progress ends first; none after
         running.disks.stop()
@@ -459,7 +460,7 @@ class Bookie:
         try:
             if registration is not None:
                 registration.unregister(budget_s / 3)
-            self._stop_services()
+            self._stop_services(budget_s / 4)
             # Keep a quarter of the budget for closing the metadata store.
             left_ms = int((deadline - time.monotonic() - budget_s / 4) * 1000)
             stop_server(running.server, max(0, min(self.drain_timeout_ms, left_ms)))
@@ -532,26 +533,35 @@ class Bookie:
             try:
                 endpoint = service.start(self)
             except BookieError:
-                self._stop_services()
+                self._stop_services(self.config.bookie_shutdown_timeout_ms / 4000.0)
                 raise
             self._started_services.append(service)
             if endpoint is not None:
                 endpoints.append(endpoint)
         return tuple(endpoints)
 
-    def _stop_services(self) -> None:
+    def _stop_services(self, timeout_s: float) -> None:
+        """Stop the started services, last first, within ``timeout_s`` together: a service
+        whose stop waits on an unreachable metadata store (AutoRecovery's threads in a
+        ZooKeeper retry) is left behind on a daemon thread, not waited for."""
+        deadline = time.monotonic() + timeout_s
         while self._started_services:
             service = self._started_services.pop()
-            try:
-                service.stop()
-            except Exception as exc:  # a service must not keep the bookie from stopping
-                log_event(
-                    logger,
-                    logging.ERROR,
-                    "stopping a service failed",
-                    service=service.name,
-                    error=f"{type(exc).__name__}: {exc}",
-                )
+
+            def stop(service: BookieService = service) -> None:
+                try:
+                    service.stop()
+                except Exception as exc:  # a service must not keep the bookie from stopping
+                    log_event(
+                        logger,
+                        logging.ERROR,
+                        "stopping a service failed",
+                        service=service.name,
+                        error=f"{type(exc).__name__}: {exc}",
+                    )
+
+            # At least a second each: an HTTP server's stop waits for its loop's next poll.
+            run_bounded(f"stopping {service.name}", stop, max(1.0, deadline - time.monotonic()))
 
     def _identity(self, port: int) -> str:
         """``bookieId`` if configured, else ``host:port`` (BookKeeper's address rule)."""
