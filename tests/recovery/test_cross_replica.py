@@ -9,8 +9,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-import subprocess
-import sys
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -19,6 +17,7 @@ from typing import Any
 
 import pytest
 from recovery_helpers import FAST, payload
+from support.shell import run_shell, shell_json
 from support.wait import wait_until
 
 from pybkx._core import FLAG_RECOVERY_ADD, DigestManager, master_key
@@ -76,25 +75,7 @@ def stored(bk: BookKeeper, bookie: str, ledger_id: int, entry_id: int) -> bytes:
 
 
 def shell_check(cluster: Sandbox, *args: str) -> tuple[int, dict[str, Any]]:
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pybkx",
-            "shell",
-            "crossreplicacheck",
-            "--uri",
-            cluster.metadata_uri,
-            "--json",
-            *args,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode in (0, 1), done.stderr
-    return done.returncode, json.loads(done.stdout)
+    return shell_json("crossreplicacheck", cluster.metadata_uri, *args)
 
 
 def findings(report: dict[str, Any]) -> set[tuple[str, str, tuple[int, ...], tuple[int, ...]]]:
@@ -145,23 +126,7 @@ def test_two_replicas_that_disagree_are_reported_not_repaired(
         before,
         forged,
     )
-    plain = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pybkx",
-            "shell",
-            "crossreplicacheck",
-            "--uri",
-            cluster.metadata_uri,
-            "--ledger",
-            str(ledger),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    plain = run_shell("crossreplicacheck", cluster.metadata_uri, "--ledger", str(ledger))
     assert plain.returncode == 1, plain.stderr
     assert plain.stdout.count("no-majority") == 2
     assert "2 differing, 0 repaired" in plain.stdout

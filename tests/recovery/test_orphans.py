@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import subprocess
-import sys
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +16,7 @@ from typing import Any
 
 import pytest
 from recovery_helpers import FAST, payload
+from support.shell import shell_json
 
 from pybkx.client import BookKeeper
 from pybkx.tools.sandbox import Sandbox
@@ -35,25 +34,7 @@ def cluster(tmp_path: Path) -> Iterator[Sandbox]:
 
 
 def orphans(cluster: Sandbox, *flags: str) -> tuple[int, dict[str, Any]]:
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pybkx",
-            "shell",
-            "orphans",
-            "--uri",
-            cluster.metadata_uri,
-            "--json",
-            *flags,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode in (0, 1), done.stderr
-    return done.returncode, json.loads(done.stdout)
+    return shell_json("orphans", cluster.metadata_uri, *flags)
 
 
 def kinds(rows: list[dict[str, Any]]) -> set[tuple[str, int, str]]:
