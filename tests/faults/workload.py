@@ -79,6 +79,9 @@ class Workload:
         self.uri, self.config, self.rec = uri, config, rec
         self.seed = rng.randrange(2**32)
         self.stop = threading.Event()
+        self.deletes_held = threading.Event()
+        """Set by a ``disk_full`` round: the deleter deletes nothing meanwhile, so that only the
+        round's own deletes can give the bookies their space back."""
         self.ledgers: set[int] = set()
         self.writing: set[int] = set()
         self.closed: set[int] = set()
@@ -267,13 +270,16 @@ class Workload:
         with self.client() as bk:
             while not self.stop.is_set():
                 self.stop.wait(rng.uniform(0.5, 2.0))
+                if self.deletes_held.is_set():
+                    continue
                 with self.lock:
                     choices = self._deletable()
                 if not choices:
                     continue
                 lid = rng.choice(choices)
                 self._read_final(bk, lid, name)
-                self._delete(bk, lid, name)
+                if not self.deletes_held.is_set():  # again: the read may have taken a while
+                    self._delete(bk, lid, name)
 
     def _deletable(self) -> list[int]:
         """Closed ledgers no writer holds and older than the ones readers tail (under the
