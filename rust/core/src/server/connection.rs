@@ -25,7 +25,8 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio_rustls::server::TlsStream;
 
-use super::outbox::{Outbox, Reply, Slot, Timed, Usage};
+use super::outbox::{Limits, Outbox, Reply, Slot, Timed, Usage};
+use super::reads::ReadingConnection;
 use super::state::ServerState;
 use super::stats::ServerStats;
 use super::{auth, v2, v3};
@@ -80,12 +81,17 @@ pub(super) async fn serve_connection(
     // (AuthDisabled).
     let open = state.cfg.authorized_roles.is_none() && state.cfg.sasl.is_none();
     usage.authenticated.store(open, Ordering::Release);
+    let reading: Arc<dyn ReadingConnection> = Arc::new(Limits {
+        usage: usage.clone(),
+        state: state.clone(),
+    });
     let outbox = Outbox {
         tx,
         usage: usage.clone(),
         state: state.clone(),
+        reading: reading.clone(),
     };
-    let writer_task = tokio::spawn(write_responses(writer, rx, usage, state, peer));
+    let writer_task = tokio::spawn(write_responses(writer, rx, usage, state, reading, peer));
     let mut buf = BytesMut::with_capacity(64 * 1024);
     let mut frames = Frames::default();
     let end = read_requests(&mut reader, &mut buf, &outbox, &mut frames, peer, &mut stop).await;
@@ -217,7 +223,7 @@ fn gate(body: Bytes, outbox: &Outbox, frames: &mut Frames) -> Result<Option<Byte
 /// [`ReadPool::hand_over`](super::reads::ReadPool::hand_over)).
 fn hand_over_reads(outbox: &Outbox) {
     if let Some(reads) = &outbox.state.reads {
-        reads.hand_over(&outbox.usage, &outbox.state);
+        reads.hand_over(&outbox.reading);
     }
 }
 
@@ -292,7 +298,8 @@ async fn upgrade(
                 .map(|certs| certs.iter().map(|c| c.to_vec()).collect());
             let (r, w) = tokio::io::split(stream);
             let usage = outbox.usage.clone();
-            let task = tokio::spawn(write_responses(w, rx, usage, state.clone(), peer));
+            let reading = outbox.reading.clone();
+            let task = tokio::spawn(write_responses(w, rx, usage, state.clone(), reading, peer));
             authorize(chain.as_deref(), outbox, peer);
             Some((r, task))
         }
@@ -358,7 +365,7 @@ async fn finish<R: AsyncRead + Unpin, W>(
     end: End,
 ) {
     if let Some(reads) = &outbox.state.reads {
-        reads.closing(&outbox.usage, &outbox.state);
+        reads.closing(&outbox.reading);
     }
     drop(outbox);
     let _ = writer_task.await;
@@ -394,6 +401,7 @@ async fn write_responses<W: AsyncWrite + Unpin>(
     mut rx: Responses,
     usage: Arc<Usage>,
     state: Arc<ServerState>,
+    reading: Arc<dyn ReadingConnection>,
     peer: SocketAddr,
 ) -> Option<(W, Responses)> {
     let mut frames = OutFrames::default();
@@ -434,7 +442,7 @@ async fn write_responses<W: AsyncWrite + Unpin>(
         time_requests(&state.stats, &written, broken);
         release(&usage, &state.stats, &released);
         if let Some(reads) = &state.reads {
-            reads.resume(&usage, &state);
+            reads.resume(&reading);
         }
         if hand_over {
             return (!broken).then_some((writer, rx));

@@ -161,7 +161,7 @@ pub(super) fn run_read<T: Send + 'static>(
     let state = outbox.state();
     let Some(master_key) = fencing else {
         match &state.reads {
-            Some(pool) => pool.submit(&outbox.usage, Box::new(move || reply(read()))),
+            Some(pool) => pool.submit(&outbox.usage.waiting_reads, Box::new(move || reply(read()))),
             None => reply(read()),
         }
         return;

@@ -9,6 +9,7 @@ use std::time::Instant;
 
 use tokio::sync::{mpsc, Notify};
 
+use super::reads::{ConnReads, ReadingConnection};
 use super::state::ServerState;
 use crate::protocol::v2::Response as V2Response;
 use crate::protocol::v3::Response as V3Response;
@@ -113,7 +114,7 @@ pub(super) struct Usage {
     /// EIO, inside TLS (as BookKeeper's bookie does).
     pub(super) start_tls_header: parking_lot::Mutex<Option<crate::protocol::v3::BkPacketHeader>>,
     /// Reads waiting for the read pool (see [`reads`](super::reads)).
-    pub(super) waiting_reads: super::reads::ConnReads,
+    pub(super) waiting_reads: ConnReads,
 }
 
 impl Usage {
@@ -131,6 +132,34 @@ pub(super) struct Outbox {
     pub(super) tx: mpsc::UnboundedSender<(Reply, Timed)>,
     pub(super) usage: Arc<Usage>,
     pub(super) state: Arc<ServerState>,
+    /// The connection as the read pool sees it.
+    pub(super) reading: Arc<dyn ReadingConnection>,
+}
+
+/// A connection's limits and its server's: what the read pool holds of a connection (never
+/// its responses' sender, so that a connection's writer still ends when its requests do).
+pub(super) struct Limits {
+    pub(super) usage: Arc<Usage>,
+    pub(super) state: Arc<ServerState>,
+}
+
+impl ReadingConnection for Limits {
+    fn waiting_reads(&self) -> &ConnReads {
+        &self.usage.waiting_reads
+    }
+
+    fn responses_unread(&self) -> bool {
+        let total = self.state.stats.response_bytes_queued.get() as usize;
+        self.usage.over(
+            self.state.cfg.write_buffer_high_water_mark,
+            total,
+            self.state.cfg.response_buffer_total_bytes,
+        )
+    }
+
+    fn wake_reader(&self) {
+        self.usage.drained.notify_one();
+    }
 }
 
 impl Outbox {

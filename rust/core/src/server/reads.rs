@@ -25,9 +25,6 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
-use super::outbox::Usage;
-use super::state::ServerState;
-
 /// The longest a worker serves one connection's reads before it takes the next connection.
 const TURN: Duration = Duration::from_micros(200);
 /// Reads a connection may have waiting before it stops reading requests (it reads again below
@@ -87,11 +84,19 @@ struct ConnInner {
     closing: bool,
 }
 
-/// A connection in the round-robin queue: its limits and the server's, to check its buffer.
-struct Waiting {
-    usage: Arc<Usage>,
-    state: Arc<ServerState>,
+/// A connection as the pool sees it (the connection implements it; the pool knows nothing
+/// else of the server).
+pub(super) trait ReadingConnection: Send + Sync {
+    /// Its reads waiting for the pool.
+    fn waiting_reads(&self) -> &ConnReads;
+    /// Whether its responses wait unread past its mark (or the server's budget).
+    fn responses_unread(&self) -> bool;
+    /// Wakes its reader, which may be held back by [`ConnReads::backed_up`].
+    fn wake_reader(&self);
 }
+
+/// A connection in the round-robin queue.
+type Waiting = Arc<dyn ReadingConnection>;
 
 struct Shared {
     queue: Mutex<RunQueue>,
@@ -146,50 +151,44 @@ impl ReadPool {
         })
     }
 
-    /// Queues a read of the connection `usage`; it runs after the connection's earlier reads,
-    /// once the connection's reader calls [`hand_over`](Self::hand_over).
-    pub(super) fn submit(&self, usage: &Usage, job: ReadJob) {
-        let mut inner = usage.waiting_reads.inner.lock();
+    /// Queues a read of the connection whose reads are `reads`; it runs after the connection's
+    /// earlier reads, once the connection's reader calls [`hand_over`](Self::hand_over).
+    pub(super) fn submit(&self, reads: &ConnReads, job: ReadJob) {
+        let mut inner = reads.inner.lock();
         inner.jobs.push_back(job);
-        usage.waiting_reads.waiting.fetch_add(1, Ordering::AcqRel);
+        reads.waiting.fetch_add(1, Ordering::AcqRel);
         if inner.place == Place::Idle {
             inner.place = Place::Pending;
         }
     }
 
     /// Hands the reads the connection's reader queued since it last did to the workers.
-    pub(super) fn hand_over(&self, usage: &Arc<Usage>, state: &Arc<ServerState>) {
-        let mut inner = usage.waiting_reads.inner.lock();
+    pub(super) fn hand_over(&self, conn: &Waiting) {
+        let mut inner = conn.waiting_reads().inner.lock();
         if inner.place == Place::Pending {
             inner.place = Place::Queued;
             drop(inner);
-            self.enqueue(Waiting {
-                usage: usage.clone(),
-                state: state.clone(),
-            });
+            self.enqueue(conn.clone());
         }
     }
 
     /// The connection's writer drained some responses: a parked connection whose buffer is
     /// below the mark again (or that is closing) goes back in the queue.
-    pub(super) fn resume(&self, usage: &Arc<Usage>, state: &Arc<ServerState>) {
-        let mut inner = usage.waiting_reads.inner.lock();
-        if inner.place == Place::Parked && (inner.closing || !paused(usage, state)) {
+    pub(super) fn resume(&self, conn: &Waiting) {
+        let mut inner = conn.waiting_reads().inner.lock();
+        if inner.place == Place::Parked && (inner.closing || !conn.responses_unread()) {
             inner.place = Place::Queued;
             drop(inner);
-            self.enqueue(Waiting {
-                usage: usage.clone(),
-                state: state.clone(),
-            });
+            self.enqueue(conn.clone());
         }
     }
 
     /// The connection reads no more requests: its waiting reads are served even if its client
     /// does not read them, so that its writer can end.
-    pub(super) fn closing(&self, usage: &Arc<Usage>, state: &Arc<ServerState>) {
-        usage.waiting_reads.inner.lock().closing = true;
-        self.hand_over(usage, state);
-        self.resume(usage, state);
+    pub(super) fn closing(&self, conn: &Waiting) {
+        conn.waiting_reads().inner.lock().closing = true;
+        self.hand_over(conn);
+        self.resume(conn);
     }
 
     fn enqueue(&self, waiting: Waiting) {
@@ -211,7 +210,7 @@ impl ReadPool {
         }
         // Dropped here, outside the queue's lock: each holds the server's state.
         for waiting in left {
-            let reads = &waiting.usage.waiting_reads;
+            let reads = waiting.waiting_reads();
             reads.inner.lock().jobs.clear();
             reads.waiting.store(0, Ordering::Release);
         }
@@ -246,15 +245,6 @@ fn lower_priority(nice: i32) {
     log::warn!("read thread: niceness is only set on Linux; {nice} ignored");
 }
 
-/// Whether a connection's responses wait unread past its mark (or the server's budget).
-fn paused(usage: &Usage, state: &ServerState) -> bool {
-    usage.over(
-        state.cfg.write_buffer_high_water_mark,
-        state.stats.response_bytes_queued.get() as usize,
-        state.cfg.response_buffer_total_bytes,
-    )
-}
-
 fn work(shared: &Shared) {
     loop {
         let waiting = {
@@ -287,8 +277,8 @@ fn serve_turn(waiting: &Waiting) -> bool {
     let started = Instant::now();
     loop {
         let job = {
-            let mut inner = waiting.usage.waiting_reads.inner.lock();
-            if !inner.closing && paused(&waiting.usage, &waiting.state) {
+            let mut inner = waiting.waiting_reads().inner.lock();
+            if !inner.closing && waiting.responses_unread() {
                 inner.place = Place::Parked;
                 return false;
             }
@@ -300,10 +290,10 @@ fn serve_turn(waiting: &Waiting) -> bool {
                 }
             }
         };
-        let reads = &waiting.usage.waiting_reads;
+        let reads = waiting.waiting_reads();
         if reads.waiting.fetch_sub(1, Ordering::AcqRel) == MAX_WAITING_READS / 2 {
             // The connection's reader may be held back: it reads again now.
-            waiting.usage.drained.notify_one();
+            waiting.wake_reader();
         }
         job();
         if started.elapsed() >= TURN {
