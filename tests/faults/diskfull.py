@@ -99,9 +99,9 @@ class DiskFull:
         (one that does not is a problem of the round). Raises RuntimeError when a bookie is
         not writable before, BKException or OSError when the ballast or a fill fails (the
         nemesis then calls ``free``, which undoes the fill, and tries again later)."""
-        away = self._wait_each(lambda store: store.writable_bookies(), REGISTERED_S, {})
+        away = self._wait_each(self._writable_and_serving, REGISTERED_S, {})
         if away:
-            raise RuntimeError(f"bookies {away} not registered writable before the fill")
+            raise RuntimeError(f"bookies {away} not serving writable before the fill")
         self._pids = {b.index: b.proc.pid if b.proc else None for b in self.cluster.bookies}
         size = (self.config.disk_mib << 20) // BALLAST_SHARE
         self._ballast = [self.workload.write_ballast(size)]
@@ -204,6 +204,13 @@ class DiskFull:
             if e["type"] == "append" and since <= float(e.get("sent", e["t"])) < until:
                 outcomes[str(e["status"])] = outcomes.get(str(e["status"]), 0) + 1
         return outcomes
+
+    def _writable_and_serving(self, store: MetadataStore) -> frozenset[str]:
+        """The bookies registered writable whose process serves now and is not paused: a killed
+        bookie's registration outlives it until its session expires, and the ballast, written
+        to every bookie, would fail on it (seen: no round in a short run)."""
+        serving = {b.address for b in self.cluster.bookies if b.serving() and not b.paused}
+        return frozenset(store.writable_bookies() & serving)
 
     def _wait_each(
         self,
