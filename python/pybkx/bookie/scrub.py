@@ -272,13 +272,9 @@ class ScrubRepairer:
         if self._store is None:
             return bookie_id
         try:
-            info = self._store.bookie_service_info(bookie_id)
+            return self._store.bookie_service_info(bookie_id).rpc_address() or bookie_id
         except errors.BKException:
             return bookie_id
-        for endpoint in info.endpoints:
-            if endpoint.protocol == "bookie-rpc":
-                return f"{endpoint.host}:{endpoint.port}"
-        return bookie_id
 
 
 def report_dict(report: ScrubReport) -> dict[str, object]:

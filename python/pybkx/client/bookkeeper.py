@@ -134,12 +134,9 @@ class BookKeeper:
             address = bookie_id
             try:
                 info: BookieServiceInfo = self.store.bookie_service_info(bookie_id)
-                for endpoint in info.endpoints:
-                    if endpoint.protocol == "bookie-rpc":
-                        address = f"{endpoint.host}:{endpoint.port}"
-                        break
+                address = info.rpc_address() or bookie_id
             except errors.BKException:
-                pass
+                pass  # unregistered or the store unreachable: a bare host:port id it is
             with self._addresses_lock:
                 self._addresses[bookie_id] = address
         return address

@@ -67,6 +67,13 @@ class BookieServiceInfo:
         """The registration of a bookie serving BookKeeper's RPC at ``host:port``."""
         return cls(endpoints=(Endpoint("bookie", port, host, "bookie-rpc"),))
 
+    def rpc_address(self) -> str | None:
+        """``host:port`` of the published ``bookie-rpc`` endpoint, if there is one."""
+        for endpoint in self.endpoints:
+            if endpoint.protocol == "bookie-rpc":
+                return f"{endpoint.host}:{endpoint.port}"
+        return None
+
 
 @dataclass(frozen=True)
 class Cookie:
